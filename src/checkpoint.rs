@@ -1,0 +1,187 @@
+//! The store's metadata file, `rmqlog.meta`, kept in every directory of the store.
+//!
+//! One JSON line, then the CRC32 of that line in hex. Written atomically (temp file, fsync,
+//! rename, fsync dir) and only after the data it covers is synced; a sequence number lets the
+//! newest copy win when directories disagree. It may lag behind the data, never run ahead of it.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::fs::atomic_write;
+
+/// Name of the metadata file in every directory of a store.
+pub const CHECKPOINT_FILE: &str = "rmqlog.meta";
+const FORMAT: u32 = 1;
+
+/// What the store knows about itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// Format version of this file.
+    pub format: u32,
+    /// Random id fixed when the store is created; directories of other stores are refused.
+    pub store_id: String,
+    /// Incremented on every write; the highest valid copy wins.
+    pub seq: u64,
+    /// Writable directories, in placement order.
+    pub dirs: Vec<String>,
+    /// Directories whose segments are read but never written.
+    pub read_only_dirs: Vec<String>,
+    /// Every segment size in use (old segments keep theirs after a `segment_size` change).
+    pub segment_sizes: Vec<u64>,
+    /// First offset of the log.
+    pub min_offset: u64,
+    /// Every byte below this offset was synced before this file was written.
+    pub flushed_offset: u64,
+    /// True only when written by a clean close; recovery then trusts `max_offset`.
+    pub clean: bool,
+    /// End of the log at a clean close.
+    pub max_offset: u64,
+    /// At least the largest record timestamp below `flushed_offset` (timestamps never go back).
+    pub max_timestamp_ms: u64,
+}
+
+impl Checkpoint {
+    /// A checkpoint for a new store.
+    pub fn new(dirs: Vec<String>, read_only_dirs: Vec<String>, segment_size: u64) -> Checkpoint {
+        Checkpoint {
+            format: FORMAT,
+            store_id: new_store_id(),
+            seq: 0,
+            dirs,
+            read_only_dirs,
+            segment_sizes: vec![segment_size],
+            min_offset: 0,
+            flushed_offset: 0,
+            clean: false,
+            max_offset: 0,
+            max_timestamp_ms: 0,
+        }
+    }
+
+    /// All directories, writable first.
+    pub fn all_dirs(&self) -> impl Iterator<Item = &String> {
+        self.dirs.iter().chain(&self.read_only_dirs)
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let json = serde_json::to_string(self).unwrap_or_default();
+        format!("{json}\n{:08x}\n", crc32fast::hash(json.as_bytes())).into_bytes()
+    }
+
+    fn decode(bytes: &[u8]) -> std::result::Result<Checkpoint, String> {
+        let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8".to_string())?;
+        let mut lines = text.lines();
+        let (json, crc) = (lines.next().unwrap_or(""), lines.next().unwrap_or(""));
+        let expected = u32::from_str_radix(crc.trim(), 16).map_err(|_| "no CRC line".to_string())?;
+        if crc32fast::hash(json.as_bytes()) != expected {
+            return Err("CRC mismatch".into());
+        }
+        let c: Checkpoint = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        if c.format != FORMAT {
+            return Err(format!("unknown format {}", c.format));
+        }
+        Ok(c)
+    }
+
+    /// Writes this checkpoint into every directory in `dirs`.
+    pub fn write(&self, dirs: &[PathBuf]) -> Result<()> {
+        let bytes = self.encode();
+        for dir in dirs {
+            atomic_write(&dir.join(CHECKPOINT_FILE), &bytes)?;
+        }
+        Ok(())
+    }
+}
+
+/// The newest valid checkpoint among `dirs`. Unreadable or damaged copies are skipped with a
+/// warning; copies from two different stores are an error.
+pub fn read_newest(dirs: &[PathBuf]) -> Result<Option<Checkpoint>> {
+    let mut newest: Option<(Checkpoint, &Path)> = None;
+    for dir in dirs {
+        let path = dir.join(CHECKPOINT_FILE);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                log::warn!("ignoring unreadable {}: {e}", path.display());
+                continue;
+            }
+        };
+        let c = match Checkpoint::decode(&bytes) {
+            Ok(c) => c,
+            Err(why) => {
+                log::warn!("ignoring damaged {}: {why}", path.display());
+                continue;
+            }
+        };
+        if let Some((n, other)) = &newest {
+            if n.store_id != c.store_id {
+                return Err(Error::corruption(
+                    Some(path.clone()),
+                    None,
+                    format!(
+                        "directories {} and {} belong to different stores ({} and {})",
+                        other.display(),
+                        dir.display(),
+                        n.store_id,
+                        c.store_id
+                    ),
+                ));
+            }
+        }
+        if newest.as_ref().is_none_or(|(n, _)| c.seq > n.seq) {
+            newest = Some((c, dir));
+        }
+    }
+    Ok(newest.map(|(c, _)| c))
+}
+
+fn new_store_id() -> String {
+    let mut h = RandomState::new().build_hasher();
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    h.write_u128(nanos);
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn newest_copy_wins_and_damage_is_skipped() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let dirs = vec![a.path().to_path_buf(), b.path().to_path_buf()];
+        let mut c = Checkpoint::new(vec!["x".into()], vec![], 4096);
+        c.write(&dirs).unwrap();
+        c.seq = 5;
+        c.flushed_offset = 99;
+        c.write(&dirs[1..]).unwrap();
+        assert_eq!(read_newest(&dirs).unwrap().unwrap().flushed_offset, 99);
+        std::fs::write(b.path().join(CHECKPOINT_FILE), b"{garbage\n0\n").unwrap();
+        assert_eq!(read_newest(&dirs).unwrap().unwrap().seq, 0);
+    }
+
+    #[test]
+    fn two_stores_are_refused() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        Checkpoint::new(vec![], vec![], 4096)
+            .write(&[a.path().into()])
+            .unwrap();
+        Checkpoint::new(vec![], vec![], 4096)
+            .write(&[b.path().into()])
+            .unwrap();
+        let err = read_newest(&[a.path().into(), b.path().into()]).unwrap_err();
+        assert!(err.to_string().contains("different stores"), "{err}");
+    }
+}

@@ -1,0 +1,112 @@
+//! The one error type of the crate. Every variant carries the context a user needs to act on it.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in a commit log.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A bad option or argument, caught before anything touched the disk.
+    #[error("{0}")]
+    InvalidArgument(String),
+
+    /// The offset is below `min_offset` or at/after `max_offset`.
+    #[error("offset {offset} is out of range: the log holds [{min}, {max})")]
+    OffsetOutOfRange { offset: i128, min: u64, max: u64 },
+
+    /// The offset is inside the log but no record starts there.
+    #[error("offset {offset} is not the start of a record: {reason}")]
+    InvalidOffset { offset: u64, reason: String },
+
+    /// The body is larger than `max_message_size` or than one segment can hold.
+    #[error("message of {size} bytes is too large: {limit}")]
+    MessageTooLarge { size: usize, limit: String },
+
+    /// No writable directory has room for a new segment.
+    #[error("no writable directory has room for a new segment of {needed} bytes ({tried})")]
+    DiskFull { needed: u64, tried: String },
+
+    /// Another writer holds the store's lock.
+    #[error("store is locked by another writer: {path} (open with read_only=True to read it)")]
+    StoreLocked { path: PathBuf },
+
+    /// A record or the on-disk layout failed validation.
+    #[error("corruption{}{}: {reason}", fmt_path(path), fmt_offset(*offset))]
+    Corruption {
+        path: Option<PathBuf>,
+        offset: Option<u64>,
+        reason: String,
+    },
+
+    /// A write on a log opened with `read_only`.
+    #[error("the log was opened read-only; {0} is not allowed")]
+    ReadOnly(&'static str),
+
+    /// Any call on a closed log (or on a log inherited by a forked child process).
+    #[error("the log is closed")]
+    Closed,
+
+    /// A sync of written data failed earlier; the writer refuses further appends.
+    #[error("the writer is poisoned by an earlier failed sync ({cause}); reopen the log")]
+    WriterPoisoned { cause: String },
+
+    /// An operating-system error, with the file it concerned.
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn fmt_path(path: &Option<PathBuf>) -> String {
+    path.as_ref()
+        .map(|p| format!(" in {}", p.display()))
+        .unwrap_or_default()
+}
+
+fn fmt_offset(offset: Option<u64>) -> String {
+    offset.map(|o| format!(" at offset {o}")).unwrap_or_default()
+}
+
+impl Error {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn corruption(
+        path: Option<PathBuf>,
+        offset: Option<u64>,
+        reason: impl Into<String>,
+    ) -> Self {
+        Error::Corruption {
+            path,
+            offset,
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
+        Error::InvalidArgument(msg.into())
+    }
+}
+
+/// Adds the failing operation and path to an `io::Result`.
+pub(crate) trait IoContext<T> {
+    fn ctx(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn ctx(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T> {
+        self.map_err(|e| Error::io(op, path, e))
+    }
+}

@@ -1,0 +1,132 @@
+//! Making appended bytes durable: syncs (group commit), the checkpoint, and the background thread.
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::log::{locked, Shared};
+
+/// The checkpoint is rewritten at most this often by the background thread.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+
+impl Shared {
+    /// Syncs everything published so far; returns the new `flushed_offset`. Concurrent callers
+    /// share one sync: whoever waits for the lock finds its bytes already covered.
+    pub fn flush_data(&self) -> Result<u64> {
+        let _guard = locked(&self.flush_lock);
+        let from = self.flushed_offset.load(Ordering::Acquire);
+        let target = self.max_offset.load(Ordering::Acquire);
+        if target <= from {
+            return Ok(from);
+        }
+        let list = self.segments.load();
+        let first = list.index_of(from).unwrap_or(0);
+        for seg in &list.as_slice()[first..] {
+            if seg.start() >= target {
+                break;
+            }
+            if seg.end() <= from {
+                continue;
+            }
+            let lo = from.saturating_sub(seg.start()) as usize;
+            // A segment the log continues past is synced whole, filler included.
+            let hi = (target.min(seg.end()) - seg.start()) as usize;
+            let hi = if target >= seg.end() { seg.size() as usize } else { hi };
+            let synced = seg.map().and_then(|m| {
+                m.flush(lo, hi)
+                    .map_err(|e| Error::io("syncing segment", seg.path(), e))
+            });
+            if let Err(e) = synced {
+                let cause = e.to_string();
+                log::error!("sync failed, the writer is poisoned: {cause}");
+                locked(&self.poisoned).get_or_insert(cause.clone());
+                return Err(Error::WriterPoisoned { cause });
+            }
+        }
+        self.flushed_offset.store(target, Ordering::Release);
+        Ok(target)
+    }
+
+    /// Returns once every byte below `end` is durable.
+    pub fn flush_to(&self, end: u64) -> Result<()> {
+        if self.flushed_offset.load(Ordering::Acquire) < end {
+            self.flush_data()?;
+        }
+        Ok(())
+    }
+
+    /// Rewrites the checkpoint in every writable directory. Only covers synced data.
+    pub fn write_checkpoint(&self, clean: bool) -> Result<()> {
+        let mut c = locked(&self.checkpoint);
+        let flushed = self.flushed_offset.load(Ordering::Acquire);
+        let max = self.max_offset.load(Ordering::Acquire);
+        c.seq += 1;
+        c.flushed_offset = flushed;
+        c.min_offset = self.min_offset.load(Ordering::Acquire);
+        c.max_timestamp_ms = self.last_timestamp_ms.load(Ordering::Relaxed);
+        // A clean checkpoint vouches for the end of the log, so it needs everything synced.
+        c.clean = clean && flushed == max;
+        c.max_offset = if c.clean { max } else { 0 };
+        let dirs: Vec<_> = self.writable.iter().map(|&i| self.dirs[i].clone()).collect();
+        c.write(&dirs)
+    }
+}
+
+/// The background thread of a writer: syncs every `flush_interval` (async mode) and keeps the
+/// checkpoint fresh. Stopped and joined on drop.
+#[derive(Debug)]
+pub(crate) struct Flusher {
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Flusher {
+    pub fn start(shared: &Arc<Shared>) -> Result<Flusher> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let shared = Arc::clone(shared);
+        let interval = shared.opts.flush_interval;
+        let thread = std::thread::Builder::new()
+            .name("rmqlog-flush".into())
+            .spawn(move || {
+                let mut last_checkpoint = Instant::now();
+                let mut checkpointed = shared.flushed_offset.load(Ordering::Acquire);
+                loop {
+                    match stopped.recv_timeout(interval) {
+                        Err(RecvTimeoutError::Timeout) => {}
+                        _ => return,
+                    }
+                    if let Err(e) = shared.flush_data() {
+                        log::error!("background flush failed: {e}");
+                        continue;
+                    }
+                    let flushed = shared.flushed_offset.load(Ordering::Acquire);
+                    if flushed != checkpointed && last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
+                        match shared.write_checkpoint(false) {
+                            Ok(()) => checkpointed = flushed,
+                            Err(e) => log::warn!("checkpoint update failed: {e}"),
+                        }
+                        last_checkpoint = Instant::now();
+                    }
+                }
+            })
+            .map_err(|e| Error::io("starting the flush thread", "rmqlog-flush", e))?;
+        Ok(Flusher {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            if t.join().is_err() {
+                log::error!("the flush thread panicked");
+            }
+        }
+    }
+}

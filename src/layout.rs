@@ -1,0 +1,227 @@
+//! Finding a store's segment files across its directories and checking that they form one log.
+//!
+//! Fails closed: a gap, an overlap, a file of an unknown length or the same segment in two
+//! directories is an error naming the files, never a guess (RocketMQ issue #8859).
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, IoContext, Result};
+use crate::fs::{is_temp_segment, parse_segment_name};
+use crate::options::SEGMENT_ALIGN;
+use crate::record::FILLER_LEN;
+
+/// A segment file found on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// Start offset, from the name.
+    pub start: u64,
+    /// File length.
+    pub len: u64,
+    /// Full path.
+    pub path: PathBuf,
+    /// Index of its directory in the list given to [`list`].
+    pub dir: usize,
+}
+
+impl Found {
+    /// One past the last offset the file can hold.
+    pub fn end(&self) -> u64 {
+        self.start + self.len
+    }
+}
+
+/// The segment files of a store, merged across directories and sorted.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// One file per start offset, in offset order.
+    pub segments: Vec<Found>,
+    /// Leftovers of interrupted creations (`*.tmp`).
+    pub temps: Vec<PathBuf>,
+    /// Never-written duplicates of a segment that exists elsewhere with data.
+    pub empty_duplicates: Vec<PathBuf>,
+}
+
+/// Lists segment files in `dirs`. Other files are ignored. Missing directories list as empty.
+pub fn list(dirs: &[PathBuf]) -> Result<Listing> {
+    let mut all = Vec::new();
+    let mut listing = Listing::default();
+    for (dir_idx, dir) in dirs.iter().enumerate() {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io("listing", dir, e)),
+        };
+        for entry in entries {
+            let entry = entry.ctx("listing", dir)?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if is_temp_segment(name) {
+                listing.temps.push(entry.path());
+                continue;
+            }
+            let Some(start) = parse_segment_name(name) else {
+                continue;
+            };
+            let path = entry.path();
+            let meta = match std::fs::metadata(&path) {
+                Ok(m) => m,
+                // Deleted between the listing and now (a cleaner): not part of the log any more.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io("reading length of", path, e)),
+            };
+            if !meta.is_file() {
+                continue;
+            }
+            all.push(Found {
+                start,
+                len: meta.len(),
+                path,
+                dir: dir_idx,
+            });
+        }
+    }
+    all.sort_by_key(|f| (f.start, f.dir));
+    for group in all.chunk_by(|a, b| a.start == b.start) {
+        if group.len() == 1 {
+            listing.segments.push(group[0].clone());
+            continue;
+        }
+        let mut with_data = Vec::new();
+        for f in group {
+            if never_written(&f.path)? {
+                listing.empty_duplicates.push(f.path.clone());
+            } else {
+                with_data.push(f);
+            }
+        }
+        match with_data.as_slice() {
+            [] => {
+                // Keep the copy in the first directory; the others are spare.
+                listing.empty_duplicates.retain(|p| p != &group[0].path);
+                listing.segments.push(group[0].clone());
+            }
+            [one] => listing.segments.push((*one).clone()),
+            many => {
+                let names: Vec<String> = many.iter().map(|f| f.path.display().to_string()).collect();
+                return Err(Error::corruption(
+                    None,
+                    Some(group[0].start),
+                    format!(
+                        "the same segment exists with data in several directories: {}",
+                        names.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(listing)
+}
+
+/// A file whose first record word is zero was never published to: no record starts at its head.
+fn never_written(path: &Path) -> Result<bool> {
+    let mut head = [0u8; FILLER_LEN];
+    let mut f = File::open(path).ctx("opening segment", path)?;
+    let n = f.read(&mut head).ctx("reading segment", path)?;
+    Ok(head[..n].iter().all(|&b| b == 0))
+}
+
+/// Checks that `segments` are contiguous and of known sizes. Returns how many of them form the
+/// log; with `stop_at_gap`, a gap ends the log there instead of failing (a reader racing a
+/// writer that is creating a segment).
+pub fn check(segments: &[Found], sizes: &[u64], stop_at_gap: bool) -> Result<usize> {
+    for (i, f) in segments.iter().enumerate() {
+        let known = sizes.contains(&f.len)
+            || (sizes.is_empty() && f.len >= SEGMENT_ALIGN && f.len % SEGMENT_ALIGN == 0);
+        if !known {
+            return Err(Error::corruption(
+                Some(f.path.clone()),
+                Some(f.start),
+                format!(
+                    "segment file has length {}; the store's segment sizes are {sizes:?} (a \
+                     truncated or foreign file?)",
+                    f.len
+                ),
+            ));
+        }
+        let Some(next) = segments.get(i + 1) else {
+            break;
+        };
+        if f.end() == next.start {
+            continue;
+        }
+        if stop_at_gap && f.end() < next.start {
+            return Ok(i + 1);
+        }
+        let what = if f.end() < next.start {
+            format!("gap: offsets [{}, {}) are in no segment", f.end(), next.start)
+        } else {
+            format!("overlap: it ends at {} but the next starts at {}", f.end(), next.start)
+        };
+        return Err(Error::corruption(
+            Some(f.path.clone()),
+            Some(f.start),
+            format!("{what} ({})", next.path.display()),
+        ));
+    }
+    Ok(segments.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::segment_name;
+
+    fn make(dir: &Path, start: u64, len: u64, data: bool) {
+        let mut v = vec![0u8; len as usize];
+        if data {
+            v[0] = 1;
+        }
+        std::fs::write(dir.join(segment_name(start)), v).unwrap();
+    }
+
+    #[test]
+    fn merges_directories_and_ignores_foreign_files() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        make(a.path(), 0, 4096, true);
+        make(b.path(), 4096, 4096, true);
+        make(a.path(), 8192, 4096, false);
+        std::fs::write(a.path().join("README"), b"hello").unwrap();
+        std::fs::write(b.path().join("00000000000000012288.tmp"), b"").unwrap();
+        let l = list(&[a.path().into(), b.path().into()]).unwrap();
+        let starts: Vec<u64> = l.segments.iter().map(|f| f.start).collect();
+        assert_eq!(starts, vec![0, 4096, 8192]);
+        assert_eq!(l.temps.len(), 1);
+        assert_eq!(check(&l.segments, &[4096], false).unwrap(), 3);
+    }
+
+    #[test]
+    fn duplicates_gaps_and_overlaps_fail_closed() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let dirs = [a.path().to_path_buf(), b.path().to_path_buf()];
+        make(a.path(), 0, 4096, true);
+        make(b.path(), 0, 4096, false);
+        let l = list(&dirs).unwrap();
+        assert_eq!(l.segments[0].dir, 0);
+        assert_eq!(l.empty_duplicates, vec![b.path().join(segment_name(0))]);
+
+        make(b.path(), 0, 4096, true);
+        let err = list(&dirs).unwrap_err().to_string();
+        assert!(err.contains("several directories"), "{err}");
+
+        std::fs::remove_file(b.path().join(segment_name(0))).unwrap();
+        make(b.path(), 8192, 4096, true);
+        let l = list(&dirs).unwrap();
+        let err = check(&l.segments, &[4096], false).unwrap_err().to_string();
+        assert!(err.contains("gap"), "{err}");
+        assert_eq!(check(&l.segments, &[4096], true).unwrap(), 1);
+
+        make(a.path(), 4096, 8192, true);
+        let l = list(&dirs).unwrap();
+        let err = check(&l.segments, &[4096, 8192], false).unwrap_err().to_string();
+        assert!(err.contains("overlap"), "{err}");
+        let err = check(&l.segments, &[4096], false).unwrap_err().to_string();
+        assert!(err.contains("length 8192"), "{err}");
+    }
+}

@@ -1,0 +1,57 @@
+//! # rmqlog
+//!
+//! Apache RocketMQ's CommitLog storage as a Rust library: fixed-size memory-mapped segment files
+//! named by their 20-digit start offset, records with CRCs, O(1) offset lookup with a fallback
+//! search, the log spread over several directories (RocketMQ RIP-7), and crash recovery that never
+//! loses an acknowledged record.
+//!
+//! ```
+//! use rmqlog::{CommitLog, FlushMode, Options};
+//!
+//! # fn main() -> rmqlog::Result<()> {
+//! let d0 = tempfile::tempdir().unwrap();
+//! let d1 = tempfile::tempdir().unwrap();
+//! let opts = Options::default().segment_size(64 * 1024).flush(FlushMode::Async);
+//! let log = CommitLog::open(&[d0.path(), d1.path()], opts)?;
+//!
+//! let first = log.append(b"hello")?;
+//! let offsets = log.append_batch(&[b"a".as_slice(), b"b".as_slice()])?;
+//! assert_eq!(&*log.read(first)?, b"hello");
+//! for record in log.scan(None, None)? {
+//!     let record = record?;
+//!     println!("{} {:?}", record.offset(), &*record);
+//! }
+//! assert_eq!(log.read(offsets[1])?.next_offset(), log.max_offset()?);
+//! log.close()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The on-disk format is described in `docs/format.md`, the guarantees in `docs/recovery.md`.
+
+mod checkpoint;
+mod error;
+mod flusher;
+mod fs;
+mod layout;
+mod lock;
+mod log;
+mod open;
+mod options;
+mod placement;
+mod reader;
+mod record;
+mod recovery;
+mod segment;
+mod segments;
+mod writer;
+
+#[cfg(feature = "python")]
+mod python;
+
+pub use crate::error::{Error, Result};
+pub use crate::log::{CommitLog, SegmentInfo};
+pub use crate::options::{FlushMode, Options, Strategy, SEGMENT_ALIGN};
+pub use crate::reader::{RecordRef, Scan};
+pub use crate::record::{FILLER_LEN, HEADER_LEN};
+pub use crate::segment::Mapping;

@@ -1,0 +1,262 @@
+//! The `CommitLog` facade and the state its parts share.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arc_swap::ArcSwap;
+
+use crate::checkpoint::Checkpoint;
+use crate::error::{Error, Result};
+use crate::flusher::Flusher;
+use crate::lock::{fork_generation, StoreLock};
+use crate::options::Options;
+use crate::reader::{RecordRef, Scan};
+use crate::segments::SegmentList;
+use crate::writer::Writer;
+
+/// A segmented, memory-mapped commit log spread over one or more directories.
+///
+/// Appends are serialised; reads never wait for the writer. All methods take `&self` and the log
+/// is `Send + Sync`.
+#[derive(Debug)]
+pub struct CommitLog {
+    shared: Arc<Shared>,
+}
+
+/// Facts about one segment, as returned by [`CommitLog::segments`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentInfo {
+    /// Physical offset of the segment's first byte (its file name).
+    pub start_offset: u64,
+    /// Full path of the file.
+    pub path: PathBuf,
+    /// Length of the file.
+    pub size: u64,
+    /// Bytes in use: the end of the records in the active segment; the whole file (records and
+    /// end-of-segment filler) in a sealed one.
+    pub written: u64,
+}
+
+/// State shared by the facade, the writer, the flusher and open readers.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub opts: Options,
+    /// Every directory of the store; for a writer, the writable ones come first.
+    pub dirs: Vec<PathBuf>,
+    /// Indices into `dirs` of the directories new segments may go to.
+    pub writable: Vec<usize>,
+    pub segments: ArcSwap<SegmentList>,
+    /// End of the published records (Release by the writer, Acquire by readers).
+    pub max_offset: AtomicU64,
+    pub min_offset: AtomicU64,
+    pub flushed_offset: AtomicU64,
+    /// Largest timestamp published so far.
+    pub last_timestamp_ms: AtomicU64,
+    pub closed: AtomicBool,
+    /// Fork generation at open: in a forked child the log counts as closed.
+    pub generation: u64,
+    /// `None` for a read-only log.
+    pub writer: Option<Mutex<Writer>>,
+    /// Set once a sync of written data failed; appends refuse from then on.
+    pub poisoned: Mutex<Option<String>>,
+    /// Serialises syncs; a sync covers everything published before it started (group commit).
+    pub flush_lock: Mutex<()>,
+    pub checkpoint: Mutex<Checkpoint>,
+    /// Serialises `refresh` of a read-only log.
+    pub refresh_lock: Mutex<()>,
+    pub lock: Mutex<Option<StoreLock>>,
+    pub flusher: Mutex<Option<Flusher>>,
+}
+
+/// Locks a mutex, recovering from poisoning: every critical section here leaves consistent state.
+pub(crate) fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    pub fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) || self.generation != fork_generation() {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    pub fn range_error(&self, offset: i128) -> Error {
+        Error::OffsetOutOfRange {
+            offset,
+            min: self.min_offset.load(Ordering::Acquire),
+            max: self.max_offset.load(Ordering::Acquire),
+        }
+    }
+}
+
+impl CommitLog {
+    /// Opens (or creates) the log stored in `paths`, one directory per disk.
+    ///
+    /// A writer creates missing directories, takes the store's lock and recovers the tail after a
+    /// crash; `Options::read_only` opens without the lock and never writes.
+    pub fn open<P: AsRef<Path>>(paths: &[P], opts: Options) -> Result<CommitLog> {
+        let shared = crate::open::open(paths, opts)?;
+        Ok(CommitLog { shared })
+    }
+
+    /// Appends one record and returns its physical offset.
+    pub fn append(&self, body: &[u8]) -> Result<u64> {
+        let mut offset = 0;
+        self.shared.append_with(&[body], |o| offset = o)?;
+        Ok(offset)
+    }
+
+    /// Appends every body under one lock acquisition; all become visible to readers at once, or
+    /// none does (every body is validated before any is written).
+    pub fn append_batch<B: AsRef<[u8]>>(&self, bodies: &[B]) -> Result<Vec<u64>> {
+        let mut offsets = Vec::with_capacity(bodies.len());
+        self.shared.append_with(bodies, |o| offsets.push(o))?;
+        Ok(offsets)
+    }
+
+    /// Appends without waiting: `Ok(None)` when the writer is busy or the append needs slow work
+    /// (a new segment, a sync). Lets a caller holding another lock (Python's GIL) avoid blocking.
+    pub fn try_append(&self, body: &[u8]) -> Result<Option<u64>> {
+        self.shared.try_append(body)
+    }
+
+    /// The record at `offset`, validated (header and body CRC); the guard keeps its map alive.
+    pub fn read(&self, offset: u64) -> Result<RecordRef> {
+        self.shared.check_open()?;
+        self.shared.read(offset)
+    }
+
+    /// Records with offsets in `[start, end)` (defaults: the whole log as of this call).
+    pub fn scan(&self, start: Option<u64>, end: Option<u64>) -> Result<Scan> {
+        self.shared.check_open()?;
+        Scan::new(Arc::clone(&self.shared), start, end)
+    }
+
+    /// Offset of the first record with a timestamp at or after `timestamp_ms`, else `max_offset`.
+    pub fn offset_for_timestamp(&self, timestamp_ms: u64) -> Result<u64> {
+        self.shared.check_open()?;
+        self.shared.offset_for_timestamp(timestamp_ms)
+    }
+
+    /// First offset of the log.
+    pub fn min_offset(&self) -> Result<u64> {
+        self.shared.check_open()?;
+        Ok(self.shared.min_offset.load(Ordering::Acquire))
+    }
+
+    /// End of the last record: where the next append goes, or the next segment's start when it
+    /// does not fit.
+    pub fn max_offset(&self) -> Result<u64> {
+        self.shared.check_open()?;
+        Ok(self.shared.max_offset.load(Ordering::Acquire))
+    }
+
+    /// Every byte below this offset is durable.
+    pub fn flushed_offset(&self) -> Result<u64> {
+        self.shared.check_open()?;
+        Ok(self.shared.flushed_offset.load(Ordering::Acquire))
+    }
+
+    /// Syncs everything appended so far, updates the checkpoint, returns `flushed_offset`.
+    pub fn flush(&self) -> Result<u64> {
+        self.shared.check_open()?;
+        if self.shared.writer.is_none() {
+            return Ok(self.shared.flushed_offset.load(Ordering::Acquire));
+        }
+        let flushed = self.shared.flush_data()?;
+        self.shared.write_checkpoint(false)?;
+        Ok(flushed)
+    }
+
+    /// The segments in offset order.
+    pub fn segments(&self) -> Result<Vec<SegmentInfo>> {
+        self.shared.check_open()?;
+        let list = self.shared.segments.load();
+        Ok(list
+            .as_slice()
+            .iter()
+            .map(|s| SegmentInfo {
+                start_offset: s.start(),
+                path: s.path().to_path_buf(),
+                size: s.size(),
+                written: s.written(),
+            })
+            .collect())
+    }
+
+    /// Every directory of the store (writable first).
+    pub fn dirs(&self) -> &[PathBuf] {
+        &self.shared.dirs
+    }
+
+    /// Whether the log was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.shared.writer.is_none()
+    }
+
+    /// Whether `close` was called (or the log was inherited by a forked child).
+    pub fn is_closed(&self) -> bool {
+        self.shared.check_open().is_err()
+    }
+
+    /// The options the log was opened with.
+    pub fn options(&self) -> &Options {
+        &self.shared.opts
+    }
+
+    /// Read-only logs: picks up records and segments a writer appended since; returns `max_offset`.
+    pub fn refresh(&self) -> Result<u64> {
+        self.shared.check_open()?;
+        if self.shared.writer.is_some() {
+            return Ok(self.shared.max_offset.load(Ordering::Acquire));
+        }
+        crate::open::refresh(&self.shared)
+    }
+
+    /// Lookups that missed the O(1) segment guess and searched (segments of another size).
+    pub fn fallback_lookups(&self) -> u64 {
+        self.shared.segments.load().fallback_lookups()
+    }
+
+    /// Flushes, stops the background thread and releases the lock. A second call does nothing.
+    /// Records read earlier stay valid.
+    pub fn close(&self) -> Result<()> {
+        self.shared.close()
+    }
+}
+
+impl Drop for CommitLog {
+    fn drop(&mut self) {
+        if let Err(e) = self.shared.close() {
+            log::error!("closing the commit log on drop failed: {e}");
+        }
+    }
+}
+
+impl Shared {
+    pub fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let flusher = locked(&self.flusher).take();
+        if self.generation != fork_generation() {
+            // A forked child: the parent's threads do not exist here and the lock descriptors were
+            // closed at fork. Touch nothing on disk.
+            std::mem::forget(flusher);
+            return Ok(());
+        }
+        drop(flusher); // stops and joins the background thread
+        let result = match &self.writer {
+            Some(writer) => {
+                let _writer = locked(writer); // waits for an append in progress
+                self.flush_data()
+                    .and_then(|_| self.write_checkpoint(true))
+            }
+            None => Ok(()),
+        };
+        locked(&self.lock).take();
+        result
+    }
+}

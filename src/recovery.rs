@@ -1,0 +1,130 @@
+//! Finding the end of a log after a crash, and cutting what lies beyond it.
+//!
+//! The scan starts at the checkpoint's flushed offset (everything below it was synced, so it is
+//! never cut) and validates each record: magic, length bounds, header CRC, stored physical offset,
+//! body CRC. The first invalid record ends the log. A writer then zeroes the rest of that segment
+//! and removes later segments, so a stale record can never be accepted by a later scan.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+
+use crate::error::{IoContext, Result};
+use crate::fs::remove_durably;
+use crate::record::{body_crc, decode, Slot, HEADER_LEN};
+use crate::segments::SegmentList;
+
+/// Where a scan of the tail stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tail {
+    /// Physical offset just past the last valid record (or of the next segment's start).
+    pub end: u64,
+    /// Largest timestamp seen by the scan (0 if it saw no record).
+    pub last_timestamp_ms: u64,
+    /// Why the scan stopped (for the log).
+    pub stopped: &'static str,
+}
+
+/// Walks valid records from `from`, a record boundary, to the end of the log. Sets each visited
+/// segment's written position: full for segments the log continues past, the end for the last.
+pub fn find_end(list: &SegmentList, from: u64, max_body: usize) -> Result<Tail> {
+    let mut tail = Tail {
+        end: from,
+        last_timestamp_ms: 0,
+        stopped: "end of segments",
+    };
+    let Some(first) = list.first() else {
+        return Ok(tail);
+    };
+    let from = from.max(first.start());
+    tail.end = from;
+    let Some(mut idx) = list.index_of(from) else {
+        return Ok(tail);
+    };
+    let segs = list.as_slice();
+    let mut pos = from - segs[idx].start();
+    loop {
+        let seg = &segs[idx];
+        let map = seg.map()?;
+        let size = seg.size() as usize;
+        let stopped = loop {
+            let rest = map.bytes(pos as usize, size);
+            match decode(rest, seg.start() + pos, max_body) {
+                Slot::Record(h) => {
+                    let body = &rest[HEADER_LEN..h.len as usize];
+                    if body_crc(body) != h.body_crc {
+                        break Some("body CRC mismatch");
+                    }
+                    tail.last_timestamp_ms = tail.last_timestamp_ms.max(h.timestamp_ms);
+                    pos += u64::from(h.len);
+                }
+                Slot::EndOfSegment => break None,
+                Slot::Invalid(why) => break Some(why),
+            }
+        };
+        match stopped {
+            None if idx + 1 < segs.len() => {
+                seg.set_written(seg.size());
+                idx += 1;
+                pos = 0;
+            }
+            None => {
+                // A filler with no next segment yet: the log ends where the filler starts.
+                seg.set_written(pos);
+                tail.end = seg.start() + pos;
+                return Ok(tail);
+            }
+            Some(why) => {
+                seg.set_written(pos);
+                tail.end = seg.start() + pos;
+                tail.stopped = why;
+                return Ok(tail);
+            }
+        }
+    }
+}
+
+/// Cuts the log at `end`: zeroes every non-zero byte from `end` to the end of its segment (no hole
+/// punch: a later write through the map must find allocated blocks), syncs it, then removes every
+/// later segment and syncs its directory. Returns the list without the removed segments.
+pub fn cut(list: &SegmentList, end: u64) -> Result<SegmentList> {
+    let Some(idx) = list.index_of(end) else {
+        return Ok(list.clone()); // `end` is the end of the last segment: nothing after it
+    };
+    let seg = &list.as_slice()[idx];
+    zero_from(seg.path(), end - seg.start(), seg.size())?;
+    for later in &list.as_slice()[idx + 1..] {
+        log::warn!("recovery removes {} (after the end of the log)", later.path().display());
+        remove_durably(later.path())?;
+    }
+    Ok(list.truncated_before(seg.end()))
+}
+
+fn zero_from(path: &std::path::Path, from: u64, size: u64) -> Result<()> {
+    const CHUNK: usize = 1 << 20;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .ctx("opening segment", path)?;
+    let zeros = vec![0u8; CHUNK];
+    let mut buf = vec![0u8; CHUNK];
+    let mut at = from;
+    let mut dirty = false;
+    while at < size {
+        let n = (size - at).min(CHUNK as u64) as usize;
+        file.read_exact_at(&mut buf[..n], at)
+            .ctx("reading segment", path)?;
+        if let Some(first) = buf[..n].iter().position(|&b| b != 0) {
+            let last = buf[..n].iter().rposition(|&b| b != 0).unwrap_or(first);
+            file.write_all_at(&zeros[first..=last], at + first as u64)
+                .ctx("zeroing segment tail", path)?;
+            dirty = true;
+        }
+        at += n as u64;
+    }
+    if dirty {
+        log::warn!("recovery zeroed the tail of {} from position {from}", path.display());
+        file.sync_data().ctx("syncing segment", path)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! One segment file and its memory map.
+//!
+//! Invariants that make the maps safe to hand out:
+//! - a segment file is created at full length with its blocks allocated before it is mapped, and
+//!   this crate never truncates or shrinks a file (recovery writes zeros instead), so no access
+//!   through a map can fault past the end of the file;
+//! - bytes below a segment's published end are never written again while the segment is live;
+//!   the only writer (serialised by the writer mutex) writes above it, then publishes;
+//! - a [`Mapping`] is unmapped only when its last `Arc` goes, so a slice handed to a reader stays
+//!   valid after the log is closed or the file is deleted.
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::error::{Error, IoContext, Result};
+
+/// A whole segment file mapped into memory.
+#[derive(Debug)]
+pub struct Mapping {
+    raw: MmapRaw,
+}
+
+impl Mapping {
+    /// Length of the map (the segment size).
+    pub fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// Whether the map is empty (never, for a segment).
+    pub fn is_empty(&self) -> bool {
+        self.raw.len() == 0
+    }
+
+    /// Start of the mapped bytes.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.raw.as_ptr()
+    }
+
+    /// The mapped bytes `[start, end)`.
+    ///
+    /// Callers read published bytes (immutable) or, when looking for the end of a log another
+    /// process writes, bytes they validate by CRC before trusting.
+    pub fn bytes(&self, start: usize, end: usize) -> &[u8] {
+        assert!(start <= end && end <= self.raw.len(), "range outside the map");
+        // SAFETY: the range lies inside the live map (checked above); the file is never truncated
+        // (module invariants), so every page is backed; `self` keeps the map alive for the borrow.
+        unsafe { std::slice::from_raw_parts(self.raw.as_ptr().add(start), end - start) }
+    }
+
+    /// Copies `data` into the map at `pos`.
+    ///
+    /// # Safety
+    /// The caller is the log's single writer (holds the writer mutex), the map is writable, and
+    /// `[pos, pos + data.len())` lies above the segment's published end, so no reader in this
+    /// process holds a slice over it.
+    pub unsafe fn write(&self, pos: usize, data: &[u8]) {
+        assert!(pos + data.len() <= self.raw.len(), "write outside the map");
+        // SAFETY: in bounds (checked above); exclusive access to the range per the contract.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.raw.as_mut_ptr().add(pos), data.len())
+        };
+    }
+
+    /// Syncs `[start, end)` to stable storage (msync).
+    pub fn flush(&self, start: usize, end: usize) -> std::io::Result<()> {
+        if end > start {
+            self.raw.flush_range(start, end - start)?;
+        }
+        Ok(())
+    }
+}
+
+/// One fixed-size segment file named by its start offset.
+#[derive(Debug)]
+pub struct Segment {
+    start: u64,
+    size: u64,
+    path: PathBuf,
+    writable: bool,
+    /// End of the records in this segment, relative to `start` (the filler is not counted).
+    written: AtomicU64,
+    map: OnceLock<Arc<Mapping>>,
+}
+
+impl Segment {
+    /// A segment of `size` bytes at `start`, stored at `path`; mapped lazily.
+    pub fn new(start: u64, size: u64, path: PathBuf, writable: bool) -> Segment {
+        Segment {
+            start,
+            size,
+            path,
+            writable,
+            written: AtomicU64::new(0),
+            map: OnceLock::new(),
+        }
+    }
+
+    /// First physical offset of the segment.
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// Length of the segment file.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// One past the last physical offset the segment can hold.
+    pub fn end(&self) -> u64 {
+        self.start + self.size
+    }
+
+    /// Whether `offset` falls inside the segment.
+    pub fn contains(&self, offset: u64) -> bool {
+        self.start <= offset && offset < self.end()
+    }
+
+    /// Full path of the file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// End of the records, relative to the start.
+    pub fn written(&self) -> u64 {
+        self.written.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_written(&self, pos: u64) {
+        self.written.store(pos, Ordering::Release);
+    }
+
+    /// The segment's map, created on first use; the file descriptor is closed once mapped.
+    pub fn map(&self) -> Result<Arc<Mapping>> {
+        if let Some(m) = self.map.get() {
+            return Ok(Arc::clone(m));
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(self.writable)
+            .open(&self.path)
+            .ctx("opening segment", &self.path)?;
+        let len = file.metadata().ctx("reading length of", &self.path)?.len();
+        if len < self.size {
+            // Mapping past the end of a file would SIGBUS on access: refuse instead.
+            return Err(Error::corruption(
+                Some(self.path.clone()),
+                Some(self.start),
+                format!("segment file shrank to {len} bytes, expected {}", self.size),
+            ));
+        }
+        let mut opts = MmapOptions::new();
+        opts.len(self.size as usize);
+        let raw = if self.writable {
+            opts.map_raw(&file)
+        } else {
+            opts.map_raw_read_only(&file)
+        }
+        .ctx("mapping segment", &self.path)?;
+        let m = self.map.get_or_init(|| Arc::new(Mapping { raw }));
+        Ok(Arc::clone(m))
+    }
+
+}
