@@ -73,7 +73,8 @@ pub struct Options {
     pub flush: FlushMode,
     /// Period of the background flush in [`FlushMode::Async`]. Defaults to 500 ms.
     pub flush_interval: Duration,
-    /// Largest body accepted by `append`. Defaults to 4 MiB.
+    /// Largest body accepted by `append` (a body must also fit in one segment with its header).
+    /// Defaults to 4 MiB.
     pub max_message_size: u32,
 }
 
@@ -151,12 +152,11 @@ impl Options {
         if self.flush_interval.is_zero() {
             return Err(Error::invalid("flush_interval_ms must be at least 1"));
         }
-        let fits = self.segment_size.min(u64::from(u32::MAX)) - HEADER_LEN as u64;
-        if u64::from(self.max_message_size) > fits {
+        if self.max_message_size as usize > u32::MAX as usize - HEADER_LEN {
             return Err(Error::invalid(format!(
-                "max_message_size must leave room for a {HEADER_LEN}-byte record header in one \
-                 segment: at most {fits} for segment_size {}, got {}",
-                self.segment_size, self.max_message_size
+                "max_message_size must be at most {}, got {}",
+                u32::MAX as usize - HEADER_LEN,
+                self.max_message_size
             )));
         }
         Ok(())

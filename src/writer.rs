@@ -70,6 +70,16 @@ impl Shared {
                 limit: format!("max_message_size is {max}"),
             });
         }
+        let segment = self.opts.segment_size;
+        if (HEADER_LEN + len) as u64 > segment {
+            return Err(Error::MessageTooLarge {
+                size: len,
+                limit: format!(
+                    "a record ({HEADER_LEN}-byte header + body) must fit in one segment of \
+                     {segment} bytes"
+                ),
+            });
+        }
         Ok(())
     }
 

@@ -1,0 +1,44 @@
+"""rmqlog: RocketMQ's CommitLog storage for Python, with a Rust core.
+
+Fixed-size memory-mapped segment files named by their start offset, records with CRCs, O(1) offset
+lookup, the log spread over several directories (RocketMQ RIP-7), crash recovery that never loses
+an acknowledged record, and zero-copy ``memoryview`` reads.
+"""
+
+from rmqlog._native import (
+    HEADER_LEN,
+    ClosedError,
+    CommitLog,
+    CommitLogError,
+    CorruptionError,
+    DiskFullError,
+    InvalidOffsetError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+    ReadOnlyError,
+    Record,
+    ScanIterator,
+    Segment,
+    StoreLockedError,
+    WriterPoisonedError,
+    __version__,
+)
+
+__all__ = [
+    "HEADER_LEN",
+    "ClosedError",
+    "CommitLog",
+    "CommitLogError",
+    "CorruptionError",
+    "DiskFullError",
+    "InvalidOffsetError",
+    "MessageTooLargeError",
+    "OffsetOutOfRangeError",
+    "ReadOnlyError",
+    "Record",
+    "ScanIterator",
+    "Segment",
+    "StoreLockedError",
+    "WriterPoisonedError",
+    "__version__",
+]

@@ -1,0 +1,159 @@
+"""Type stubs for the native half of rmqlog."""
+
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from types import TracebackType
+from typing import Literal, final
+
+from typing_extensions import Buffer, Self
+
+__version__: str
+HEADER_LEN: int
+
+StrPath = str | os.PathLike[str]
+
+class CommitLogError(Exception):
+    """Base of every rmqlog error."""
+
+class OffsetOutOfRangeError(CommitLogError, IndexError):
+    """The offset is below min_offset or at/after max_offset."""
+
+class InvalidOffsetError(CommitLogError, ValueError):
+    """The offset is inside the log but not the start of a record."""
+
+class MessageTooLargeError(CommitLogError, ValueError):
+    """The body is over max_message_size or too large for one segment."""
+
+class DiskFullError(CommitLogError, OSError):
+    """No writable directory has room for a new segment."""
+
+class StoreLockedError(CommitLogError):
+    """Another writer holds the store."""
+
+class CorruptionError(CommitLogError):
+    """A record or the on-disk layout failed validation."""
+
+class ReadOnlyError(CommitLogError):
+    """A write on a read-only log."""
+
+class ClosedError(CommitLogError, ValueError):
+    """A call on a closed log."""
+
+class WriterPoisonedError(CommitLogError):
+    """An append after a failed sync; reads keep working."""
+
+@final
+class Record:
+    """One record."""
+
+    @property
+    def offset(self) -> int:
+        """Physical offset of the record."""
+    @property
+    def timestamp_ms(self) -> int:
+        """Store timestamp, milliseconds since the Unix epoch (non-decreasing in a log)."""
+    @property
+    def body(self) -> memoryview:
+        """The body, a read-only memoryview over the segment's map (no copy)."""
+    @property
+    def next_offset(self) -> int:
+        """Offset of the next record (after a segment filler: the next segment's start)."""
+
+@final
+class Segment:
+    """One segment file."""
+
+    @property
+    def start_offset(self) -> int:
+        """Physical offset of the segment's first byte (its file name)."""
+    @property
+    def path(self) -> str:
+        """Full path of the file."""
+    @property
+    def size(self) -> int:
+        """Length of the file."""
+    @property
+    def written(self) -> int:
+        """Bytes in use: the end of the records in the active segment, all of a sealed one."""
+
+@final
+class ScanIterator(Iterator[tuple[int, memoryview]]):
+    """Iterator of ``(offset, body)`` returned by :meth:`CommitLog.scan`."""
+
+    def __iter__(self) -> Self: ...
+    def __next__(self) -> tuple[int, memoryview]: ...
+
+@final
+class SegmentBuffer:
+    """Read-only buffer over one segment's map; memoryviews over it keep the map alive."""
+
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
+@final
+class CommitLog:
+    """A segmented, memory-mapped commit log over one or more directories.
+
+    ``paths`` is one directory, a str of several separated by ``os.pathsep`` (RIP-7's
+    ``"/d0/store:/d1/store"``), or a sequence of paths. Each new segment goes to one directory.
+    """
+
+    def __init__(
+        self,
+        paths: StrPath | Sequence[StrPath],
+        *,
+        segment_size: int = 1 << 30,
+        strategy: Literal["round_robin"] = "round_robin",
+        read_only: bool = False,
+        flush: Literal["async", "sync", "none"] = "async",
+        flush_interval_ms: int = 500,
+        max_message_size: int = 4 << 20,
+    ) -> None: ...
+    def append(self, body: Buffer, /) -> int:
+        """Appends one record; returns its physical offset."""
+    def append_batch(self, bodies: Iterable[Buffer], /) -> list[int]:
+        """Appends many records at once (all visible together, or none); returns their offsets."""
+    def read(self, offset: int, /) -> memoryview:
+        """The body of the record at ``offset``: a read-only memoryview over the map."""
+    def read_record(self, offset: int, /) -> Record:
+        """The record at ``offset`` with its metadata."""
+    def scan(self, start: int | None = None, end: int | None = None) -> ScanIterator:
+        """``(offset, body)`` for records starting in ``[start, end)``, up to ``max_offset`` now."""
+    def __iter__(self) -> ScanIterator: ...
+    def offset_for_timestamp(self, ts_ms: int, /) -> int:
+        """Offset of the first record with ``timestamp_ms >= ts_ms``, else ``max_offset``."""
+    @property
+    def min_offset(self) -> int:
+        """First offset of the log."""
+    @property
+    def max_offset(self) -> int:
+        """End of the last record: where the next append goes (or the next segment's start)."""
+    @property
+    def flushed_offset(self) -> int:
+        """Every byte below this offset is durable."""
+    @property
+    def read_only(self) -> bool:
+        """Whether the log was opened read-only."""
+    @property
+    def closed(self) -> bool:
+        """Whether the log is closed."""
+    @property
+    def paths(self) -> list[str]:
+        """Every directory of the store."""
+    @property
+    def _fallback_lookups(self) -> int:
+        """Lookups that missed the O(1) segment guess and searched (diagnostics)."""
+    def flush(self) -> int:
+        """Syncs everything appended so far; returns ``flushed_offset``."""
+    def segments(self) -> list[Segment]:
+        """The segments in offset order."""
+    def refresh(self) -> int:
+        """Read-only logs: picks up what a writer appended since; returns ``max_offset``."""
+    def close(self) -> None:
+        """Flushes, stops the background thread, releases the lock. A second call does nothing."""
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...

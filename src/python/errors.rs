@@ -1,0 +1,160 @@
+//! The Python exception tree, built once at import, and the one mapping from [`Error`] to it.
+
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType};
+
+use crate::Error;
+
+struct Tree {
+    base: Py<PyType>,
+    out_of_range: Py<PyType>,
+    invalid_offset: Py<PyType>,
+    too_large: Py<PyType>,
+    disk_full: Py<PyType>,
+    locked: Py<PyType>,
+    corruption: Py<PyType>,
+    read_only: Py<PyType>,
+    closed: Py<PyType>,
+    poisoned: Py<PyType>,
+}
+
+static TREE: PyOnceLock<Tree> = PyOnceLock::new();
+
+fn make(
+    py: Python<'_>,
+    name: &str,
+    bases: &[Bound<'_, PyAny>],
+    doc: &str,
+) -> PyResult<Py<PyType>> {
+    let ns = PyDict::new(py);
+    ns.set_item("__module__", "rmqlog")?;
+    ns.set_item("__doc__", doc)?;
+    let bases = PyTuple::new(py, bases)?;
+    let ty = py
+        .import("builtins")?
+        .getattr("type")?
+        .call1((name, bases, ns))?;
+    Ok(ty.cast_into::<PyType>()?.unbind())
+}
+
+fn build(py: Python<'_>) -> PyResult<Tree> {
+    let exc = |n: &str| py.import("builtins").and_then(|b| b.getattr(n));
+    let base = make(py, "CommitLogError", &[exc("Exception")?], "Base of every rmqlog error.")?;
+    let b = || base.bind(py).clone().into_any();
+    Ok(Tree {
+        out_of_range: make(
+            py,
+            "OffsetOutOfRangeError",
+            &[b(), exc("IndexError")?],
+            "The offset is below min_offset or at/after max_offset.",
+        )?,
+        invalid_offset: make(
+            py,
+            "InvalidOffsetError",
+            &[b(), exc("ValueError")?],
+            "The offset is inside the log but not the start of a record.",
+        )?,
+        too_large: make(
+            py,
+            "MessageTooLargeError",
+            &[b(), exc("ValueError")?],
+            "The body is over max_message_size or too large for one segment.",
+        )?,
+        disk_full: make(
+            py,
+            "DiskFullError",
+            &[b(), exc("OSError")?],
+            "No writable directory has room for a new segment.",
+        )?,
+        locked: make(
+            py,
+            "StoreLockedError",
+            &[b()],
+            "Another writer holds the store.",
+        )?,
+        corruption: make(
+            py,
+            "CorruptionError",
+            &[b()],
+            "A record or the on-disk layout failed validation.",
+        )?,
+        read_only: make(py, "ReadOnlyError", &[b()], "A write on a read-only log.")?,
+        closed: make(
+            py,
+            "ClosedError",
+            &[b(), exc("ValueError")?],
+            "A call on a closed log.",
+        )?,
+        poisoned: make(
+            py,
+            "WriterPoisonedError",
+            &[b()],
+            "An append after a failed sync; reads keep working.",
+        )?,
+        base,
+    })
+}
+
+/// Adds the exception classes to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    let t = TREE.get_or_try_init(py, || build(py))?;
+    for ty in [
+        &t.base,
+        &t.out_of_range,
+        &t.invalid_offset,
+        &t.too_large,
+        &t.disk_full,
+        &t.locked,
+        &t.corruption,
+        &t.read_only,
+        &t.closed,
+        &t.poisoned,
+    ] {
+        let ty = ty.bind(py);
+        m.add(ty.name()?, ty)?;
+    }
+    Ok(())
+}
+
+/// The one mapping from the crate's error to a Python exception.
+impl From<Error> for PyErr {
+    fn from(e: Error) -> PyErr {
+        to_py(e)
+    }
+}
+
+fn to_py(e: Error) -> PyErr {
+    Python::attach(|py| {
+        let Some(t) = TREE.get(py) else {
+            return PyValueError::new_err(e.to_string());
+        };
+        let msg = e.to_string();
+        let ty = match &e {
+            Error::InvalidArgument(_) => return PyValueError::new_err(msg),
+            Error::Io { source, path, .. } => {
+                return match source.raw_os_error() {
+                    Some(errno) => {
+                        PyOSError::new_err((errno, msg, path.to_string_lossy().into_owned()))
+                    }
+                    None => PyOSError::new_err(msg),
+                };
+            }
+            Error::DiskFull { .. } => {
+                return PyErr::from_type(t.disk_full.bind(py).clone(), (libc::ENOSPC, msg));
+            }
+            Error::OffsetOutOfRange { .. } => &t.out_of_range,
+            Error::InvalidOffset { .. } => &t.invalid_offset,
+            Error::MessageTooLarge { .. } => &t.too_large,
+            Error::StoreLocked { .. } => &t.locked,
+            Error::Corruption { .. } => &t.corruption,
+            Error::ReadOnly(_) => &t.read_only,
+            Error::Closed => &t.closed,
+            Error::WriterPoisoned { .. } => &t.poisoned,
+        };
+        PyErr::from_type(ty.bind(py).clone(), (msg,))
+    })
+}
+

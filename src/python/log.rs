@@ -1,0 +1,500 @@
+//! The Python `CommitLog` class and the objects it hands out.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, TryLockError};
+use std::time::Duration;
+
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::gc::{PyTraverseError, PyVisit};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyMemoryView, PySlice, PyString};
+
+use super::args;
+use super::buffer::SegmentBuffer;
+use crate::{CommitLog, Error, FlushMode, Options, RecordRef, Scan, Strategy};
+
+/// Cached memoryviews over whole segments, keyed by segment start; bounded so that a long scan
+/// over many segments does not pin every map.
+const MAX_CACHED_VIEWS: usize = 64;
+/// A scan fetches up to this many records (or bytes) per release of the GIL.
+const SCAN_BATCH_RECORDS: usize = 1024;
+const SCAN_BATCH_BYTES: usize = 4 << 20;
+
+/// A segmented, memory-mapped commit log over one or more directories.
+#[pyclass(name = "CommitLog", module = "rmqlog", frozen)]
+pub struct PyCommitLog {
+    log: CommitLog,
+    /// segment start -> (address of its map, memoryview over the whole map)
+    views: Mutex<HashMap<u64, (usize, Py<PyMemoryView>)>>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A body as `bytes`: zero-copy for `bytes`, one copy for any other bytes-like object.
+fn as_bytes<'py>(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Bound<'py, PyBytes>> {
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(b.clone());
+    }
+    let refuse = || {
+        PyTypeError::new_err(format!(
+            "{what} must be bytes-like (bytes, bytearray, memoryview, ...), got {}",
+            args::type_of(obj)
+        ))
+    };
+    if obj.is_instance_of::<PyString>() {
+        return Err(refuse());
+    }
+    let view = PyMemoryView::from(obj).map_err(|_| refuse())?;
+    Ok(view.call_method0("tobytes")?.cast_into::<PyBytes>()?)
+}
+
+impl PyCommitLog {
+    /// A memoryview of a record's body: a slice of the cached view over its segment's map.
+    fn body_view<'py>(&self, py: Python<'py>, rec: &RecordRef) -> PyResult<Bound<'py, PyAny>> {
+        let (map, range) = rec.mapping();
+        let key = rec.segment_start();
+        let id = Arc::as_ptr(map) as usize;
+        let cached = locked(&self.views)
+            .get(&key)
+            .filter(|(i, _)| *i == id)
+            .map(|(_, v)| v.clone_ref(py));
+        let whole = match cached {
+            Some(v) => v.into_bound(py),
+            None => {
+                let exporter = Bound::new(py, SegmentBuffer::new(Arc::clone(map)))?;
+                let view = PyMemoryView::from(exporter.as_any())?;
+                let mut views = locked(&self.views);
+                if views.len() >= MAX_CACHED_VIEWS {
+                    views.clear();
+                }
+                views.insert(key, (id, view.clone().unbind()));
+                view
+            }
+        };
+        let slice = PySlice::new(py, range.start as isize, range.end as isize, 1);
+        whole.get_item(slice)
+    }
+
+    fn record(&self, py: Python<'_>, rec: &RecordRef) -> PyResult<PyRecord> {
+        Ok(PyRecord {
+            offset: rec.offset(),
+            timestamp_ms: rec.timestamp_ms(),
+            next_offset: rec.next_offset(),
+            size: rec.len(),
+            body: self.body_view(py, rec)?.unbind(),
+        })
+    }
+
+    fn read_checked(&self, offset: &Bound<'_, PyAny>) -> PyResult<RecordRef> {
+        let off = args::offset(offset, "offset")?;
+        let off = u64::try_from(off).map_err(|_| {
+            Error::OffsetOutOfRange {
+                offset: off,
+                min: self.log.min_offset().unwrap_or(0),
+                max: self.log.max_offset().unwrap_or(0),
+            }
+        })?;
+        Ok(self.log.read(off)?)
+    }
+}
+
+#[pymethods]
+impl PyCommitLog {
+    #[new]
+    #[pyo3(signature = (
+        paths,
+        *,
+        segment_size = None,
+        strategy = None,
+        read_only = None,
+        flush = None,
+        flush_interval_ms = None,
+        max_message_size = None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        paths: &Bound<'_, PyAny>,
+        segment_size: Option<&Bound<'_, PyAny>>,
+        strategy: Option<&Bound<'_, PyAny>>,
+        read_only: Option<&Bound<'_, PyAny>>,
+        flush: Option<&Bound<'_, PyAny>>,
+        flush_interval_ms: Option<&Bound<'_, PyAny>>,
+        max_message_size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let dirs = args::paths(paths)?;
+        let mut opts = Options::default();
+        if let Some(v) = segment_size {
+            opts.segment_size = args::uint(v, "segment_size")?;
+        }
+        if let Some(v) = strategy {
+            opts.strategy = Strategy::parse(&args::string(v, "strategy")?)?;
+        }
+        if let Some(v) = read_only {
+            opts.read_only = args::boolean(v, "read_only")?;
+        }
+        if let Some(v) = flush {
+            opts.flush = FlushMode::parse(&args::string(v, "flush")?)?;
+        }
+        if let Some(v) = flush_interval_ms {
+            opts.flush_interval = Duration::from_millis(args::uint(v, "flush_interval_ms")?);
+        }
+        if let Some(v) = max_message_size {
+            let n = args::uint(v, "max_message_size")?;
+            opts.max_message_size = u32::try_from(n).map_err(|_| {
+                PyValueError::new_err(format!(
+                    "max_message_size must be below 2**32, got {n}"
+                ))
+            })?;
+        }
+        opts.validate()?;
+        let log = py.detach(|| CommitLog::open(&dirs, opts))?;
+        Ok(PyCommitLog {
+            log,
+            views: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Appends one record; returns its physical offset.
+    fn append(&self, py: Python<'_>, body: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let bytes = as_bytes(body, "body")?;
+        let data = bytes.as_bytes();
+        // Fast path with the GIL held: no waiting, no I/O. Otherwise release the GIL.
+        if let Some(offset) = self.log.try_append(data)? {
+            return Ok(offset);
+        }
+        Ok(py.detach(|| self.log.append(data))?)
+    }
+
+    /// Appends many records at once (all visible together, or none); returns their offsets.
+    fn append_batch<'py>(
+        &self,
+        py: Python<'py>,
+        bodies: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        if bodies.is_instance_of::<PyBytes>() || bodies.is_instance_of::<PyString>() {
+            return Err(PyTypeError::new_err(
+                "append_batch takes an iterable of bytes-like bodies; use append() for one body",
+            ));
+        }
+        let iter = bodies.try_iter().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "bodies must be an iterable of bytes-like objects, got {}",
+                args::type_of(bodies)
+            ))
+        })?;
+        let mut owned = Vec::new();
+        for (i, item) in iter.enumerate() {
+            owned.push(as_bytes(&item?, &format!("bodies[{i}]"))?);
+        }
+        let slices: Vec<&[u8]> = owned.iter().map(|b| b.as_bytes()).collect();
+        let offsets = py.detach(|| self.log.append_batch(&slices))?;
+        PyList::new(py, offsets)
+    }
+
+    /// The body of the record at `offset`, as a read-only memoryview over the map (no copy).
+    fn read<'py>(&self, py: Python<'py>, offset: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let rec = self.read_checked(offset)?;
+        self.body_view(py, &rec)
+    }
+
+    /// The record at `offset` with its metadata.
+    fn read_record(&self, py: Python<'_>, offset: &Bound<'_, PyAny>) -> PyResult<PyRecord> {
+        let rec = self.read_checked(offset)?;
+        self.record(py, &rec)
+    }
+
+    /// Iterates `(offset, memoryview)` over records in `[start, end)`, up to `max_offset` as of
+    /// the call.
+    #[pyo3(signature = (start = None, end = None))]
+    fn scan(
+        slf: &Bound<'_, Self>,
+        start: Option<&Bound<'_, PyAny>>,
+        end: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyScan> {
+        let this = slf.get();
+        let start = match start {
+            Some(s) => {
+                let s = args::offset(s, "start")?;
+                Some(u64::try_from(s).map_err(|_| Error::OffsetOutOfRange {
+                    offset: s,
+                    min: this.log.min_offset().unwrap_or(0),
+                    max: this.log.max_offset().unwrap_or(0),
+                })?)
+            }
+            None => None,
+        };
+        let end = match end {
+            Some(e) => Some(args::offset(e, "end")?.clamp(0, u64::MAX as i128) as u64),
+            None => None,
+        };
+        let scan = this.log.scan(start, end)?;
+        Ok(PyScan {
+            log: slf.clone().unbind(),
+            state: Mutex::new(ScanState {
+                scan,
+                ready: VecDeque::new(),
+                failed: None,
+            }),
+        })
+    }
+
+    fn __iter__(slf: &Bound<'_, Self>) -> PyResult<PyScan> {
+        Self::scan(slf, None, None)
+    }
+
+    /// Offset of the first record with `timestamp_ms >= ts_ms`, else `max_offset`.
+    fn offset_for_timestamp(&self, py: Python<'_>, ts_ms: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let ts = args::offset(ts_ms, "ts_ms")?.clamp(0, u64::MAX as i128) as u64;
+        Ok(py.detach(|| self.log.offset_for_timestamp(ts))?)
+    }
+
+    /// First offset of the log.
+    #[getter]
+    fn min_offset(&self) -> PyResult<u64> {
+        Ok(self.log.min_offset()?)
+    }
+
+    /// End of the last record.
+    #[getter]
+    fn max_offset(&self) -> PyResult<u64> {
+        Ok(self.log.max_offset()?)
+    }
+
+    /// Bytes known durable.
+    #[getter]
+    fn flushed_offset(&self) -> PyResult<u64> {
+        Ok(self.log.flushed_offset()?)
+    }
+
+    /// Whether the log was opened read-only.
+    #[getter]
+    fn read_only(&self) -> bool {
+        self.log.is_read_only()
+    }
+
+    /// Whether the log is closed.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.log.is_closed()
+    }
+
+    /// Every directory of the store.
+    #[getter]
+    fn paths(&self) -> Vec<String> {
+        self.log
+            .dirs()
+            .iter()
+            .map(|d| d.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// Syncs everything appended so far; returns `flushed_offset`.
+    fn flush(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(py.detach(|| self.log.flush())?)
+    }
+
+    /// The segments in offset order.
+    fn segments(&self) -> PyResult<Vec<PySegment>> {
+        Ok(self
+            .log
+            .segments()?
+            .into_iter()
+            .map(|s| PySegment {
+                start_offset: s.start_offset,
+                path: s.path.to_string_lossy().into_owned(),
+                size: s.size,
+                written: s.written,
+            })
+            .collect())
+    }
+
+    /// Read-only logs: picks up what a writer appended since; returns `max_offset`.
+    fn refresh(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(py.detach(|| self.log.refresh())?)
+    }
+
+    /// Lookups that missed the O(1) segment guess and searched (diagnostics).
+    #[getter]
+    fn _fallback_lookups(&self) -> u64 {
+        self.log.fallback_lookups()
+    }
+
+    /// Flushes, stops the background thread, releases the lock. Views handed out stay valid.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let result = py.detach(|| self.log.close());
+        locked(&self.views).clear();
+        Ok(result?)
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        slf.get().log.max_offset()?; // refuse a closed log
+        Ok(slf)
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        let paths = self.paths();
+        if self.log.is_closed() {
+            return format!("<CommitLog paths={paths:?} closed>");
+        }
+        format!(
+            "<CommitLog paths={paths:?} segments={} min_offset={} max_offset={}{}>",
+            self.log.segments().map(|s| s.len()).unwrap_or(0),
+            self.log.min_offset().unwrap_or(0),
+            self.log.max_offset().unwrap_or(0),
+            if self.log.is_read_only() { " read_only" } else { "" }
+        )
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Ok(views) = self.views.try_lock() {
+            for (_, v) in views.values() {
+                visit.call(v)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        locked(&self.views).clear();
+    }
+}
+
+/// One record: offset, timestamp, body (a memoryview) and the next record's offset.
+#[pyclass(name = "Record", module = "rmqlog", frozen)]
+pub struct PyRecord {
+    /// Physical offset of the record.
+    #[pyo3(get)]
+    offset: u64,
+    /// Store timestamp, milliseconds since the Unix epoch.
+    #[pyo3(get)]
+    timestamp_ms: u64,
+    /// Offset of the next record (after a segment filler: the next segment's start).
+    #[pyo3(get)]
+    next_offset: u64,
+    size: usize,
+    /// The body, a read-only memoryview over the map.
+    #[pyo3(get)]
+    body: Py<PyAny>,
+}
+
+#[pymethods]
+impl PyRecord {
+    fn __repr__(&self) -> String {
+        format!(
+            "Record(offset={}, timestamp_ms={}, size={}, next_offset={})",
+            self.offset, self.timestamp_ms, self.size, self.next_offset
+        )
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.body)
+    }
+}
+
+/// One segment file.
+#[pyclass(name = "Segment", module = "rmqlog", frozen, eq)]
+#[derive(PartialEq)]
+pub struct PySegment {
+    /// Physical offset of the segment's first byte (its file name).
+    #[pyo3(get)]
+    start_offset: u64,
+    /// Full path of the file.
+    #[pyo3(get)]
+    path: String,
+    /// File length.
+    #[pyo3(get)]
+    size: u64,
+    /// Bytes in use (a sealed segment counts its end filler: all of it).
+    #[pyo3(get)]
+    written: u64,
+}
+
+#[pymethods]
+impl PySegment {
+    fn __repr__(&self) -> String {
+        format!(
+            "Segment(start_offset={}, path={:?}, size={}, written={})",
+            self.start_offset, self.path, self.size, self.written
+        )
+    }
+}
+
+struct ScanState {
+    scan: Scan,
+    ready: VecDeque<RecordRef>,
+    failed: Option<Error>,
+}
+
+/// Iterator of `(offset, memoryview)` returned by `CommitLog.scan()`.
+#[pyclass(name = "ScanIterator", module = "rmqlog", frozen)]
+pub struct PyScan {
+    log: Py<PyCommitLog>,
+    state: Mutex<ScanState>,
+}
+
+#[pymethods]
+impl PyScan {
+    fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<(u64, Bound<'py, PyAny>)>> {
+        // Never wait for this lock with the GIL held: the holder may be waiting for the GIL.
+        let mut st = match self.state.try_lock() {
+            Ok(st) => st,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                return Err(PyRuntimeError::new_err(
+                    "this scan iterator is being advanced by another thread",
+                ))
+            }
+        };
+        let log = self.log.get();
+        log.log.max_offset()?; // a closed log stops the scan
+        if st.ready.is_empty() {
+            if let Some(e) = st.failed.take() {
+                return Err(e.into());
+            }
+            let st = &mut *st;
+            py.detach(|| fill(&mut st.scan, &mut st.ready, &mut st.failed));
+        }
+        match st.ready.pop_front() {
+            Some(rec) => Ok(Some((rec.offset(), log.body_view(py, &rec)?))),
+            None => match st.failed.take() {
+                Some(e) => Err(e.into()),
+                None => Ok(None),
+            },
+        }
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.log)
+    }
+}
+
+/// Reads the next batch of records (validated, CRC checked) without the GIL.
+fn fill(scan: &mut Scan, ready: &mut VecDeque<RecordRef>, failed: &mut Option<Error>) {
+    let mut bytes = 0;
+    while ready.len() < SCAN_BATCH_RECORDS && bytes < SCAN_BATCH_BYTES {
+        match scan.next() {
+            Some(Ok(rec)) => {
+                bytes += rec.len();
+                ready.push_back(rec);
+            }
+            Some(Err(e)) => {
+                *failed = Some(e);
+                return;
+            }
+            None => return,
+        }
+    }
+}
