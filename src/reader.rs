@@ -217,10 +217,24 @@ impl Scan {
         if start < min {
             return Err(shared.range_error(start.into()));
         }
-        if start < end {
-            shared.read(start)?; // must be the start of a record
-        }
         let list = shared.segments.load_full();
+        if start < end {
+            // `start` must be a record start, or the end of a segment's records (an earlier
+            // `max_offset`, since sealed by a filler): the scan then goes on in the next segment.
+            let seg = list.find(start).ok_or_else(|| shared.range_error(start.into()))?;
+            match record_at(seg, start, max, shared.max_body())? {
+                At::Record(_) | At::EndOfSegment => {}
+                At::BadBody { stored, actual } => {
+                    return Err(body_corruption(seg, start, stored, actual))
+                }
+                At::Invalid(why) => {
+                    return Err(Error::InvalidOffset {
+                        offset: start,
+                        reason: why.into(),
+                    })
+                }
+            }
+        }
         Ok(Scan::over(shared, list, start, end, max))
     }
 

@@ -68,9 +68,9 @@ pub fn find_end(list: &SegmentList, from: u64, max_body: usize) -> Result<Tail> 
                 pos = 0;
             }
             None => {
-                // A filler with no next segment yet: the log ends where the filler starts.
-                seg.set_written(pos);
-                tail.end = seg.start() + pos;
+                // Sealed, with no next segment yet: the next record goes to the next segment.
+                seg.set_written(seg.size());
+                tail.end = seg.end();
                 return Ok(tail);
             }
             Some(why) => {

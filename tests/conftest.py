@@ -1,0 +1,47 @@
+"""Shared fixtures for the rmqlog API tests."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+from rmqlog import CommitLog
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    """The three default store directories (not created)."""
+    return [tmp_path / "d0", tmp_path / "d1", tmp_path / "d2"]
+
+
+@pytest.fixture
+def make_log(dirs):
+    """Factory of opened CommitLogs; every log it made is closed at teardown.
+
+    ``make_log()`` opens the three default directories with ``segment_size=4096``; any argument
+    of ``CommitLog`` can be given (``paths`` positionally or by keyword).
+    """
+    opened = []
+
+    def make(paths=None, **kwargs):
+        kwargs.setdefault("segment_size", 4096)
+        log = CommitLog(dirs if paths is None else paths, **kwargs)
+        opened.append(log)
+        return log
+
+    yield make
+    for log in reversed(opened):
+        with contextlib.suppress(Exception):
+            log.close()
+
+
+def _body(i: int, size: int = 100) -> bytes:
+    head = f"rec-{i}-".encode()
+    return (head * (size // len(head) + 1))[:size]
+
+
+@pytest.fixture
+def body():
+    """``body(i, size=100)``: a distinct, recognisable body of ``size`` bytes for record ``i``."""
+    return _body
