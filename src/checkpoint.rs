@@ -77,7 +77,8 @@ impl Checkpoint {
         let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8".to_string())?;
         let mut lines = text.lines();
         let (json, crc) = (lines.next().unwrap_or(""), lines.next().unwrap_or(""));
-        let expected = u32::from_str_radix(crc.trim(), 16).map_err(|_| "no CRC line".to_string())?;
+        let expected =
+            u32::from_str_radix(crc.trim(), 16).map_err(|_| "no CRC line".to_string())?;
         if crc32fast::hash(json.as_bytes()) != expected {
             return Err("CRC mismatch".into());
         }

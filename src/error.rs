@@ -71,7 +71,9 @@ fn fmt_path(path: &Option<PathBuf>) -> String {
 }
 
 fn fmt_offset(offset: Option<u64>) -> String {
-    offset.map(|o| format!(" at offset {o}")).unwrap_or_default()
+    offset
+        .map(|o| format!(" at offset {o}"))
+        .unwrap_or_default()
 }
 
 impl Error {

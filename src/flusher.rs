@@ -34,7 +34,11 @@ impl Shared {
             let lo = from.saturating_sub(seg.start()) as usize;
             // A segment the log continues past is synced whole, filler included.
             let hi = (target.min(seg.end()) - seg.start()) as usize;
-            let hi = if target >= seg.end() { seg.size() as usize } else { hi };
+            let hi = if target >= seg.end() {
+                seg.size() as usize
+            } else {
+                hi
+            };
             let synced = seg.map().and_then(|m| {
                 m.flush(lo, hi)
                     .map_err(|e| Error::io("syncing segment", seg.path(), e))
@@ -70,7 +74,11 @@ impl Shared {
         // A clean checkpoint vouches for the end of the log, so it needs everything synced.
         c.clean = clean && flushed == max;
         c.max_offset = if c.clean { max } else { 0 };
-        let dirs: Vec<_> = self.writable.iter().map(|&i| self.dirs[i].clone()).collect();
+        let dirs: Vec<_> = self
+            .writable
+            .iter()
+            .map(|&i| self.dirs[i].clone())
+            .collect();
         c.write(&dirs)
     }
 }

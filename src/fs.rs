@@ -42,7 +42,8 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
 #[cfg(target_os = "linux")]
 pub fn preallocate(file: &File, len: u64) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    let len = libc::off_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let len =
+        libc::off_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: posix_fallocate only reads its integer arguments; the descriptor is open and owned
     // by `file` for the whole call. This is what makes writes through the map safe from SIGBUS.
     let errno = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };

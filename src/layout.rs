@@ -104,7 +104,8 @@ pub fn list(dirs: &[PathBuf]) -> Result<Listing> {
             }
             [one] => listing.segments.push((*one).clone()),
             many => {
-                let names: Vec<String> = many.iter().map(|f| f.path.display().to_string()).collect();
+                let names: Vec<String> =
+                    many.iter().map(|f| f.path.display().to_string()).collect();
                 return Err(Error::corruption(
                     None,
                     Some(group[0].start),
@@ -155,9 +156,17 @@ pub fn check(segments: &[Found], sizes: &[u64], stop_at_gap: bool) -> Result<usi
             return Ok(i + 1);
         }
         let what = if f.end() < next.start {
-            format!("gap: offsets [{}, {}) are in no segment", f.end(), next.start)
+            format!(
+                "gap: offsets [{}, {}) are in no segment",
+                f.end(),
+                next.start
+            )
         } else {
-            format!("overlap: it ends at {} but the next starts at {}", f.end(), next.start)
+            format!(
+                "overlap: it ends at {} but the next starts at {}",
+                f.end(),
+                next.start
+            )
         };
         return Err(Error::corruption(
             Some(f.path.clone()),
@@ -219,7 +228,9 @@ mod tests {
 
         make(a.path(), 4096, 8192, true);
         let l = list(&dirs).unwrap();
-        let err = check(&l.segments, &[4096, 8192], false).unwrap_err().to_string();
+        let err = check(&l.segments, &[4096, 8192], false)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("overlap"), "{err}");
         let err = check(&l.segments, &[4096], false).unwrap_err().to_string();
         assert!(err.contains("length 8192"), "{err}");

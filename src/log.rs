@@ -251,8 +251,7 @@ impl Shared {
         let result = match &self.writer {
             Some(writer) => {
                 let _writer = locked(writer); // waits for an append in progress
-                self.flush_data()
-                    .and_then(|_| self.write_checkpoint(true))
+                self.flush_data().and_then(|_| self.write_checkpoint(true))
             }
             None => Ok(()),
         };

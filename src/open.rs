@@ -39,7 +39,10 @@ fn check_paths<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<PathBuf>> {
             return Err(Error::invalid("paths contains an empty path"));
         }
         if p.to_str().is_none() {
-            return Err(Error::invalid(format!("path {} is not valid UTF-8", p.display())));
+            return Err(Error::invalid(format!(
+                "path {} is not valid UTF-8",
+                p.display()
+            )));
         }
         let abs = std::path::absolute(p).ctx("resolving", p)?;
         if abs.exists() && !abs.is_dir() {
@@ -49,7 +52,10 @@ fn check_paths<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<PathBuf>> {
             )));
         }
         if out.contains(&abs) {
-            return Err(Error::invalid(format!("path {} is given twice", abs.display())));
+            return Err(Error::invalid(format!(
+                "path {} is given twice",
+                abs.display()
+            )));
         }
         out.push(abs);
     }
@@ -57,7 +63,9 @@ fn check_paths<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<PathBuf>> {
 }
 
 fn to_strings(dirs: &[PathBuf]) -> Vec<String> {
-    dirs.iter().map(|d| d.to_string_lossy().into_owned()).collect()
+    dirs.iter()
+        .map(|d| d.to_string_lossy().into_owned())
+        .collect()
 }
 
 pub(crate) fn open<P: AsRef<Path>>(paths: &[P], opts: Options) -> Result<Arc<Shared>> {
@@ -78,7 +86,10 @@ fn open_writer(dirs: Vec<PathBuf>, opts: Options) -> Result<Arc<Shared>> {
     let ckpt = read_newest(&dirs)?;
     let listing = layout::list(&dirs)?;
     for tmp in &listing.temps {
-        log::warn!("removing {} left by an interrupted segment creation", tmp.display());
+        log::warn!(
+            "removing {} left by an interrupted segment creation",
+            tmp.display()
+        );
         remove_durably(tmp)?;
     }
     for dup in &listing.empty_duplicates {
@@ -95,7 +106,13 @@ fn open_writer(dirs: Vec<PathBuf>, opts: Options) -> Result<Arc<Shared>> {
     let list = segment_list(&listing.segments, &[], opts.segment_size, true);
     let (list, end, last_ts) = recover(list, ckpt.as_ref(), true)?;
 
-    let ckpt_flushed = ckpt.as_ref().map(|c| if c.clean { c.max_offset } else { c.flushed_offset });
+    let ckpt_flushed = ckpt.as_ref().map(|c| {
+        if c.clean {
+            c.max_offset
+        } else {
+            c.flushed_offset
+        }
+    });
     let mut checkpoint = match ckpt {
         Some(mut c) => {
             c.dirs = to_strings(&dirs);
@@ -320,9 +337,7 @@ fn segment_list(
                 .iter()
                 .find(|s| s.start() == f.start && s.path() == f.path)
                 .cloned()
-                .unwrap_or_else(|| {
-                    Arc::new(Segment::new(f.start, f.len, f.path.clone(), writable))
-                })
+                .unwrap_or_else(|| Arc::new(Segment::new(f.start, f.len, f.path.clone(), writable)))
         })
         .collect();
     SegmentList::new(segs, segment_size)
@@ -342,7 +357,11 @@ fn recover(
         for s in list.as_slice() {
             s.set_written(end.clamp(s.start(), s.end()) - s.start());
         }
-        let list = if writer { cut_empty_tail(list, end)? } else { list };
+        let list = if writer {
+            cut_empty_tail(list, end)?
+        } else {
+            list
+        };
         return Ok((list, end, ckpt_ts));
     }
     let Some(first) = list.first() else {
@@ -355,7 +374,11 @@ fn recover(
         tail.end,
         tail.stopped
     );
-    let list = if writer { cut(&list, tail.end)? } else { list.truncated_before(tail.end + 1) };
+    let list = if writer {
+        cut(&list, tail.end)?
+    } else {
+        list.truncated_before(tail.end + 1)
+    };
     Ok((list, tail.end, ckpt_ts.max(tail.last_timestamp_ms)))
 }
 

@@ -136,7 +136,7 @@ impl Options {
 
     /// Checks every option; the error says what was wrong and what is accepted.
     pub fn validate(&self) -> Result<()> {
-        if self.segment_size < SEGMENT_ALIGN || self.segment_size % SEGMENT_ALIGN != 0 {
+        if self.segment_size < SEGMENT_ALIGN || !self.segment_size.is_multiple_of(SEGMENT_ALIGN) {
             return Err(Error::invalid(format!(
                 "segment_size must be a multiple of {SEGMENT_ALIGN} and at least {SEGMENT_ALIGN}, \
                  got {}",

@@ -47,8 +47,17 @@ mod tests {
     #[test]
     fn rip7_mapping_and_fallback_order() {
         let dirs = [0, 1, 2];
-        assert_eq!(candidates(Strategy::RoundRobin, &dirs, 0, 1024), vec![0, 1, 2]);
-        assert_eq!(candidates(Strategy::RoundRobin, &dirs, 4096, 1024), vec![1, 2, 0]);
-        assert_eq!(candidates(Strategy::RoundRobin, &[], 0, 1024), Vec::<usize>::new());
+        assert_eq!(
+            candidates(Strategy::RoundRobin, &dirs, 0, 1024),
+            vec![0, 1, 2]
+        );
+        assert_eq!(
+            candidates(Strategy::RoundRobin, &dirs, 4096, 1024),
+            vec![1, 2, 0]
+        );
+        assert_eq!(
+            candidates(Strategy::RoundRobin, &[], 0, 1024),
+            Vec::<usize>::new()
+        );
     }
 }

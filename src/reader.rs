@@ -221,7 +221,9 @@ impl Scan {
         if start < end {
             // `start` must be a record start, or the end of a segment's records (an earlier
             // `max_offset`, since sealed by a filler): the scan then goes on in the next segment.
-            let seg = list.find(start).ok_or_else(|| shared.range_error(start.into()))?;
+            let seg = list
+                .find(start)
+                .ok_or_else(|| shared.range_error(start.into()))?;
             match record_at(seg, start, max, shared.max_body())? {
                 At::Record(_) | At::EndOfSegment => {}
                 At::BadBody { stored, actual } => {

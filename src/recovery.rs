@@ -93,7 +93,10 @@ pub fn cut(list: &SegmentList, end: u64) -> Result<SegmentList> {
     let seg = &list.as_slice()[idx];
     zero_from(seg.path(), end - seg.start(), seg.size())?;
     for later in &list.as_slice()[idx + 1..] {
-        log::warn!("recovery removes {} (after the end of the log)", later.path().display());
+        log::warn!(
+            "recovery removes {} (after the end of the log)",
+            later.path().display()
+        );
         remove_durably(later.path())?;
     }
     Ok(list.truncated_before(seg.end()))
@@ -123,7 +126,10 @@ fn zero_from(path: &std::path::Path, from: u64, size: u64) -> Result<()> {
         at += n as u64;
     }
     if dirty {
-        log::warn!("recovery zeroed the tail of {} from position {from}", path.display());
+        log::warn!(
+            "recovery zeroed the tail of {} from position {from}",
+            path.display()
+        );
         file.sync_data().ctx("syncing segment", path)?;
     }
     Ok(())

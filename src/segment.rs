@@ -45,7 +45,10 @@ impl Mapping {
     /// Callers read published bytes (immutable) or, when looking for the end of a log another
     /// process writes, bytes they validate by CRC before trusting.
     pub fn bytes(&self, start: usize, end: usize) -> &[u8] {
-        assert!(start <= end && end <= self.raw.len(), "range outside the map");
+        assert!(
+            start <= end && end <= self.raw.len(),
+            "range outside the map"
+        );
         // SAFETY: the range lies inside the live map (checked above); the file is never truncated
         // (module invariants), so every page is backed; `self` keeps the map alive for the borrow.
         unsafe { std::slice::from_raw_parts(self.raw.as_ptr().add(start), end - start) }
@@ -163,5 +166,4 @@ impl Segment {
         let m = self.map.get_or_init(|| Arc::new(Mapping { raw }));
         Ok(Arc::clone(m))
     }
-
 }

@@ -127,7 +127,7 @@ mod tests {
     #[test]
     fn head_deleted_lookup_is_o1() {
         let l = list(&[4096; 5], 3 * 4096, 4096);
-        
+
         for off in (3 * 4096..8 * 4096).step_by(1000) {
             let s = l.find(off).unwrap();
             assert!(s.contains(off));
@@ -141,7 +141,13 @@ mod tests {
     fn mixed_sizes_fall_back_to_search() {
         // Two old 8 KiB segments, then new ones of 12 KiB.
         let l = list(&[8192, 8192, 12288, 12288], 0, 12288);
-        for (off, start) in [(0, 0), (8191, 0), (8192, 8192), (16384, 16384), (28671, 16384)] {
+        for (off, start) in [
+            (0, 0),
+            (8191, 0),
+            (8192, 8192),
+            (16384, 16384),
+            (28671, 16384),
+        ] {
             assert_eq!(l.find(off).unwrap().start(), start, "offset {off}");
         }
         assert_eq!(l.find(28672).unwrap().start(), 28672);

@@ -47,9 +47,7 @@ fn now_ms() -> u64 {
 
 impl Shared {
     fn writer_mutex(&self) -> Result<&std::sync::Mutex<Writer>> {
-        self.writer
-            .as_ref()
-            .ok_or(Error::ReadOnly("append"))
+        self.writer.as_ref().ok_or(Error::ReadOnly("append"))
     }
 
     fn check_writable(&self) -> Result<()> {

@@ -27,7 +27,10 @@ fn one_path(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<PathBuf> {
         )));
     };
     let s: String = fs.extract().map_err(|_| {
-        PyTypeError::new_err(format!("{what} must be a text path (str), got {}", type_name(&fs)))
+        PyTypeError::new_err(format!(
+            "{what} must be a text path (str), got {}",
+            type_name(&fs)
+        ))
     })?;
     if s.is_empty() {
         return Err(PyValueError::new_err(format!("{what} is an empty path")));
@@ -82,7 +85,9 @@ pub fn uint(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
         PyValueError::new_err(format!("{what} is out of range: must be in [0, 2**64)"))
     })?;
     u64::try_from(v).map_err(|_| {
-        PyValueError::new_err(format!("{what} must be a non-negative int below 2**64, got {v}"))
+        PyValueError::new_err(format!(
+            "{what} must be a non-negative int below 2**64, got {v}"
+        ))
     })
 }
 
@@ -99,9 +104,8 @@ pub fn offset(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<i128> {
 
 /// A string option checked by `parse`.
 pub fn string(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<String> {
-    obj.extract::<String>().map_err(|_| {
-        PyTypeError::new_err(format!("{what} must be a str, got {}", type_name(obj)))
-    })
+    obj.extract::<String>()
+        .map_err(|_| PyTypeError::new_err(format!("{what} must be a str, got {}", type_name(obj))))
 }
 
 /// A bool option.

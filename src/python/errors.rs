@@ -22,12 +22,7 @@ struct Tree {
 
 static TREE: PyOnceLock<Tree> = PyOnceLock::new();
 
-fn make(
-    py: Python<'_>,
-    name: &str,
-    bases: &[Bound<'_, PyAny>],
-    doc: &str,
-) -> PyResult<Py<PyType>> {
+fn make(py: Python<'_>, name: &str, bases: &[Bound<'_, PyAny>], doc: &str) -> PyResult<Py<PyType>> {
     let ns = PyDict::new(py);
     ns.set_item("__module__", "rmqlog")?;
     ns.set_item("__doc__", doc)?;
@@ -41,7 +36,12 @@ fn make(
 
 fn build(py: Python<'_>) -> PyResult<Tree> {
     let exc = |n: &str| py.import("builtins").and_then(|b| b.getattr(n));
-    let base = make(py, "CommitLogError", &[exc("Exception")?], "Base of every rmqlog error.")?;
+    let base = make(
+        py,
+        "CommitLogError",
+        &[exc("Exception")?],
+        "Base of every rmqlog error.",
+    )?;
     let b = || base.bind(py).clone().into_any();
     Ok(Tree {
         out_of_range: make(
@@ -157,4 +157,3 @@ fn to_py(e: Error) -> PyErr {
         PyErr::from_type(ty.bind(py).clone(), (msg,))
     })
 }
-

@@ -89,12 +89,10 @@ impl PyCommitLog {
 
     fn read_checked(&self, offset: &Bound<'_, PyAny>) -> PyResult<RecordRef> {
         let off = args::offset(offset, "offset")?;
-        let off = u64::try_from(off).map_err(|_| {
-            Error::OffsetOutOfRange {
-                offset: off,
-                min: self.log.min_offset().unwrap_or(0),
-                max: self.log.max_offset().unwrap_or(0),
-            }
+        let off = u64::try_from(off).map_err(|_| Error::OffsetOutOfRange {
+            offset: off,
+            min: self.log.min_offset().unwrap_or(0),
+            max: self.log.max_offset().unwrap_or(0),
         })?;
         Ok(self.log.read(off)?)
     }
@@ -144,9 +142,7 @@ impl PyCommitLog {
         if let Some(v) = max_message_size {
             let n = args::uint(v, "max_message_size")?;
             opts.max_message_size = u32::try_from(n).map_err(|_| {
-                PyValueError::new_err(format!(
-                    "max_message_size must be below 2**32, got {n}"
-                ))
+                PyValueError::new_err(format!("max_message_size must be below 2**32, got {n}"))
             })?;
         }
         opts.validate()?;
@@ -195,7 +191,11 @@ impl PyCommitLog {
     }
 
     /// The body of the record at `offset`, as a read-only memoryview over the map (no copy).
-    fn read<'py>(&self, py: Python<'py>, offset: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        offset: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let rec = self.read_checked(offset)?;
         self.body_view(py, &rec)
     }
@@ -350,7 +350,11 @@ impl PyCommitLog {
             self.log.segments().map(|s| s.len()).unwrap_or(0),
             self.log.min_offset().unwrap_or(0),
             self.log.max_offset().unwrap_or(0),
-            if self.log.is_read_only() { " read_only" } else { "" }
+            if self.log.is_read_only() {
+                " read_only"
+            } else {
+                ""
+            }
         )
     }
 
