@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import array
 import gc
+import itertools
 import os
 import random
 import threading
@@ -11,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 import rmqlog
 from rmqlog import (
     HEADER_LEN,
@@ -69,7 +69,7 @@ def test_append_offsets_follow_header_and_body_lengths(make_log):
     assert offsets[0] == 0
     assert offsets == model_offsets(sizes)
     rolled = 0
-    for (prev, n), nxt in zip(zip(offsets, sizes), offsets[1:], strict=False):
+    for (prev, n), (nxt, _) in itertools.pairwise(zip(offsets, sizes, strict=True)):
         if nxt != prev + HEADER_LEN + n:
             # a roll: the next record did not fit in the rest of the segment
             rolled += 1
@@ -90,9 +90,7 @@ def test_append_accepts_bytes_like_objects(make_log):
         (array.array("i", [1, 2, 3]), array.array("i", [1, 2, 3]).tobytes()),
         (b"", b""),
     ]
-    offsets = []
-    for obj, expected in cases:
-        offsets.append(log.append(obj))
+    offsets = [log.append(obj) for obj, _ in cases]
     assert offsets == model_offsets([len(e) for _, e in cases])
     for off, (_, expected) in zip(offsets, cases, strict=True):
         assert bytes(log.read(off)) == expected
@@ -245,7 +243,7 @@ def test_last_record_of_sealed_segment_points_to_next_segment(make_log, body):
     assert len(segs) >= 4
     starts = {s.start_offset for s in segs}
     lasts = 0
-    for a, b in zip(offsets, offsets[1:], strict=False):
+    for a, b in itertools.pairwise(offsets):
         if b in starts and b != 0:
             rec = log.read_record(a)
             assert rec.next_offset == b
@@ -259,7 +257,7 @@ def test_next_offset_of_last_record_equals_max_offset_when_segment_nearly_full(m
     log = make_log()
     off = log.append(b"z" * (SEG - HEADER_LEN - 4))
     rec = log.read_record(off)
-    walked, end = walk(log)
+    walked, _ = walk(log)
     assert walked == [off]
     assert rec.next_offset == log.max_offset, (rec.next_offset, log.max_offset)
     nxt = log.append(b"q")
@@ -369,7 +367,9 @@ def test_offset_for_timestamp(make_log, body):
         assert stamps[8 * g] > stamps[8 * g - 1]
 
     def expected(target):
-        return next((o for o, t in zip(offsets, stamps, strict=True) if t >= target), log.max_offset)
+        return next(
+            (o for o, t in zip(offsets, stamps, strict=True) if t >= target), log.max_offset
+        )
 
     targets = sorted({*stamps, *(t + 1 for t in stamps), *(t - 1 for t in stamps)})
     for target in targets:
@@ -430,7 +430,7 @@ def test_segments_are_named_sized_and_contiguous(make_log, dirs, body):
         assert os.path.isabs(s.path)
         assert s.size == SEG == os.path.getsize(s.path)
         assert Path(s.path).parent == dirs[(s.start_offset // SEG) % 3]
-    for a, b in zip(segs, segs[1:], strict=False):
+    for a, b in itertools.pairwise(segs):
         assert b.start_offset == a.start_offset + a.size
         assert a.written == a.size  # sealed
     assert segs[-1].written == log.max_offset - segs[-1].start_offset
@@ -451,9 +451,7 @@ def test_round_robin_placement_spreads_evenly(make_log, tmp_path, body, ndirs):
     for d in ds:
         on_disk = sorted(n for n in os.listdir(d) if n.isdigit())
         assert len(on_disk) == 3
-        assert on_disk == sorted(
-            os.path.basename(s.path) for s in segs if Path(s.path).parent == d
-        )
+        assert on_disk == sorted(os.path.basename(s.path) for s in segs if Path(s.path).parent == d)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -590,7 +588,7 @@ def test_reopen_with_other_segment_sizes(make_log, body):
     assert all(s.size == 12288 for s in segs[4:])
     for s in segs:
         assert os.path.getsize(s.path) == s.size
-    for a, b in zip(segs, segs[1:], strict=False):
+    for a, b in itertools.pairwise(segs):
         assert b.start_offset == a.start_offset + a.size
     both = old | new
     assert [(o, bytes(v)) for o, v in log2.scan()] == list(both.items())
