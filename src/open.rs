@@ -44,22 +44,49 @@ fn check_paths<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<PathBuf>> {
                 p.display()
             )));
         }
-        let abs = std::path::absolute(p).ctx("resolving", p)?;
+        let abs = normalize(&std::path::absolute(p).ctx("resolving", p)?);
         if abs.exists() && !abs.is_dir() {
             return Err(Error::invalid(format!(
                 "path {} exists and is not a directory; paths must be directories",
                 abs.display()
             )));
         }
-        if out.contains(&abs) {
+        let same = |o: &PathBuf| o == &abs || same_dir(o, &abs);
+        if let Some(other) = out.iter().find(|o| same(o)) {
             return Err(Error::invalid(format!(
-                "path {} is given twice",
-                abs.display()
+                "directory {} is given twice (as {} and {}); give each directory once",
+                abs.display(),
+                other.display(),
+                p.display()
             )));
         }
         out.push(abs);
     }
     Ok(out)
+}
+
+/// `a/./b/../c` -> `a/c`, without touching the disk.
+fn normalize(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Two existing paths that resolve to one directory (through symlinks).
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
 }
 
 fn to_strings(dirs: &[PathBuf]) -> Vec<String> {
@@ -177,9 +204,9 @@ fn open_reader(given: Vec<PathBuf>, opts: Options) -> Result<Arc<Shared>> {
     for d in &given {
         if !d.is_dir() {
             return Err(Error::io(
-                "opening read-only",
+                "opening read-only (the directory must exist)",
                 d,
-                std::io::Error::from(std::io::ErrorKind::NotFound),
+                std::io::Error::from_raw_os_error(libc::ENOENT),
             ));
         }
     }

@@ -41,6 +41,10 @@ pub fn find_end(list: &SegmentList, from: u64, max_body: usize) -> Result<Tail> 
         return Ok(tail);
     };
     let segs = list.as_slice();
+    // The log continues past every segment before the one the scan starts in: all sealed.
+    for seg in &segs[..idx] {
+        seg.set_written(seg.size());
+    }
     let mut pos = from - segs[idx].start();
     loop {
         let seg = &segs[idx];

@@ -30,8 +30,11 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
+    /// The end of the log: after the last record, or the next segment's start when too few
+    /// bytes are left for even a filler (the segment is full).
     fn end(&self) -> u64 {
         match &self.active {
+            Some((seg, _)) if seg.size() - self.pos < FILLER_LEN as u64 => seg.end(),
             Some((seg, _)) => seg.start() + self.pos,
             None => self.next_start,
         }
@@ -179,10 +182,10 @@ impl Shared {
             sink(offset);
         }
         // Publish: segment positions first, then the log's end.
-        if let Some((seg, _)) = &w.active {
-            seg.set_written(w.pos);
-        }
         let end = w.end();
+        if let Some((seg, _)) = &w.active {
+            seg.set_written(end - seg.start());
+        }
         self.last_timestamp_ms.fetch_max(ts, Ordering::Relaxed);
         self.max_offset.store(end, Ordering::Release);
         if sealed_any {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 
 import pytest
+
 from rmqlog import CommitLog
 
 

@@ -9,9 +9,7 @@ use rmqlog::{CommitLog, Error, FlushMode, Options, HEADER_LEN};
 const SEG: u64 = 8192;
 
 fn opts() -> Options {
-    Options::default()
-        .segment_size(SEG)
-        .flush(FlushMode::None)
+    Options::default().segment_size(SEG).flush(FlushMode::None)
 }
 
 fn dirs(root: &Path, n: usize) -> Vec<PathBuf> {

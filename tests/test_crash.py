@@ -109,7 +109,7 @@ def test_corrupt_unflushed_tail_is_cut_and_never_returns(tmp_path):
         if reported[k + 1][1] == reported[k][1] + HEADER_LEN + reported[k][2]
         and reported[k + 2][1] == reported[k + 1][1] + HEADER_LEN + reported[k + 1][2]
     )
-    i_k, off_k, size_k = reported[k]
+    _, off_k, size_k = reported[k]
     with CommitLog(dirs, segment_size=SEGMENT, read_only=True) as ro:
         seg = next(s for s in ro.segments() if s.start_offset <= off_k < s.start_offset + s.size)
         assert ro.flushed_offset <= off_k, "the tail must be above the flushed offset"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 import rmqlog
 from rmqlog import (
     HEADER_LEN,

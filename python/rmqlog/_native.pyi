@@ -3,9 +3,9 @@
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import Literal, final
+from typing import Literal, Self, final
 
-from typing_extensions import Buffer, Self
+from typing_extensions import Buffer
 
 __version__: str
 HEADER_LEN: int

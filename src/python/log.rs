@@ -154,6 +154,7 @@ impl PyCommitLog {
     }
 
     /// Appends one record; returns its physical offset.
+    #[pyo3(signature = (body, /))]
     fn append(&self, py: Python<'_>, body: &Bound<'_, PyAny>) -> PyResult<u64> {
         let bytes = as_bytes(body, "body")?;
         let data = bytes.as_bytes();
@@ -165,6 +166,7 @@ impl PyCommitLog {
     }
 
     /// Appends many records at once (all visible together, or none); returns their offsets.
+    #[pyo3(signature = (bodies, /))]
     fn append_batch<'py>(
         &self,
         py: Python<'py>,
@@ -191,6 +193,7 @@ impl PyCommitLog {
     }
 
     /// The body of the record at `offset`, as a read-only memoryview over the map (no copy).
+    #[pyo3(signature = (offset, /))]
     fn read<'py>(
         &self,
         py: Python<'py>,
@@ -201,6 +204,7 @@ impl PyCommitLog {
     }
 
     /// The record at `offset` with its metadata.
+    #[pyo3(signature = (offset, /))]
     fn read_record(&self, py: Python<'_>, offset: &Bound<'_, PyAny>) -> PyResult<PyRecord> {
         let rec = self.read_checked(offset)?;
         self.record(py, &rec)
@@ -246,6 +250,7 @@ impl PyCommitLog {
     }
 
     /// Offset of the first record with `timestamp_ms >= ts_ms`, else `max_offset`.
+    #[pyo3(signature = (ts_ms, /))]
     fn offset_for_timestamp(&self, py: Python<'_>, ts_ms: &Bound<'_, PyAny>) -> PyResult<u64> {
         let ts = args::offset(ts_ms, "ts_ms")?.clamp(0, u64::MAX as i128) as u64;
         Ok(py.detach(|| self.log.offset_for_timestamp(ts))?)
