@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is the failure report
 //! Recovery and layout checks through the public Rust API, on real files.
 
 use std::fs::{self, OpenOptions};
