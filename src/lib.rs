@@ -29,6 +29,7 @@
 //!
 //! The on-disk format is described in `docs/format.md`, the guarantees in `docs/recovery.md`.
 
+mod batch;
 mod checkpoint;
 mod error;
 mod flusher;
@@ -49,6 +50,7 @@ mod writer;
 #[cfg(feature = "python")]
 mod python;
 
+pub use crate::batch::Batch;
 pub use crate::error::{Error, Result};
 pub use crate::log::{CommitLog, SegmentInfo};
 pub use crate::options::{FlushMode, Options, Strategy, SEGMENT_ALIGN};

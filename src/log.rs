@@ -101,6 +101,10 @@ impl CommitLog {
         Ok(CommitLog { shared })
     }
 
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
     /// Appends one record and returns its physical offset.
     pub fn append(&self, body: &[u8]) -> Result<u64> {
         let mut offset = 0;

@@ -120,6 +120,29 @@ fn record_at(seg: &Segment, offset: u64, max: u64, max_body: usize) -> Result<At
     }))
 }
 
+/// The offset after the record (or filler) at `offset` in `seg`, from its header alone.
+pub(crate) fn next_boundary(seg: &Segment, offset: u64, max: u64) -> Result<u64> {
+    let map = seg.map()?;
+    let pos = (offset - seg.start()) as usize;
+    let limit = (max.min(seg.end()) - seg.start()) as usize;
+    if pos >= limit {
+        return Ok(seg.end());
+    }
+    match decode(
+        map.bytes(pos, seg.size() as usize),
+        offset,
+        u32::MAX as usize,
+    ) {
+        Slot::Record(h) => Ok(offset + u64::from(h.len)),
+        Slot::EndOfSegment => Ok(seg.end()),
+        Slot::Invalid(why) => Err(Error::corruption(
+            Some(seg.path().to_path_buf()),
+            Some(offset),
+            format!("no valid record header while walking the segment: {why}"),
+        )),
+    }
+}
+
 fn body_corruption(seg: &Segment, offset: u64, stored: u32, actual: u32) -> Error {
     Error::corruption(
         Some(seg.path().to_path_buf()),
