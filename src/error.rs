@@ -54,6 +54,10 @@ pub enum Error {
     #[error("the writer is poisoned by an earlier failed sync ({cause}); reopen the log")]
     WriterPoisoned { cause: String },
 
+    /// The cleaner thread failed; cleaning has stopped (appends and reads go on).
+    #[error("cleaning has stopped: {cause}")]
+    CleanerFailed { cause: String },
+
     /// An operating-system error, with the file it concerned.
     #[error("{op} {path}: {source}")]
     Io {

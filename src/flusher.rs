@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::dirs::DirState;
 use crate::error::{Error, Result};
 use crate::log::{locked, Shared};
+use crate::stats::Stats;
 
 /// The checkpoint is rewritten at most this often by the background thread.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
@@ -51,6 +53,7 @@ impl Shared {
             }
         }
         self.flushed_offset.store(target, Ordering::Release);
+        Stats::add(&self.stats.syncs, 1);
         Ok(target)
     }
 
@@ -74,10 +77,13 @@ impl Shared {
         // A clean checkpoint vouches for the end of the log, so it needs everything synced.
         c.clean = clean && flushed == max;
         c.max_offset = if c.clean { max } else { 0 };
+        // Every directory that takes writes keeps a copy (read-only ones may be on a read-only
+        // filesystem; offline ones failed).
         let dirs: Vec<_> = self
-            .writable
+            .dirs
             .iter()
-            .map(|&i| self.dirs[i].clone())
+            .filter(|d| !d.read_only && d.state().0 != DirState::Offline)
+            .map(|d| d.path.clone())
             .collect();
         c.write(&dirs)
     }

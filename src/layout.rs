@@ -43,11 +43,15 @@ pub struct Listing {
     pub empty_duplicates: Vec<PathBuf>,
 }
 
-/// Lists segment files in `dirs`. Other files are ignored. Missing directories list as empty.
-pub fn list(dirs: &[PathBuf]) -> Result<Listing> {
+/// Lists segment files in `dirs` (skipping those not `online`). Other files are ignored. Missing
+/// directories list as empty.
+pub fn list(dirs: &[PathBuf], online: &[bool]) -> Result<Listing> {
     let mut all = Vec::new();
     let mut listing = Listing::default();
     for (dir_idx, dir) in dirs.iter().enumerate() {
+        if !online.get(dir_idx).copied().unwrap_or(true) {
+            continue;
+        }
         let entries = match std::fs::read_dir(dir) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -198,7 +202,7 @@ mod tests {
         make(a.path(), 8192, 4096, false);
         std::fs::write(a.path().join("README"), b"hello").unwrap();
         std::fs::write(b.path().join("00000000000000012288.tmp"), b"").unwrap();
-        let l = list(&[a.path().into(), b.path().into()]).unwrap();
+        let l = list(&[a.path().into(), b.path().into()], &[true, true]).unwrap();
         let starts: Vec<u64> = l.segments.iter().map(|f| f.start).collect();
         assert_eq!(starts, vec![0, 4096, 8192]);
         assert_eq!(l.temps.len(), 1);
@@ -211,23 +215,23 @@ mod tests {
         let dirs = [a.path().to_path_buf(), b.path().to_path_buf()];
         make(a.path(), 0, 4096, true);
         make(b.path(), 0, 4096, false);
-        let l = list(&dirs).unwrap();
+        let l = list(&dirs, &[true, true]).unwrap();
         assert_eq!(l.segments[0].dir, 0);
         assert_eq!(l.empty_duplicates, vec![b.path().join(segment_name(0))]);
 
         make(b.path(), 0, 4096, true);
-        let err = list(&dirs).unwrap_err().to_string();
+        let err = list(&dirs, &[true, true]).unwrap_err().to_string();
         assert!(err.contains("several directories"), "{err}");
 
         std::fs::remove_file(b.path().join(segment_name(0))).unwrap();
         make(b.path(), 8192, 4096, true);
-        let l = list(&dirs).unwrap();
+        let l = list(&dirs, &[true, true]).unwrap();
         let err = check(&l.segments, &[4096], false).unwrap_err().to_string();
         assert!(err.contains("gap"), "{err}");
         assert_eq!(check(&l.segments, &[4096], true).unwrap(), 1);
 
         make(a.path(), 4096, 8192, true);
-        let l = list(&dirs).unwrap();
+        let l = list(&dirs, &[true, true]).unwrap();
         let err = check(&l.segments, &[4096, 8192], false)
             .unwrap_err()
             .to_string();

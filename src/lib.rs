@@ -31,7 +31,10 @@
 
 mod batch;
 mod checkpoint;
+mod cleaner;
+mod dirs;
 mod error;
+mod events;
 mod flusher;
 mod fs;
 mod layout;
@@ -45,15 +48,18 @@ mod record;
 mod recovery;
 mod segment;
 mod segments;
+mod stats;
 mod writer;
 
 #[cfg(feature = "python")]
 mod python;
 
 pub use crate::batch::Batch;
+pub use crate::dirs::{DirEvent, DirInfo, DirState};
 pub use crate::error::{Error, Result};
 pub use crate::log::{CommitLog, SegmentInfo};
-pub use crate::options::{FlushMode, Options, Strategy, SEGMENT_ALIGN};
+pub use crate::options::{EventFn, FlushMode, Options, PerDir, PlaceFn, Strategy, SEGMENT_ALIGN};
 pub use crate::reader::{RecordRef, Scan};
 pub use crate::record::{FILLER_LEN, HEADER_LEN};
 pub use crate::segment::Mapping;
+pub use crate::stats::StatsSnapshot;

@@ -8,7 +8,7 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::os::fd::{FromRawFd, IntoRawFd, RawFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Once;
 
@@ -66,20 +66,23 @@ struct HeldLock {
     slot: Option<usize>,
 }
 
-impl StoreLock {
-    /// Takes the lock in every directory, failing at once if another writer holds any of them.
-    pub fn acquire(dirs: &[PathBuf]) -> Result<StoreLock> {
-        let mut lock = StoreLock {
-            held: Vec::with_capacity(dirs.len()),
+impl Default for StoreLock {
+    fn default() -> Self {
+        StoreLock {
+            held: Vec::new(),
             generation: fork_generation(),
-        };
-        for dir in dirs {
-            let file = lock_one(dir)?;
-            let fd = file.into_raw_fd();
-            let slot = register(fd);
-            lock.held.push(HeldLock { fd, slot });
         }
-        Ok(lock)
+    }
+}
+
+impl StoreLock {
+    /// Takes the lock of one more directory, failing at once if another writer holds it.
+    pub fn add(&mut self, dir: &Path) -> Result<()> {
+        let file = lock_one(dir)?;
+        let fd = file.into_raw_fd();
+        let slot = register(fd);
+        self.held.push(HeldLock { fd, slot });
+        Ok(())
     }
 }
 
@@ -122,13 +125,14 @@ mod tests {
     #[test]
     fn second_lock_fails_and_drop_releases() {
         let d = tempfile::tempdir().unwrap();
-        let dirs = vec![d.path().to_path_buf()];
-        let first = StoreLock::acquire(&dirs).unwrap();
+        let mut first = StoreLock::default();
+        first.add(d.path()).unwrap();
+        let mut second = StoreLock::default();
         assert!(matches!(
-            StoreLock::acquire(&dirs),
+            second.add(d.path()),
             Err(Error::StoreLocked { .. })
         ));
         drop(first);
-        StoreLock::acquire(&dirs).unwrap();
+        second.add(d.path()).unwrap();
     }
 }

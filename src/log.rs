@@ -7,12 +7,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use arc_swap::ArcSwap;
 
 use crate::checkpoint::Checkpoint;
+use crate::cleaner::Cleaner;
+use crate::dirs::{usage, Dir, DirInfo, DirState};
 use crate::error::{Error, Result};
+use crate::events::Events;
 use crate::flusher::Flusher;
 use crate::lock::{fork_generation, StoreLock};
-use crate::options::Options;
+use crate::options::{FlushMode, Options};
 use crate::reader::{RecordRef, Scan};
 use crate::segments::SegmentList;
+use crate::stats::{Stats, StatsSnapshot};
 use crate::writer::Writer;
 
 /// A segmented, memory-mapped commit log spread over one or more directories.
@@ -38,14 +42,13 @@ pub struct SegmentInfo {
     pub written: u64,
 }
 
-/// State shared by the facade, the writer, the flusher and open readers.
+/// State shared by the facade, the writer, the background threads and open readers.
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub opts: Options,
-    /// Every directory of the store; for a writer, the writable ones come first.
-    pub dirs: Vec<PathBuf>,
-    /// Indices into `dirs` of the directories new segments may go to.
-    pub writable: Vec<usize>,
+    /// Every directory of the store: the writable ones in configuration order, then the
+    /// read-only ones.
+    pub dirs: Vec<Dir>,
     pub segments: ArcSwap<SegmentList>,
     /// End of the published records (Release by the writer, Acquire by readers).
     pub max_offset: AtomicU64,
@@ -63,10 +66,36 @@ pub(crate) struct Shared {
     /// Serialises syncs; a sync covers everything published before it started (group commit).
     pub flush_lock: Mutex<()>,
     pub checkpoint: Mutex<Checkpoint>,
-    /// Serialises `refresh` of a read-only log.
+    /// Serialises `refresh` of a read-only log, and cleaning passes of a writer.
     pub refresh_lock: Mutex<()>,
+    pub clean_lock: Mutex<()>,
+    /// Set when the cleaner thread panicked: cleaning stops, `clean()` reports it.
+    pub clean_poison: Mutex<Option<String>>,
     pub lock: Mutex<Option<StoreLock>>,
-    pub flusher: Mutex<Option<Flusher>>,
+    pub events: Events,
+    pub stats: Stats,
+    pub threads: Mutex<Threads>,
+}
+
+/// The background threads of a writer, stopped and joined on drop.
+#[derive(Debug, Default)]
+pub(crate) struct Threads {
+    pub flusher: Option<Flusher>,
+    pub cleaner: Option<Cleaner>,
+}
+
+/// What open hands to [`Shared::new`].
+pub(crate) struct SharedParts {
+    pub opts: Options,
+    pub dirs: Vec<Dir>,
+    pub list: SegmentList,
+    pub end: u64,
+    pub min: u64,
+    pub flushed: u64,
+    pub last_ts: u64,
+    pub writer: Option<Writer>,
+    pub checkpoint: Checkpoint,
+    pub lock: Option<StoreLock>,
 }
 
 /// Locks a mutex, recovering from poisoning: every critical section here leaves consistent state.
@@ -75,6 +104,45 @@ pub(crate) fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
+    pub fn new(p: SharedParts) -> Result<Arc<Shared>> {
+        let events = Events::start(p.opts.on_dir_event.clone())?;
+        Ok(Arc::new(Shared {
+            opts: p.opts,
+            dirs: p.dirs,
+            segments: ArcSwap::from_pointee(p.list),
+            max_offset: AtomicU64::new(p.end),
+            min_offset: AtomicU64::new(p.min),
+            flushed_offset: AtomicU64::new(p.flushed),
+            last_timestamp_ms: AtomicU64::new(p.last_ts),
+            closed: AtomicBool::new(false),
+            generation: fork_generation(),
+            writer: p.writer.map(Mutex::new),
+            poisoned: Mutex::new(None),
+            flush_lock: Mutex::new(()),
+            checkpoint: Mutex::new(p.checkpoint),
+            refresh_lock: Mutex::new(()),
+            clean_lock: Mutex::new(()),
+            clean_poison: Mutex::new(None),
+            lock: Mutex::new(p.lock),
+            events,
+            stats: Stats::default(),
+            threads: Mutex::new(Threads::default()),
+        }))
+    }
+
+    /// Starts a writer's background threads: the flusher (unless `FlushMode::None`) and the
+    /// cleaner (unless its interval is zero).
+    pub fn start_threads(self: &Arc<Self>) -> Result<()> {
+        let mut t = locked(&self.threads);
+        if self.opts.flush != FlushMode::None {
+            t.flusher = Some(Flusher::start(self)?);
+        }
+        if !self.opts.clean_interval.is_zero() {
+            t.cleaner = Some(Cleaner::start(self)?);
+        }
+        Ok(())
+    }
+
     pub fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) || self.generation != fork_generation() {
             return Err(Error::Closed);
@@ -88,6 +156,41 @@ impl Shared {
             min: self.min_offset.load(Ordering::Acquire),
             max: self.max_offset.load(Ordering::Acquire),
         }
+    }
+
+    /// Sets a directory's state and reports the change.
+    pub fn set_dir_state(&self, idx: usize, state: DirState, reason: Option<String>) {
+        if let Some(ev) = self.dirs[idx].set_state(state, reason) {
+            self.events.send(ev);
+        }
+    }
+
+    /// A snapshot of every directory: usage read now, state as last judged, segment counts.
+    pub fn dir_infos(&self) -> Vec<DirInfo> {
+        let list = self.segments.load();
+        let mut counts = vec![0usize; self.dirs.len()];
+        for s in list.as_slice() {
+            if let Some(c) = counts.get_mut(s.dir()) {
+                *c += 1;
+            }
+        }
+        self.dirs
+            .iter()
+            .zip(counts)
+            .map(|(d, segments)| {
+                let (state, error) = d.state();
+                let usage = usage(&d.path).ok();
+                DirInfo {
+                    path: d.path.clone(),
+                    state,
+                    total_bytes: usage.map_or(0, |u| u.total_bytes),
+                    free_bytes: usage.map_or(0, |u| u.free_bytes),
+                    used_ratio: usage.map(|u| u.used_ratio()),
+                    segments,
+                    error,
+                }
+            })
+            .collect()
     }
 }
 
@@ -190,9 +293,45 @@ impl CommitLog {
             .collect())
     }
 
-    /// Every directory of the store (writable first).
-    pub fn dirs(&self) -> &[PathBuf] {
-        &self.shared.dirs
+    /// Every directory of the store, in configuration order (`paths`, then `read_only_paths`),
+    /// with its state and disk usage.
+    pub fn dirs(&self) -> Result<Vec<DirInfo>> {
+        self.shared.check_open()?;
+        Ok(self.shared.dir_infos())
+    }
+
+    /// The directories' paths, in configuration order.
+    pub fn paths(&self) -> Vec<PathBuf> {
+        self.shared.dirs.iter().map(|d| d.path.clone()).collect()
+    }
+
+    /// Counters: appends, bytes, segments created and deleted, cleaner passes and errors.
+    pub fn stats(&self) -> Result<StatsSnapshot> {
+        self.shared.check_open()?;
+        Ok(self.shared.stats.snapshot())
+    }
+
+    /// Runs one cleaning pass now; returns how many segments it deleted. `force` ignores
+    /// `delete_hours` (RocketMQ's manual delete).
+    pub fn clean(&self, force: bool) -> Result<usize> {
+        self.shared.check_open()?;
+        if self.shared.writer.is_none() {
+            return Err(Error::ReadOnly("clean"));
+        }
+        if let Some(cause) = locked(&self.shared.clean_poison).clone() {
+            return Err(Error::CleanerFailed { cause });
+        }
+        self.shared.clean_pass(force)
+    }
+
+    /// Deletes the sealed segments that end at or before `offset` (Kafka's deleteRecords, at
+    /// segment granularity); returns the new `min_offset`.
+    pub fn truncate_before(&self, offset: u64) -> Result<u64> {
+        self.shared.check_open()?;
+        if self.shared.writer.is_none() {
+            return Err(Error::ReadOnly("truncate_before"));
+        }
+        self.shared.truncate_before(offset)
     }
 
     /// Whether the log was opened read-only.
@@ -244,14 +383,15 @@ impl Shared {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        let flusher = locked(&self.flusher).take();
+        let threads = std::mem::take(&mut *locked(&self.threads));
         if self.generation != fork_generation() {
             // A forked child: the parent's threads do not exist here and the lock descriptors were
             // closed at fork. Touch nothing on disk.
-            std::mem::forget(flusher);
+            std::mem::forget(threads);
+            self.events.forget();
             return Ok(());
         }
-        drop(flusher); // stops and joins the background thread
+        drop(threads); // stops and joins the flusher and the cleaner
         let result = match &self.writer {
             Some(writer) => {
                 let _writer = locked(writer); // waits for an append in progress
@@ -260,6 +400,7 @@ impl Shared {
             None => Ok(()),
         };
         locked(&self.lock).take();
+        self.events.stop();
         result
     }
 }

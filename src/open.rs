@@ -3,19 +3,17 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-
-use arc_swap::ArcSwap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use crate::checkpoint::{read_newest, Checkpoint};
+use crate::dirs::{Dir, DirState};
 use crate::error::{Error, IoContext, Result};
-use crate::flusher::Flusher;
 use crate::fs::remove_durably;
 use crate::layout::{self, Found, Listing};
-use crate::lock::{fork_generation, StoreLock};
-use crate::log::{locked, Shared};
-use crate::options::{FlushMode, Options};
+use crate::lock::StoreLock;
+use crate::log::{locked, Shared, SharedParts};
+use crate::options::Options;
 use crate::recovery::{cut, find_end};
 use crate::segment::Segment;
 use crate::segments::SegmentList;
@@ -95,23 +93,109 @@ fn to_strings(dirs: &[PathBuf]) -> Vec<String> {
         .collect()
 }
 
-pub(crate) fn open<P: AsRef<Path>>(paths: &[P], opts: Options) -> Result<Arc<Shared>> {
+pub(crate) fn open<P: AsRef<Path>>(paths: &[P], mut opts: Options) -> Result<Arc<Shared>> {
     opts.validate()?;
     let given = check_paths(paths)?;
+    let read_only = check_paths(&opts.read_only_paths).or_else(|e| match e {
+        Error::InvalidArgument(_) if opts.read_only_paths.is_empty() => Ok(Vec::new()),
+        e => Err(e),
+    })?;
+    if let Some(d) = read_only.iter().find(|d| given.contains(d)) {
+        return Err(Error::invalid(format!(
+            "directory {} is in both paths and read_only_paths; give it once",
+            d.display()
+        )));
+    }
+    absolute_overrides(&mut opts)?;
     if opts.read_only {
-        open_reader(given, opts)
+        open_reader(given, read_only, opts)
     } else {
-        open_writer(given, opts)
+        open_writer(given, read_only, opts)
     }
 }
 
-fn open_writer(dirs: Vec<PathBuf>, opts: Options) -> Result<Arc<Shared>> {
-    for d in &dirs {
-        std::fs::create_dir_all(d).ctx("creating directory", d)?;
+/// Makes the paths of per-directory ratios absolute, so they match the store's directories.
+fn absolute_overrides(opts: &mut Options) -> Result<()> {
+    for (p, _) in &mut opts.max_used_ratio.overrides {
+        *p = normalize(&std::path::absolute(&*p).ctx("resolving", &*p)?);
     }
-    let lock = StoreLock::acquire(&dirs)?;
-    let ckpt = read_newest(&dirs)?;
-    let listing = layout::list(&dirs)?;
+    for (p, _) in &mut opts.force_clean_ratio.overrides {
+        *p = normalize(&std::path::absolute(&*p).ctx("resolving", &*p)?);
+    }
+    Ok(())
+}
+
+/// Creates a writable directory and takes its lock; an I/O failure takes it offline instead when
+/// another writable directory remains.
+fn prepare_writable(paths: Vec<PathBuf>) -> Result<(Vec<Dir>, StoreLock)> {
+    let mut lock = StoreLock::default();
+    let mut dirs = Vec::with_capacity(paths.len());
+    let mut first_error = None;
+    for path in paths {
+        let ready = std::fs::create_dir_all(&path)
+            .ctx("creating directory", &path)
+            .and_then(|()| lock.add(&path));
+        let dir = Dir::new(path, false);
+        match ready {
+            Ok(()) => {}
+            Err(e @ Error::StoreLocked { .. }) => return Err(e),
+            Err(e) => {
+                log::warn!("directory {} goes offline: {e}", dir.path.display());
+                dir.set_state(DirState::Offline, Some(e.to_string()));
+                first_error.get_or_insert(e);
+            }
+        }
+        dirs.push(dir);
+    }
+    if dirs.iter().all(|d| d.state().0 == DirState::Offline) {
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+    }
+    warn_shared_devices(&dirs);
+    Ok((dirs, lock))
+}
+
+fn warn_shared_devices(dirs: &[Dir]) {
+    for (i, a) in dirs.iter().enumerate() {
+        if let Some(b) = dirs[..i].iter().find(|b| b.dev.is_some() && b.dev == a.dev) {
+            log::warn!(
+                "directories {} and {} are on the same filesystem; its free space counts once",
+                b.path.display(),
+                a.path.display()
+            );
+        }
+    }
+}
+
+fn paths_of(dirs: &[Dir]) -> Vec<PathBuf> {
+    dirs.iter().map(|d| d.path.clone()).collect()
+}
+
+fn open_writer(
+    writable: Vec<PathBuf>,
+    read_only: Vec<PathBuf>,
+    opts: Options,
+) -> Result<Arc<Shared>> {
+    let configured_writable = to_strings(&writable);
+    let (mut dirs, lock) = prepare_writable(writable)?;
+    for path in &read_only {
+        if !path.is_dir() {
+            return Err(Error::io(
+                "opening read-only directory (it must exist)",
+                path,
+                std::io::Error::from_raw_os_error(libc::ENOENT),
+            ));
+        }
+    }
+    dirs.extend(read_only.iter().map(|p| Dir::new(p.clone(), true)));
+    let all = paths_of(&dirs);
+    let online: Vec<bool> = dirs
+        .iter()
+        .map(|d| d.state().0 != DirState::Offline)
+        .collect();
+    let ckpt = read_newest(&all)?;
+    let mut listing = layout::list(&all, &online)?;
     for tmp in &listing.temps {
         log::warn!(
             "removing {} left by an interrupted segment creation",
@@ -124,14 +208,26 @@ fn open_writer(dirs: Vec<PathBuf>, opts: Options) -> Result<Arc<Shared>> {
         remove_durably(dup)?;
     }
     if let Some(c) = &ckpt {
-        check_left_out_dirs(c, &dirs)?;
+        check_left_out_dirs(c, &all)?;
+        // Files wholly below the recorded head are leftovers of an interrupted deletion.
+        for f in listing.segments.iter().filter(|f| f.end() <= c.min_offset) {
+            log::warn!(
+                "removing {} (deleted by retention before a crash)",
+                f.path.display()
+            );
+            if let Err(e) = remove_durably(&f.path) {
+                log::warn!("cannot remove {}: {e}", f.path.display());
+            }
+        }
+        listing.segments.retain(|f| f.end() > c.min_offset);
     }
     let sizes = known_sizes(ckpt.as_ref(), opts.segment_size);
     layout::check(&listing.segments, &sizes, false)?;
-    check_against_checkpoint(&listing.segments, ckpt.as_ref(), &dirs)?;
+    check_against_checkpoint(&listing.segments, ckpt.as_ref(), &all)?;
 
-    let list = segment_list(&listing.segments, &[], opts.segment_size, true);
+    let list = segment_list(&listing.segments, &[], opts.segment_size);
     let (list, end, last_ts) = recover(list, ckpt.as_ref(), true)?;
+    let list = writable_last(list);
 
     let ckpt_flushed = ckpt.as_ref().map(|c| {
         if c.clean {
@@ -141,13 +237,11 @@ fn open_writer(dirs: Vec<PathBuf>, opts: Options) -> Result<Arc<Shared>> {
         }
     });
     let mut checkpoint = match ckpt {
-        Some(mut c) => {
-            c.dirs = to_strings(&dirs);
-            c.read_only_dirs.clear();
-            c
-        }
-        None => Checkpoint::new(to_strings(&dirs), Vec::new(), opts.segment_size),
+        Some(c) => c,
+        None => Checkpoint::new(Vec::new(), Vec::new(), opts.segment_size),
     };
+    checkpoint.dirs = configured_writable;
+    checkpoint.read_only_dirs = to_strings(&read_only);
     let mut sizes: BTreeSet<u64> = checkpoint.segment_sizes.iter().copied().collect();
     sizes.insert(opts.segment_size);
     sizes.extend(list.as_slice().iter().map(|s| s.size()));
@@ -160,48 +254,34 @@ fn open_writer(dirs: Vec<PathBuf>, opts: Options) -> Result<Arc<Shared>> {
         None => min,
     };
     let writer = match list.last() {
-        Some(last) => Writer {
-            active: Some((Arc::clone(last), last.map()?)),
-            pos: end - last.start(),
-            next_start: end,
-        },
-        None => Writer {
-            active: None,
-            pos: 0,
-            next_start: end,
-        },
+        Some(last) => Writer::new(
+            Some((Arc::clone(last), last.map()?)),
+            end - last.start(),
+            end,
+        ),
+        None => Writer::new(None, 0, end),
     };
-    let writable = (0..dirs.len()).collect();
-    let shared = Arc::new(Shared {
+    let shared = Shared::new(SharedParts {
         opts,
         dirs,
-        writable,
-        segments: ArcSwap::from_pointee(list),
-        max_offset: AtomicU64::new(end),
-        min_offset: AtomicU64::new(min),
-        flushed_offset: AtomicU64::new(flushed),
-        last_timestamp_ms: AtomicU64::new(last_ts),
-        closed: AtomicBool::new(false),
-        generation: fork_generation(),
-        writer: Some(Mutex::new(writer)),
-        poisoned: Mutex::new(None),
-        flush_lock: Mutex::new(()),
-        checkpoint: Mutex::new(checkpoint),
-        refresh_lock: Mutex::new(()),
-        lock: Mutex::new(Some(lock)),
-        flusher: Mutex::new(None),
-    });
+        list,
+        end,
+        min,
+        flushed,
+        last_ts,
+        writer: Some(writer),
+        checkpoint,
+        lock: Some(lock),
+    })?;
     // Sync what recovery kept, then mark the store not clean until `close` says otherwise.
     shared.flush_data()?;
     shared.write_checkpoint(false)?;
-    if shared.opts.flush != FlushMode::None {
-        *locked(&shared.flusher) = Some(Flusher::start(&shared)?);
-    }
+    shared.start_threads()?;
     Ok(shared)
 }
 
-fn open_reader(given: Vec<PathBuf>, opts: Options) -> Result<Arc<Shared>> {
-    for d in &given {
+fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> Result<Arc<Shared>> {
+    for d in given.iter().chain(&read_only) {
         if !d.is_dir() {
             return Err(Error::io(
                 "opening read-only (the directory must exist)",
@@ -210,21 +290,32 @@ fn open_reader(given: Vec<PathBuf>, opts: Options) -> Result<Arc<Shared>> {
             ));
         }
     }
-    let ckpt = read_newest(&given)?;
+    let mut paths = given.clone();
+    paths.extend(read_only.iter().cloned());
+    let ckpt = read_newest(&paths)?;
     // Any one directory of the store finds the others through the checkpoint.
-    let mut dirs = given.clone();
+    let mut dirs: Vec<Dir> = paths.iter().map(|p| Dir::new(p.clone(), false)).collect();
     if let Some(c) = &ckpt {
-        for d in c.all_dirs() {
+        for (d, ro) in c
+            .dirs
+            .iter()
+            .map(|d| (d, false))
+            .chain(c.read_only_dirs.iter().map(|d| (d, true)))
+        {
             let d = PathBuf::from(d);
-            if !dirs.contains(&d) {
-                dirs.push(d);
+            if !paths.contains(&d) {
+                paths.push(d.clone());
+                dirs.push(Dir::new(d, ro));
             }
         }
     }
     let sizes = known_sizes(ckpt.as_ref(), opts.segment_size);
+    let online = vec![true; paths.len()];
+    let min_recorded = ckpt.as_ref().map_or(0, |c| c.min_offset);
     let mut segments = Vec::new();
     for attempt in 1..=LIST_ATTEMPTS {
-        let listing = layout::list(&dirs)?;
+        let mut listing = layout::list(&paths, &online)?;
+        listing.segments.retain(|f| f.end() > min_recorded);
         let last = attempt == LIST_ATTEMPTS;
         match layout::check(&listing.segments, &sizes, last) {
             Ok(n) => {
@@ -235,31 +326,24 @@ fn open_reader(given: Vec<PathBuf>, opts: Options) -> Result<Arc<Shared>> {
             Err(e) => return Err(e),
         }
     }
-    check_against_checkpoint(&segments, ckpt.as_ref(), &dirs)?;
-    let list = segment_list(&segments, &[], opts.segment_size, false);
+    check_against_checkpoint(&segments, ckpt.as_ref(), &paths)?;
+    let list = segment_list(&segments, &[], opts.segment_size);
     let (list, end, last_ts) = recover(list, ckpt.as_ref(), false)?;
     let min = list.first().map_or(end, |s| s.start());
     let flushed = ckpt.as_ref().map_or(0, |c| c.flushed_offset.min(end));
     let checkpoint = ckpt.unwrap_or_else(|| Checkpoint::new(Vec::new(), Vec::new(), 0));
-    Ok(Arc::new(Shared {
+    Shared::new(SharedParts {
         opts,
         dirs,
-        writable: Vec::new(),
-        segments: ArcSwap::from_pointee(list),
-        max_offset: AtomicU64::new(end),
-        min_offset: AtomicU64::new(min),
-        flushed_offset: AtomicU64::new(flushed),
-        last_timestamp_ms: AtomicU64::new(last_ts),
-        closed: AtomicBool::new(false),
-        generation: fork_generation(),
+        list,
+        end,
+        min,
+        flushed,
+        last_ts,
         writer: None,
-        poisoned: Mutex::new(None),
-        flush_lock: Mutex::new(()),
-        checkpoint: Mutex::new(checkpoint),
-        refresh_lock: Mutex::new(()),
-        lock: Mutex::new(None),
-        flusher: Mutex::new(None),
-    }))
+        checkpoint,
+        lock: None,
+    })
 }
 
 fn known_sizes(ckpt: Option<&Checkpoint>, configured: u64) -> Vec<u64> {
@@ -287,7 +371,7 @@ fn check_left_out_dirs(c: &Checkpoint, given: &[PathBuf]) -> Result<()> {
     if left_out.is_empty() {
         return Ok(());
     }
-    let listing = layout::list(&left_out)?;
+    let listing = layout::list(&left_out, &vec![true; left_out.len()])?;
     let needed: Vec<String> = listing
         .segments
         .iter()
@@ -351,12 +435,8 @@ fn check_against_checkpoint(
 }
 
 /// Builds the segment list, reusing `existing` segments (and their maps) where they match.
-fn segment_list(
-    found: &[Found],
-    existing: &[Arc<Segment>],
-    segment_size: u64,
-    writable: bool,
-) -> SegmentList {
+/// Sealed segments are mapped read-only (their directory may be on a read-only filesystem).
+fn segment_list(found: &[Found], existing: &[Arc<Segment>], segment_size: u64) -> SegmentList {
     let segs = found
         .iter()
         .map(|f| {
@@ -364,10 +444,27 @@ fn segment_list(
                 .iter()
                 .find(|s| s.start() == f.start && s.path() == f.path)
                 .cloned()
-                .unwrap_or_else(|| Arc::new(Segment::new(f.start, f.len, f.path.clone(), writable)))
+                .unwrap_or_else(|| {
+                    Arc::new(Segment::new(f.start, f.len, f.path.clone(), f.dir, false))
+                })
         })
         .collect();
     SegmentList::new(segs, segment_size)
+}
+
+/// The writer's last segment, mapped for writing.
+fn writable_last(list: SegmentList) -> SegmentList {
+    let Some(last) = list.last() else { return list };
+    let seg = Segment::new(
+        last.start(),
+        last.size(),
+        last.path().to_path_buf(),
+        last.dir(),
+        true,
+    );
+    seg.set_written(last.written());
+    list.truncated_before(last.start())
+        .with_pushed(Arc::new(seg))
 }
 
 /// Finds the end of the log: trusted from a clean checkpoint, else a scan of the tail from the
@@ -421,7 +518,8 @@ fn cut_empty_tail(list: SegmentList, end: u64) -> Result<SegmentList> {
 pub(crate) fn refresh(shared: &Arc<Shared>) -> Result<u64> {
     let _guard = locked(&shared.refresh_lock);
     let current = shared.segments.load_full();
-    let listing: Listing = layout::list(&shared.dirs)?;
+    let paths = paths_of(&shared.dirs);
+    let listing: Listing = layout::list(&paths, &vec![true; paths.len()])?;
     let sizes = known_sizes(None, shared.opts.segment_size);
     // Segments deleted from the head (a cleaner) leave; new ones join if contiguous.
     let n = layout::check(&listing.segments, &sizes, true)?;
@@ -429,7 +527,6 @@ pub(crate) fn refresh(shared: &Arc<Shared>) -> Result<u64> {
         &listing.segments[..n],
         current.as_slice(),
         shared.opts.segment_size,
-        false,
     );
     let max = shared.max_offset.load(Ordering::Acquire);
     let Some(first) = list.first() else {

@@ -1,7 +1,11 @@
 //! Options of a commit log, validated once at open.
 
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::dirs::{DirEvent, DirInfo};
 use crate::error::{Error, Result};
 use crate::record::HEADER_LEN;
 
@@ -39,13 +43,32 @@ impl FlushMode {
     }
 }
 
-/// How a directory is chosen for each new segment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// A placement function: given the eligible directories and the new segment's start offset,
+/// the index of the directory to use (`None` or an index out of range falls back to round robin).
+pub type PlaceFn = dyn Fn(&[DirInfo], u64) -> Option<usize> + Send + Sync;
+
+/// How a directory is chosen for each new segment among the eligible ones.
+#[derive(Clone, Default)]
 pub enum Strategy {
-    /// RocketMQ RIP-7: segment number `start / segment_size` modulo the number of writable
-    /// directories, in the order given.
+    /// RocketMQ RIP-7: segment number `start / segment_size` modulo the number of eligible
+    /// directories, in configuration order.
     #[default]
     RoundRobin,
+    /// Kafka KIP-178 "size": the most usable free space (`f_bavail`); ties by configuration order.
+    /// Falls back to `FewestSegments` when free space cannot be read.
+    MostFree,
+    /// Kafka's count strategy: the fewest live segments of this log; ties by configuration order.
+    FewestSegments,
+    /// Random choice weighted by usable free space: a new empty disk does not take every segment.
+    WeightedFree,
+    /// A caller's function, called once per new segment with no lock held.
+    Custom(Arc<PlaceFn>),
+}
+
+impl fmt::Debug for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl Strategy {
@@ -53,15 +76,60 @@ impl Strategy {
     pub fn parse(s: &str) -> Result<Self> {
         match s {
             "round_robin" => Ok(Strategy::RoundRobin),
+            "most_free" => Ok(Strategy::MostFree),
+            "fewest_segments" => Ok(Strategy::FewestSegments),
+            "weighted_free" => Ok(Strategy::WeightedFree),
             other => Err(Error::invalid(format!(
-                "unknown placement strategy {other:?}; accepted: \"round_robin\""
+                "unknown placement strategy {other:?}; accepted: \"round_robin\", \"most_free\", \
+                 \"fewest_segments\", \"weighted_free\", or a callable"
             ))),
+        }
+    }
+
+    /// The strategy's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Strategy::RoundRobin => "round_robin",
+            Strategy::MostFree => "most_free",
+            Strategy::FewestSegments => "fewest_segments",
+            Strategy::WeightedFree => "weighted_free",
+            Strategy::Custom(_) => "custom",
         }
     }
 }
 
+/// A value for every directory, with overrides for some (RIP-7 has one ratio for all disks).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PerDir<T> {
+    /// For directories not listed in `overrides`.
+    pub default: T,
+    /// `(directory, value)` pairs; paths are made absolute at open.
+    pub overrides: Vec<(PathBuf, T)>,
+}
+
+impl<T: Clone> PerDir<T> {
+    /// The same value everywhere.
+    pub fn all(value: T) -> Self {
+        PerDir {
+            default: value,
+            overrides: Vec::new(),
+        }
+    }
+
+    /// The value for `dir`.
+    pub fn get(&self, dir: &Path) -> T {
+        self.overrides
+            .iter()
+            .find(|(p, _)| p == dir)
+            .map_or_else(|| self.default.clone(), |(_, v)| v.clone())
+    }
+}
+
+/// Receives directory state changes, on a background thread, with no lock held.
+pub type EventFn = dyn Fn(&DirEvent) + Send + Sync;
+
 /// Options of [`CommitLog::open`](crate::CommitLog::open).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Options {
     /// Size of new segment files, a multiple of 4096. Defaults to 1 GiB.
     pub segment_size: u64,
@@ -76,6 +144,58 @@ pub struct Options {
     /// Largest body accepted by `append` (a body must also fit in one segment with its header).
     /// Defaults to 4 MiB.
     pub max_message_size: u32,
+    /// Directories whose segments are read (and deleted by retention) but never written: how a
+    /// disk is retired (RocketMQ `readOnlyCommitLogStorePaths`). Defaults to none.
+    pub read_only_paths: Vec<PathBuf>,
+    /// Above this used ratio a directory's expired segments are deleted at once (RocketMQ
+    /// `diskMaxUsedSpaceRatio`). Defaults to 0.75.
+    pub max_used_ratio: PerDir<f64>,
+    /// Above this used ratio a directory takes no new segment and the oldest segments are deleted
+    /// even if not expired (RocketMQ `diskSpaceCleanForciblyRatio`). Defaults to off: a library
+    /// shares its disks with other programs.
+    pub force_clean_ratio: PerDir<Option<f64>>,
+    /// Free space to keep on every directory beyond a new segment. Defaults to 0.
+    pub min_free_bytes: u64,
+    /// Called on every change of a directory's state. Defaults to none.
+    pub on_dir_event: Option<Arc<EventFn>>,
+    /// A sealed segment expires this long after its file was last modified; `None` turns time
+    /// expiry off (RocketMQ `fileReservedTime`). Defaults to 72 hours.
+    pub retention_hours: Option<f64>,
+    /// Hours of the local day when expired segments are deleted on schedule; `None` means any
+    /// hour (RocketMQ `deleteWhen`). Defaults to 4.
+    pub delete_hours: Option<Vec<u32>>,
+    /// Oldest sealed segments are deleted while the log without them stays at or above this size
+    /// (Kafka `retention.bytes`). Defaults to off.
+    pub retention_bytes: Option<u64>,
+    /// At most this many segments are deleted in one pass (RocketMQ `deleteFileBatchMax`).
+    /// Defaults to 10.
+    pub max_deletes_per_pass: usize,
+    /// Period of the cleaner thread; zero disables it (passes then run only through `clean`).
+    /// Defaults to 10 s.
+    pub clean_interval: Duration,
+}
+
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Options")
+            .field("segment_size", &self.segment_size)
+            .field("strategy", &self.strategy)
+            .field("read_only", &self.read_only)
+            .field("flush", &self.flush)
+            .field("flush_interval", &self.flush_interval)
+            .field("max_message_size", &self.max_message_size)
+            .field("read_only_paths", &self.read_only_paths)
+            .field("max_used_ratio", &self.max_used_ratio)
+            .field("force_clean_ratio", &self.force_clean_ratio)
+            .field("min_free_bytes", &self.min_free_bytes)
+            .field("on_dir_event", &self.on_dir_event.is_some())
+            .field("retention_hours", &self.retention_hours)
+            .field("delete_hours", &self.delete_hours)
+            .field("retention_bytes", &self.retention_bytes)
+            .field("max_deletes_per_pass", &self.max_deletes_per_pass)
+            .field("clean_interval", &self.clean_interval)
+            .finish()
+    }
 }
 
 impl Default for Options {
@@ -87,6 +207,16 @@ impl Default for Options {
             flush: FlushMode::Async,
             flush_interval: Duration::from_millis(500),
             max_message_size: 4 << 20,
+            read_only_paths: Vec::new(),
+            max_used_ratio: PerDir::all(0.75),
+            force_clean_ratio: PerDir::all(None),
+            min_free_bytes: 0,
+            on_dir_event: None,
+            retention_hours: Some(72.0),
+            delete_hours: Some(vec![4]),
+            retention_bytes: None,
+            max_deletes_per_pass: 10,
+            clean_interval: Duration::from_secs(10),
         }
     }
 }
@@ -134,6 +264,76 @@ impl Options {
         self
     }
 
+    /// Sets [`Options::read_only_paths`].
+    #[must_use]
+    pub fn read_only_paths<P: AsRef<Path>>(mut self, paths: &[P]) -> Self {
+        self.read_only_paths = paths.iter().map(|p| p.as_ref().to_path_buf()).collect();
+        self
+    }
+
+    /// Sets [`Options::max_used_ratio`] for every directory.
+    #[must_use]
+    pub fn max_used_ratio(mut self, ratio: f64) -> Self {
+        self.max_used_ratio = PerDir::all(ratio);
+        self
+    }
+
+    /// Sets [`Options::force_clean_ratio`] for every directory.
+    #[must_use]
+    pub fn force_clean_ratio(mut self, ratio: Option<f64>) -> Self {
+        self.force_clean_ratio = PerDir::all(ratio);
+        self
+    }
+
+    /// Sets [`Options::min_free_bytes`].
+    #[must_use]
+    pub fn min_free_bytes(mut self, bytes: u64) -> Self {
+        self.min_free_bytes = bytes;
+        self
+    }
+
+    /// Sets [`Options::on_dir_event`].
+    #[must_use]
+    pub fn on_dir_event(mut self, f: impl Fn(&DirEvent) + Send + Sync + 'static) -> Self {
+        self.on_dir_event = Some(Arc::new(f));
+        self
+    }
+
+    /// Sets [`Options::retention_hours`].
+    #[must_use]
+    pub fn retention_hours(mut self, hours: Option<f64>) -> Self {
+        self.retention_hours = hours;
+        self
+    }
+
+    /// Sets [`Options::delete_hours`].
+    #[must_use]
+    pub fn delete_hours(mut self, hours: Option<Vec<u32>>) -> Self {
+        self.delete_hours = hours;
+        self
+    }
+
+    /// Sets [`Options::retention_bytes`].
+    #[must_use]
+    pub fn retention_bytes(mut self, bytes: Option<u64>) -> Self {
+        self.retention_bytes = bytes;
+        self
+    }
+
+    /// Sets [`Options::max_deletes_per_pass`].
+    #[must_use]
+    pub fn max_deletes_per_pass(mut self, n: usize) -> Self {
+        self.max_deletes_per_pass = n;
+        self
+    }
+
+    /// Sets [`Options::clean_interval`].
+    #[must_use]
+    pub fn clean_interval(mut self, interval: Duration) -> Self {
+        self.clean_interval = interval;
+        self
+    }
+
     /// Checks every option; the error says what was wrong and what is accepted.
     pub fn validate(&self) -> Result<()> {
         if self.segment_size < SEGMENT_ALIGN || !self.segment_size.is_multiple_of(SEGMENT_ALIGN) {
@@ -151,6 +351,40 @@ impl Options {
         }
         if self.flush_interval.is_zero() {
             return Err(Error::invalid("flush_interval_ms must be at least 1"));
+        }
+        let ratio_ok = |r: f64| r > 0.0 && r <= 1.0;
+        let ratios = std::iter::once(self.max_used_ratio.default)
+            .chain(self.max_used_ratio.overrides.iter().map(|(_, r)| *r))
+            .chain(self.force_clean_ratio.default)
+            .chain(
+                self.force_clean_ratio
+                    .overrides
+                    .iter()
+                    .filter_map(|(_, r)| *r),
+            );
+        for r in ratios {
+            if !ratio_ok(r) {
+                return Err(Error::invalid(format!(
+                    "ratios (max_used_ratio, force_clean_ratio) must be in (0, 1], got {r}"
+                )));
+            }
+        }
+        if let Some(h) = self.retention_hours {
+            if !(h >= 0.0 && h.is_finite()) {
+                return Err(Error::invalid(format!(
+                    "retention_hours must be a non-negative number or None, got {h}"
+                )));
+            }
+        }
+        if let Some(hours) = &self.delete_hours {
+            if let Some(bad) = hours.iter().find(|&&h| h > 23) {
+                return Err(Error::invalid(format!(
+                    "delete_hours must be hours of the day in 0..=23, got {bad}"
+                )));
+            }
+        }
+        if self.max_deletes_per_pass == 0 {
+            return Err(Error::invalid("max_deletes_per_pass must be at least 1"));
         }
         if self.max_message_size as usize > u32::MAX as usize - HEADER_LEN {
             return Err(Error::invalid(format!(

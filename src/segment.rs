@@ -83,6 +83,7 @@ pub struct Segment {
     start: u64,
     size: u64,
     path: PathBuf,
+    dir: usize,
     writable: bool,
     /// End of the records in this segment, relative to `start` (the filler is not counted).
     written: AtomicU64,
@@ -90,12 +91,14 @@ pub struct Segment {
 }
 
 impl Segment {
-    /// A segment of `size` bytes at `start`, stored at `path`; mapped lazily.
-    pub fn new(start: u64, size: u64, path: PathBuf, writable: bool) -> Segment {
+    /// A segment of `size` bytes at `start`, stored at `path` in directory number `dir`; mapped
+    /// lazily, for writing only if `writable` (the writer's active segment).
+    pub fn new(start: u64, size: u64, path: PathBuf, dir: usize, writable: bool) -> Segment {
         Segment {
             start,
             size,
             path,
+            dir,
             writable,
             written: AtomicU64::new(0),
             map: OnceLock::new(),
@@ -125,6 +128,11 @@ impl Segment {
     /// Full path of the file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Index of the directory holding the file, in the store's directory list.
+    pub fn dir(&self) -> usize {
+        self.dir
     }
 
     /// End of the records, relative to the start.

@@ -64,6 +64,12 @@ impl SegmentList {
         self.derive(segments)
     }
 
+    /// A copy without the segments that end at or before `offset` (deleted from the head).
+    pub fn without_head_before(&self, offset: u64) -> SegmentList {
+        let skip = self.segments.partition_point(|s| s.end() <= offset);
+        self.derive(self.segments[skip..].to_vec())
+    }
+
     /// A copy without the segments that start at or after `start`.
     pub fn truncated_before(&self, start: u64) -> SegmentList {
         let keep = self.segments.partition_point(|s| s.start() < start);
@@ -105,7 +111,7 @@ mod tests {
         let segs = sizes
             .iter()
             .map(|&size| {
-                let s = Arc::new(Segment::new(start, size, PathBuf::new(), false));
+                let s = Arc::new(Segment::new(start, size, PathBuf::new(), 0, false));
                 start += size;
                 s
             })

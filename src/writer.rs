@@ -10,13 +10,16 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, TryLockError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::dirs::{DirInfo, DirState};
 use crate::error::{Error, Result};
 use crate::fs::{create_preallocated, is_no_space, remove_durably, segment_name};
 use crate::log::{locked, Shared};
-use crate::options::FlushMode;
-use crate::placement::candidates;
+use crate::options::{FlushMode, PlaceFn, Strategy};
+use crate::placement;
 use crate::record::{body_crc, filler, Header, FILLER_LEN, HEADER_LEN};
 use crate::segment::{Mapping, Segment};
+use crate::stats::Stats;
+use std::collections::HashMap;
 
 /// The writer's position: the active segment and where the next record goes in it.
 #[derive(Debug)]
@@ -27,9 +30,20 @@ pub(crate) struct Writer {
     pub pos: u64,
     /// Start of the first segment when the log has none yet.
     pub next_start: u64,
+    /// Directories a custom strategy chose for upcoming segments, by start offset.
+    pub hints: HashMap<u64, usize>,
 }
 
 impl Writer {
+    pub fn new(active: Option<(Arc<Segment>, Arc<Mapping>)>, pos: u64, next_start: u64) -> Writer {
+        Writer {
+            active,
+            pos,
+            next_start,
+            hints: HashMap::new(),
+        }
+    }
+
     /// The end of the log: after the last record, or the next segment's start when too few
     /// bytes are left for even a filler (the segment is full).
     fn end(&self) -> u64 {
@@ -91,10 +105,27 @@ impl Shared {
         for b in bodies {
             self.check_size(b.as_ref().len())?;
         }
-        let end = {
+        let mut sink = sink;
+        let mut asked = false;
+        let end = loop {
             let mut w = locked(mutex);
             self.check_writable()?;
-            self.write_batch(&mut w, bodies, sink)?
+            if let (Strategy::Custom(place), false) = (&self.opts.strategy, asked) {
+                let unplaced: Vec<u64> = self
+                    .planned_starts(&w, bodies)
+                    .into_iter()
+                    .filter(|s| !w.hints.contains_key(s))
+                    .collect();
+                if !unplaced.is_empty() {
+                    // The caller's function runs with no lock held (it may even append).
+                    drop(w);
+                    asked = true;
+                    let chosen = self.ask_custom(place.as_ref(), &unplaced);
+                    locked(mutex).hints.extend(chosen);
+                    continue;
+                }
+            }
+            break self.write_batch(&mut w, bodies, &mut sink)?;
         };
         if self.opts.flush == FlushMode::Sync {
             self.flush_to(end)?;
@@ -187,6 +218,7 @@ impl Shared {
             seg.set_written(end - seg.start());
         }
         self.last_timestamp_ms.fetch_max(ts, Ordering::Relaxed);
+        Stats::add(&self.stats.appends, bodies.len() as u64);
         self.max_offset.store(end, Ordering::Release);
         if sealed_any {
             log::debug!("rolled to a new segment; log end {end}");
@@ -194,14 +226,8 @@ impl Shared {
         Ok(end)
     }
 
-    /// Creates every segment the batch will need before writing any record, so a full disk fails
-    /// the batch cleanly. Returns them mapped and already in the segment list (past `max_offset`,
-    /// so invisible to readers until published).
-    fn create_needed_segments<B: AsRef<[u8]>>(
-        &self,
-        w: &Writer,
-        bodies: &[B],
-    ) -> Result<Vec<(Arc<Segment>, Arc<Mapping>)>> {
+    /// Start offsets of the segments a batch will need.
+    fn planned_starts<B: AsRef<[u8]>>(&self, w: &Writer, bodies: &[B]) -> Vec<u64> {
         let (mut start, mut size, mut pos) = match &w.active {
             Some((seg, _)) => (seg.start(), seg.size(), w.pos),
             None => (w.next_start, 0, 0),
@@ -217,9 +243,41 @@ impl Shared {
             }
             pos += len;
         }
+        starts
+    }
+
+    /// Asks a custom strategy for each start; a bad answer falls back to the built-in order.
+    fn ask_custom(&self, place: &PlaceFn, starts: &[u64]) -> Vec<(u64, usize)> {
+        let eligible = self.eligible_dirs();
+        let infos: Vec<DirInfo> = eligible.iter().map(|(_, d)| d.clone()).collect();
+        starts
+            .iter()
+            .filter_map(|&start| match place(&infos, start) {
+                Some(k) if k < eligible.len() => Some((start, eligible[k].0)),
+                other => {
+                    log::warn!(
+                        "custom strategy gave {other:?} for the segment at {start} ({} eligible \
+                         directories); using round robin",
+                        eligible.len()
+                    );
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// Creates every segment the batch will need before writing any record, so a full disk fails
+    /// the batch cleanly. Returns them mapped and already in the segment list (past `max_offset`,
+    /// so invisible to readers until published).
+    fn create_needed_segments<B: AsRef<[u8]>>(
+        &self,
+        w: &mut Writer,
+        bodies: &[B],
+    ) -> Result<Vec<(Arc<Segment>, Arc<Mapping>)>> {
+        let starts = self.planned_starts(w, bodies);
         let mut created: Vec<(Arc<Segment>, Arc<Mapping>)> = Vec::with_capacity(starts.len());
         for start in starts {
-            match self.create_segment(start) {
+            match self.create_segment(start, w.hints.remove(&start)) {
                 Ok(s) => created.push(s),
                 Err(e) => {
                     for (seg, _) in &created {
@@ -237,44 +295,121 @@ impl Shared {
         Ok(created)
     }
 
-    /// Creates, maps and lists one segment, trying directories in placement order.
-    fn create_segment(&self, start: u64) -> Result<(Arc<Segment>, Arc<Mapping>)> {
-        let size = self.opts.segment_size;
-        let name = segment_name(start);
-        let order = candidates(self.opts.strategy, &self.writable, start, size);
-        let mut tried = Vec::new();
-        let mut other_error = None;
-        for dir_idx in order {
-            let dir = &self.dirs[dir_idx];
-            match create_preallocated(dir, &name, size) {
-                Ok(path) => {
-                    let seg = Arc::new(Segment::new(start, size, path, true));
-                    let map = seg.map()?;
-                    let list = self.segments.load();
-                    self.segments
-                        .store(Arc::new(list.with_pushed(Arc::clone(&seg))));
-                    return Ok((seg, map));
-                }
-                Err(Error::Io { source, path, .. }) if is_no_space(&source) => {
-                    log::warn!("no space for a new segment in {}", dir.display());
-                    tried.push(format!("{}: {source}", path.display()));
-                }
-                Err(e) => {
-                    log::warn!("cannot create a segment in {}: {e}", dir.display());
-                    other_error.get_or_insert(e);
+    /// Judges every writable directory now (usage, `min_free_bytes`, `force_clean_ratio`),
+    /// reporting changes, and returns the eligible ones: (index into `dirs`, info).
+    pub(crate) fn eligible_dirs(&self) -> Vec<(usize, DirInfo)> {
+        let need = self.opts.segment_size + self.opts.min_free_bytes;
+        let mut out = Vec::new();
+        for (i, info) in self.dir_infos().into_iter().enumerate() {
+            if matches!(info.state, DirState::ReadOnly | DirState::Offline) {
+                continue;
+            }
+            let force = self.opts.force_clean_ratio.get(&info.path);
+            let refusal = match info.used_ratio {
+                // Unknown usage: try it; creation reports a real shortage.
+                None => None,
+                Some(_) if info.free_bytes < need => Some(format!(
+                    "{} bytes free, a new segment needs {need} (segment_size + min_free_bytes)",
+                    info.free_bytes
+                )),
+                Some(r) if force.is_some_and(|f| r >= f) => Some(format!(
+                    "used ratio {r:.3} is at or above force_clean_ratio {}",
+                    force.unwrap_or(1.0)
+                )),
+                Some(_) => None,
+            };
+            match refusal {
+                Some(why) => self.set_dir_state(i, DirState::Full, Some(why)),
+                None => {
+                    self.set_dir_state(i, DirState::Writable, None);
+                    out.push((i, info));
                 }
             }
         }
-        if let Some(e) = other_error {
-            return Err(e);
+        out
+    }
+
+    /// Creates, maps and lists one segment. Eligible directories are tried in placement order
+    /// (`hint` first: a custom strategy's choice); one that fails other than by lack of space goes
+    /// offline. With none eligible, one cleaning pass runs and the choice is made again.
+    fn create_segment(
+        &self,
+        start: u64,
+        hint: Option<usize>,
+    ) -> Result<(Arc<Segment>, Arc<Mapping>)> {
+        let size = self.opts.segment_size;
+        let name = segment_name(start);
+        let mut eligible = self.eligible_dirs();
+        if eligible.is_empty() {
+            match self.clean_pass(false) {
+                Ok(n) if n > 0 => log::info!("a full-disk roll cleaned {n} segments"),
+                Ok(_) => {}
+                Err(e) => log::warn!("cleaning before a full-disk roll failed: {e}"),
+            }
+            eligible = self.eligible_dirs();
         }
+        let infos: Vec<DirInfo> = eligible.iter().map(|(_, d)| d.clone()).collect();
+        let shares: Vec<usize> = eligible
+            .iter()
+            .map(|(i, _)| {
+                let dev = self.dirs[*i].dev;
+                eligible
+                    .iter()
+                    .filter(|(j, _)| dev.is_some() && self.dirs[*j].dev == dev)
+                    .count()
+                    .max(1)
+            })
+            .collect();
+        let mut order: Vec<usize> =
+            placement::order(&self.opts.strategy, &infos, &shares, start, size)
+                .into_iter()
+                .map(|k| eligible[k].0)
+                .collect();
+        if let Some(h) = hint.filter(|h| order.contains(h)) {
+            order.retain(|&i| i != h);
+            order.insert(0, h);
+        }
+        for dir_idx in order {
+            let dir = &self.dirs[dir_idx].path;
+            let created = create_preallocated(dir, &name, size).and_then(|path| {
+                let seg = Arc::new(Segment::new(start, size, path, dir_idx, true));
+                let map = seg.map()?;
+                Ok((seg, map))
+            });
+            match created {
+                Ok((seg, map)) => {
+                    self.segments.rcu(|l| l.with_pushed(Arc::clone(&seg)));
+                    Stats::add(&self.stats.segments_created, 1);
+                    return Ok((seg, map));
+                }
+                Err(Error::Io { source, .. }) if is_no_space(&source) => {
+                    self.set_dir_state(dir_idx, DirState::Full, Some(source.to_string()));
+                }
+                Err(e) => {
+                    // Kafka's JBOD rule: a directory failing on create goes offline for good.
+                    let _ = std::fs::remove_file(dir.join(&name));
+                    self.set_dir_state(dir_idx, DirState::Offline, Some(e.to_string()));
+                }
+            }
+        }
+        let why: Vec<String> = self
+            .dir_infos()
+            .iter()
+            .map(|d| {
+                format!(
+                    "{}: {}{}",
+                    d.path.display(),
+                    d.state.as_str(),
+                    d.error
+                        .as_ref()
+                        .map(|e| format!(" ({e})"))
+                        .unwrap_or_default()
+                )
+            })
+            .collect();
         Err(Error::DiskFull {
             needed: size,
-            tried: if tried.is_empty() {
-                "no writable directory".into()
-            } else {
-                tried.join("; ")
-            },
+            tried: why.join("; "),
         })
     }
 }

@@ -73,6 +73,23 @@ pub fn paths(obj: &Bound<'_, PyAny>) -> PyResult<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// `read_only_paths`: like `paths`, but may be empty.
+pub fn paths_or_empty(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<PathBuf>> {
+    if obj.is_none() {
+        return Ok(Vec::new());
+    }
+    if !obj.is_instance_of::<PyString>() && !obj.hasattr("__fspath__")? {
+        if let Ok(mut it) = obj.try_iter() {
+            if it.next().is_none() {
+                return Ok(Vec::new());
+            }
+        }
+    }
+    paths(obj).map_err(|e| {
+        Python::attach(|py| PyErr::from_type(e.get_type(py), format!("{what}: {}", e.value(py))))
+    })
+}
+
 /// A non-negative int (bools refused) that fits in `u64`.
 pub fn uint(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
     if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {

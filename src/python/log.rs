@@ -1,17 +1,19 @@
 //! The Python `CommitLog` class and the objects it hands out.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
-use std::time::Duration;
 
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyMemoryView, PySlice, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyMemoryView, PySlice, PyString, PyTuple};
 
 use super::args;
 use super::buffer::SegmentBuffer;
-use crate::{CommitLog, Error, FlushMode, Options, RecordRef, Scan, Strategy};
+use super::dirs::PyDirInfo;
+use super::options;
+use crate::{CommitLog, Error, RecordRef, Scan};
 
 /// Cached memoryviews over whole segments, keyed by segment start; bounded so that a long scan
 /// over many segments does not pin every map.
@@ -26,6 +28,8 @@ pub struct PyCommitLog {
     log: CommitLog,
     /// segment start -> (address of its map, memoryview over the whole map)
     views: Mutex<HashMap<u64, (usize, Py<PyMemoryView>)>>,
+    /// `min_offset` when the cache was last pruned of deleted segments.
+    min_seen: AtomicU64,
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -55,6 +59,7 @@ impl PyCommitLog {
     fn body_view<'py>(&self, py: Python<'py>, rec: &RecordRef) -> PyResult<Bound<'py, PyAny>> {
         let (map, range) = rec.mapping();
         let key = rec.segment_start();
+        self.prune_views();
         let id = Arc::as_ptr(map) as usize;
         let cached = locked(&self.views)
             .get(&key)
@@ -75,6 +80,15 @@ impl PyCommitLog {
         };
         let slice = PySlice::new(py, range.start as isize, range.end as isize, 1);
         whole.get_item(slice)
+    }
+
+    /// Drops cached views of deleted segments, so their maps (and disk space) can go once no
+    /// caller holds a view.
+    fn prune_views(&self) {
+        let min = self.log.min_offset().unwrap_or(0);
+        if self.min_seen.swap(min, Ordering::Relaxed) != min {
+            locked(&self.views).retain(|&start, _| start >= min);
+        }
     }
 
     fn record(&self, py: Python<'_>, rec: &RecordRef) -> PyResult<PyRecord> {
@@ -110,46 +124,62 @@ impl PyCommitLog {
         flush = None,
         flush_interval_ms = None,
         max_message_size = None,
+        read_only_paths = None,
+        max_used_ratio = None,
+        force_clean_ratio = None,
+        min_free_bytes = None,
+        on_dir_event = None,
+        retention_hours = None,
+        delete_hours = None,
+        retention_bytes = None,
+        max_deletes_per_pass = None,
+        clean_interval_ms = None,
     ))]
     #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        paths: &Bound<'_, PyAny>,
-        segment_size: Option<&Bound<'_, PyAny>>,
-        strategy: Option<&Bound<'_, PyAny>>,
-        read_only: Option<&Bound<'_, PyAny>>,
-        flush: Option<&Bound<'_, PyAny>>,
-        flush_interval_ms: Option<&Bound<'_, PyAny>>,
-        max_message_size: Option<&Bound<'_, PyAny>>,
+    fn new<'py>(
+        py: Python<'py>,
+        paths: &Bound<'py, PyAny>,
+        segment_size: Option<&Bound<'py, PyAny>>,
+        strategy: Option<&Bound<'py, PyAny>>,
+        read_only: Option<&Bound<'py, PyAny>>,
+        flush: Option<&Bound<'py, PyAny>>,
+        flush_interval_ms: Option<&Bound<'py, PyAny>>,
+        max_message_size: Option<&Bound<'py, PyAny>>,
+        read_only_paths: Option<&Bound<'py, PyAny>>,
+        max_used_ratio: Option<&Bound<'py, PyAny>>,
+        force_clean_ratio: Option<&Bound<'py, PyAny>>,
+        min_free_bytes: Option<&Bound<'py, PyAny>>,
+        on_dir_event: Option<&Bound<'py, PyAny>>,
+        retention_hours: Option<&Bound<'py, PyAny>>,
+        delete_hours: Option<&Bound<'py, PyAny>>,
+        retention_bytes: Option<&Bound<'py, PyAny>>,
+        max_deletes_per_pass: Option<&Bound<'py, PyAny>>,
+        clean_interval_ms: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Self> {
         let dirs = args::paths(paths)?;
-        let mut opts = Options::default();
-        if let Some(v) = segment_size {
-            opts.segment_size = args::uint(v, "segment_size")?;
-        }
-        if let Some(v) = strategy {
-            opts.strategy = Strategy::parse(&args::string(v, "strategy")?)?;
-        }
-        if let Some(v) = read_only {
-            opts.read_only = args::boolean(v, "read_only")?;
-        }
-        if let Some(v) = flush {
-            opts.flush = FlushMode::parse(&args::string(v, "flush")?)?;
-        }
-        if let Some(v) = flush_interval_ms {
-            opts.flush_interval = Duration::from_millis(args::uint(v, "flush_interval_ms")?);
-        }
-        if let Some(v) = max_message_size {
-            let n = args::uint(v, "max_message_size")?;
-            opts.max_message_size = u32::try_from(n).map_err(|_| {
-                PyValueError::new_err(format!("max_message_size must be below 2**32, got {n}"))
-            })?;
-        }
-        opts.validate()?;
+        let opts = options::build(&options::Kwargs {
+            segment_size,
+            strategy,
+            read_only,
+            flush,
+            flush_interval_ms,
+            max_message_size,
+            read_only_paths,
+            max_used_ratio,
+            force_clean_ratio,
+            min_free_bytes,
+            on_dir_event,
+            retention_hours,
+            delete_hours,
+            retention_bytes,
+            max_deletes_per_pass,
+            clean_interval_ms,
+        })?;
         let log = py.detach(|| CommitLog::open(&dirs, opts))?;
         Ok(PyCommitLog {
             log,
             views: Mutex::new(HashMap::new()),
+            min_seen: AtomicU64::new(0),
         })
     }
 
@@ -290,10 +320,52 @@ impl PyCommitLog {
     #[getter]
     fn paths(&self) -> Vec<String> {
         self.log
-            .dirs()
+            .paths()
             .iter()
             .map(|d| d.to_string_lossy().into_owned())
             .collect()
+    }
+
+    /// Every directory, in configuration order, with its state and usage.
+    fn dirs(&self, py: Python<'_>) -> PyResult<Vec<PyDirInfo>> {
+        let infos = py.detach(|| self.log.dirs())?;
+        Ok(infos.into_iter().map(PyDirInfo::from).collect())
+    }
+
+    /// Counters: appends, segments created and deleted, cleaner passes, last cleaner error.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.log.stats()?;
+        let d = PyDict::new(py);
+        d.set_item("appends", s.appends)?;
+        d.set_item("segments_created", s.segments_created)?;
+        d.set_item("syncs", s.syncs)?;
+        d.set_item("clean_passes", s.clean_passes)?;
+        d.set_item("segments_deleted", s.segments_deleted)?;
+        d.set_item("bytes_deleted", s.bytes_deleted)?;
+        d.set_item("clean_last_error", s.clean_last_error)?;
+        d.set_item("fallback_lookups", self.log.fallback_lookups())?;
+        d.set_item("strategy", self.log.options().strategy.name())?;
+        d.set_item(
+            "flush",
+            format!("{:?}", self.log.options().flush).to_lowercase(),
+        )?;
+        Ok(d)
+    }
+
+    /// Runs one cleaning pass now; returns the number of segments deleted. `force=True` ignores
+    /// `delete_hours`.
+    #[pyo3(signature = (force = false))]
+    fn clean(&self, py: Python<'_>, force: bool) -> PyResult<usize> {
+        Ok(py.detach(|| self.log.clean(force))?)
+    }
+
+    /// Deletes the sealed segments that end at or before `offset`; returns the new `min_offset`.
+    #[pyo3(signature = (offset, /))]
+    fn truncate_before(&self, py: Python<'_>, offset: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let off = args::offset(offset, "offset")?.clamp(0, u64::MAX as i128) as u64;
+        let min = py.detach(|| self.log.truncate_before(off))?;
+        self.prune_views();
+        Ok(min)
     }
 
     /// Syncs everything appended so far; returns `flushed_offset`.

@@ -5,8 +5,10 @@
 
 mod args;
 mod buffer;
+mod dirs;
 mod errors;
 mod log;
+mod options;
 
 use pyo3::prelude::*;
 
@@ -20,7 +22,19 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<log::PySegment>()?;
     m.add_class::<log::PyScan>()?;
     m.add_class::<buffer::SegmentBuffer>()?;
+    m.add_class::<dirs::PyDirInfo>()?;
     m.add("HEADER_LEN", crate::HEADER_LEN)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
+}
+
+/// Logs a warning on the `rmqlog` Python logger (for errors raised by user callbacks).
+fn log_warning(py: Python<'_>, msg: &str) {
+    let logged = py
+        .import("logging")
+        .and_then(|l| l.call_method1("getLogger", ("rmqlog",)))
+        .and_then(|l| l.call_method1("warning", (msg,)));
+    if logged.is_err() {
+        eprintln!("rmqlog: {msg}");
+    }
 }

@@ -1,0 +1,196 @@
+//! `CommitLog(...)` keyword arguments -> [`Options`]. Every value is checked here, before anything
+//! touches the disk.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyFloat, PyInt, PyList};
+
+use super::args;
+use super::dirs::PyDirInfo;
+use crate::{DirEvent, DirInfo, FlushMode, Options, PerDir, Strategy};
+
+/// The keyword arguments of `CommitLog`, as given.
+#[derive(Default)]
+pub struct Kwargs<'a, 'py> {
+    pub segment_size: Option<&'a Bound<'py, PyAny>>,
+    pub strategy: Option<&'a Bound<'py, PyAny>>,
+    pub read_only: Option<&'a Bound<'py, PyAny>>,
+    pub flush: Option<&'a Bound<'py, PyAny>>,
+    pub flush_interval_ms: Option<&'a Bound<'py, PyAny>>,
+    pub max_message_size: Option<&'a Bound<'py, PyAny>>,
+    pub read_only_paths: Option<&'a Bound<'py, PyAny>>,
+    pub max_used_ratio: Option<&'a Bound<'py, PyAny>>,
+    pub force_clean_ratio: Option<&'a Bound<'py, PyAny>>,
+    pub min_free_bytes: Option<&'a Bound<'py, PyAny>>,
+    pub on_dir_event: Option<&'a Bound<'py, PyAny>>,
+    pub retention_hours: Option<&'a Bound<'py, PyAny>>,
+    pub delete_hours: Option<&'a Bound<'py, PyAny>>,
+    pub retention_bytes: Option<&'a Bound<'py, PyAny>>,
+    pub max_deletes_per_pass: Option<&'a Bound<'py, PyAny>>,
+    pub clean_interval_ms: Option<&'a Bound<'py, PyAny>>,
+}
+
+fn number(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<f64> {
+    if obj.is_instance_of::<pyo3::types::PyBool>()
+        || !(obj.is_instance_of::<PyFloat>() || obj.is_instance_of::<PyInt>())
+    {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be a number, got {}",
+            args::type_of(obj)
+        )));
+    }
+    obj.extract()
+}
+
+/// A ratio for every directory, or `{path: ratio}` overrides.
+fn per_dir<T: Clone>(
+    obj: &Bound<'_, PyAny>,
+    what: &str,
+    default: T,
+    wrap: impl Fn(f64) -> T,
+) -> PyResult<PerDir<T>> {
+    if let Ok(map) = obj.cast::<PyDict>() {
+        let mut overrides = Vec::new();
+        for (k, v) in map.iter() {
+            let dir: PathBuf = args::paths(&k)?
+                .into_iter()
+                .next()
+                .ok_or_else(|| PyValueError::new_err(format!("{what}: empty path key")))?;
+            let value = number(&v, &format!("{what}[{dir:?}]"))?;
+            overrides.push((dir, wrap(value)));
+        }
+        return Ok(PerDir { default, overrides });
+    }
+    Ok(PerDir::all(wrap(number(obj, what)?)))
+}
+
+fn py_strategy(obj: &Bound<'_, PyAny>) -> PyResult<Strategy> {
+    if obj.is_callable() {
+        let f: Py<PyAny> = obj.clone().unbind();
+        return Ok(Strategy::Custom(Arc::new(
+            move |dirs: &[DirInfo], start: u64| {
+                Python::attach(|py| {
+                    let infos: Vec<PyDirInfo> = dirs.iter().cloned().map(PyDirInfo::from).collect();
+                    let answer = PyList::new(py, infos)
+                        .and_then(|l| f.call1(py, (l, start)))
+                        .and_then(|r| r.extract::<usize>(py));
+                    match answer {
+                        Ok(i) => Some(i),
+                        Err(e) => {
+                            super::log_warning(py, &format!("placement strategy raised: {e}"));
+                            None
+                        }
+                    }
+                })
+            },
+        )));
+    }
+    Ok(Strategy::parse(&args::string(obj, "strategy")?)?)
+}
+
+fn py_event_callback(obj: &Bound<'_, PyAny>) -> PyResult<Arc<crate::EventFn>> {
+    if !obj.is_callable() {
+        return Err(PyTypeError::new_err(format!(
+            "on_dir_event must be callable (path, old_state, new_state, reason), got {}",
+            args::type_of(obj)
+        )));
+    }
+    let f: Py<PyAny> = obj.clone().unbind();
+    Ok(Arc::new(move |ev: &DirEvent| {
+        Python::attach(|py| {
+            let path = ev.path.to_string_lossy().into_owned();
+            if let Err(e) = f.call1(py, (path, ev.old.as_str(), ev.new.as_str(), &ev.reason)) {
+                super::log_warning(py, &format!("on_dir_event callback raised: {e}"));
+            }
+        })
+    }))
+}
+
+/// Builds and validates the options.
+pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
+    let mut o = Options::default();
+    if let Some(v) = k.segment_size {
+        o.segment_size = args::uint(v, "segment_size")?;
+    }
+    if let Some(v) = k.strategy {
+        o.strategy = py_strategy(v)?;
+    }
+    if let Some(v) = k.read_only {
+        o.read_only = args::boolean(v, "read_only")?;
+    }
+    if let Some(v) = k.flush {
+        o.flush = FlushMode::parse(&args::string(v, "flush")?)?;
+    }
+    if let Some(v) = k.flush_interval_ms {
+        o.flush_interval = Duration::from_millis(args::uint(v, "flush_interval_ms")?);
+    }
+    if let Some(v) = k.max_message_size {
+        let n = args::uint(v, "max_message_size")?;
+        o.max_message_size = u32::try_from(n).map_err(|_| {
+            PyValueError::new_err(format!("max_message_size must be below 2**32, got {n}"))
+        })?;
+    }
+    if let Some(v) = k.read_only_paths {
+        o.read_only_paths = args::paths_or_empty(v, "read_only_paths")?;
+    }
+    if let Some(v) = k.max_used_ratio {
+        o.max_used_ratio = per_dir(v, "max_used_ratio", 0.75, |r| r)?;
+    }
+    if let Some(v) = k.force_clean_ratio.filter(|v| !v.is_none()) {
+        o.force_clean_ratio = per_dir(v, "force_clean_ratio", None, Some)?;
+    }
+    if let Some(v) = k.min_free_bytes {
+        o.min_free_bytes = args::uint(v, "min_free_bytes")?;
+    }
+    if let Some(v) = k.on_dir_event.filter(|v| !v.is_none()) {
+        o.on_dir_event = Some(py_event_callback(v)?);
+    }
+    if let Some(v) = k.retention_hours {
+        o.retention_hours = if v.is_none() {
+            None
+        } else {
+            Some(number(v, "retention_hours")?)
+        };
+    }
+    if let Some(v) = k.delete_hours {
+        o.delete_hours = if v.is_none() {
+            None
+        } else {
+            let hours: Vec<u64> = v
+                .try_iter()
+                .map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "delete_hours must be a sequence of hours (0-23) or None, got {}",
+                        args::type_of(v)
+                    ))
+                })?
+                .map(|h| args::uint(&h?, "delete_hours[]"))
+                .collect::<PyResult<_>>()?;
+            Some(
+                hours
+                    .into_iter()
+                    .map(|h| h.min(u64::from(u32::MAX)) as u32)
+                    .collect(),
+            )
+        };
+    }
+    if let Some(v) = k.retention_bytes {
+        o.retention_bytes = if v.is_none() {
+            None
+        } else {
+            Some(args::uint(v, "retention_bytes")?)
+        };
+    }
+    if let Some(v) = k.max_deletes_per_pass {
+        o.max_deletes_per_pass = args::uint(v, "max_deletes_per_pass")? as usize;
+    }
+    if let Some(v) = k.clean_interval_ms {
+        o.clean_interval = Duration::from_millis(args::uint(v, "clean_interval_ms")?);
+    }
+    o.validate()?;
+    Ok(o)
+}
