@@ -1,7 +1,7 @@
 """Type stubs for the native half of rmqlog."""
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Literal, Self, final
 
@@ -77,6 +77,36 @@ class Segment:
         """Bytes in use: the end of the records in the active segment, all of a sealed one."""
 
 @final
+class DirInfo:
+    """One directory of the store: its state and disk usage."""
+
+    @property
+    def path(self) -> str:
+        """The directory, absolute."""
+    @property
+    def state(self) -> Literal["writable", "read_only", "full", "offline"]:
+        """Whether new segments may go here, and if not, why."""
+    @property
+    def total_bytes(self) -> int:
+        """Size of its filesystem (0 when unknown)."""
+    @property
+    def free_bytes(self) -> int:
+        """Space an unprivileged writer can use there (statvfs ``f_bavail``; 0 when unknown)."""
+    @property
+    def used_ratio(self) -> float | None:
+        """Used ratio as ``df`` computes it, or None when the filesystem cannot be read."""
+    @property
+    def segments(self) -> int:
+        """Live segments of this log in the directory."""
+    @property
+    def error(self) -> str | None:
+        """Why the directory is offline or full, else None."""
+
+Strategy = Literal["round_robin", "most_free", "fewest_segments", "weighted_free"]
+StrategyFn = Callable[[list[DirInfo], int], int]
+DirEventFn = Callable[[str, str, str, str], object]
+
+@final
 class ScanIterator(Iterator[tuple[int, memoryview]]):
     """Iterator of ``(offset, body)`` returned by :meth:`CommitLog.scan`."""
 
@@ -102,11 +132,21 @@ class CommitLog:
         paths: StrPath | Sequence[StrPath],
         *,
         segment_size: int = 1 << 30,
-        strategy: Literal["round_robin"] = "round_robin",
+        strategy: Strategy | StrategyFn = "round_robin",
         read_only: bool = False,
         flush: Literal["async", "sync", "none"] = "async",
         flush_interval_ms: int = 500,
         max_message_size: int = 4 << 20,
+        read_only_paths: StrPath | Sequence[StrPath] = (),
+        max_used_ratio: float | Mapping[StrPath, float] = 0.75,
+        force_clean_ratio: float | Mapping[StrPath, float] | None = None,
+        min_free_bytes: int = 0,
+        on_dir_event: DirEventFn | None = None,
+        retention_hours: float | None = 72.0,
+        delete_hours: Sequence[int] | None = (4,),
+        retention_bytes: int | None = None,
+        max_deletes_per_pass: int = 10,
+        clean_interval_ms: int = 10_000,
     ) -> None: ...
     def append(self, body: Buffer, /) -> int:
         """Appends one record; returns its physical offset."""
@@ -153,6 +193,15 @@ class CommitLog:
         """Lookups that missed the O(1) segment guess and searched (diagnostics)."""
     def flush(self) -> int:
         """Syncs everything appended so far; returns ``flushed_offset``."""
+    def dirs(self) -> list[DirInfo]:
+        """Every directory, in configuration order (paths, then read_only_paths)."""
+    def stats(self) -> dict[str, int | str | None]:
+        """Counters: appends, segments created and deleted, cleaner passes and last error, ..."""
+    def clean(self, force: bool = False) -> int:
+        """Runs one cleaning pass now; returns the number of segments deleted. ``force=True``
+        ignores ``delete_hours``."""
+    def truncate_before(self, offset: int, /) -> int:
+        """Deletes the sealed segments that end at or before ``offset``; returns ``min_offset``."""
     def segments(self) -> list[Segment]:
         """The segments in offset order."""
     def refresh(self) -> int:
