@@ -49,6 +49,7 @@ mod recovery;
 mod segment;
 mod segments;
 mod stats;
+mod verify;
 mod writer;
 
 #[cfg(feature = "python")]
@@ -63,3 +64,4 @@ pub use crate::reader::{RecordRef, Scan};
 pub use crate::record::{FILLER_LEN, HEADER_LEN};
 pub use crate::segment::Mapping;
 pub use crate::stats::StatsSnapshot;
+pub use crate::verify::BadRange;

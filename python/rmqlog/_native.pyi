@@ -193,6 +193,11 @@ class CommitLog:
         """Lookups that missed the O(1) segment guess and searched (diagnostics)."""
     def flush(self) -> int:
         """Syncs everything appended so far; returns ``flushed_offset``."""
+    def verify(
+        self, progress: Callable[[int, int], object] | None = None
+    ) -> list[tuple[int, int, str]]:
+        """Checks every record (headers, stored offsets, body CRCs) without changing anything.
+        Returns ``(start_offset, end_offset, reason)`` per damaged range; ``[]`` when clean."""
     def dirs(self) -> list[DirInfo]:
         """Every directory, in configuration order (paths, then read_only_paths)."""
     def stats(self) -> dict[str, int | str | None]:

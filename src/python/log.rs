@@ -352,6 +352,39 @@ impl PyCommitLog {
         Ok(d)
     }
 
+    /// Checks every record (headers, stored offsets, body CRCs) without changing anything.
+    /// Returns `(start_offset, end_offset, reason)` per damaged range; `[]` when clean.
+    /// `progress(done_bytes, total_bytes)` is called after each segment if given.
+    #[pyo3(signature = (progress = None))]
+    fn verify(
+        &self,
+        py: Python<'_>,
+        progress: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<(u64, u64, String)>> {
+        let bad = match progress {
+            None => py.detach(|| self.log.verify())?,
+            Some(cb) => {
+                let cb = cb.unbind();
+                let mut failed = None;
+                let bad = py.detach(|| {
+                    self.log.verify_with(|done, total| {
+                        if failed.is_none() {
+                            failed = Python::attach(|py| cb.call1(py, (done, total)).err());
+                        }
+                    })
+                })?;
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                bad
+            }
+        };
+        Ok(bad
+            .into_iter()
+            .map(|b| (b.start, b.end, b.reason))
+            .collect())
+    }
+
     /// Runs one cleaning pass now; returns the number of segments deleted. `force=True` ignores
     /// `delete_hours`.
     #[pyo3(signature = (force = false))]
