@@ -8,6 +8,7 @@ mod buffer;
 mod dirs;
 mod errors;
 mod log;
+mod logging;
 mod options;
 
 use pyo3::prelude::*;
@@ -16,6 +17,7 @@ use pyo3::prelude::*;
 #[pymodule]
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    logging::install();
     errors::register(m)?;
     m.add_class::<log::PyCommitLog>()?;
     m.add_class::<log::PyRecord>()?;
