@@ -43,6 +43,20 @@ pub struct Checkpoint {
     pub max_offset: u64,
     /// At least the largest record timestamp below `flushed_offset` (timestamps never go back).
     pub max_timestamp_ms: u64,
+    /// A segment move in progress: until it is cleared, the source copy is the one in use.
+    #[serde(default)]
+    pub moving: Option<Move>,
+}
+
+/// The intent of a segment move between directories.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Move {
+    /// Start offset of the segment.
+    pub start: u64,
+    /// Source directory.
+    pub from: String,
+    /// Destination directory.
+    pub to: String,
 }
 
 impl Checkpoint {
@@ -60,6 +74,7 @@ impl Checkpoint {
             clean: false,
             max_offset: 0,
             max_timestamp_ms: 0,
+            moving: None,
         }
     }
 

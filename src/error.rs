@@ -54,6 +54,10 @@ pub enum Error {
     #[error("the writer is poisoned by an earlier failed sync ({cause}); reopen the log")]
     WriterPoisoned { cause: String },
 
+    /// The operation cannot be done in the log's current state (the message says why).
+    #[error("{0}")]
+    Unsupported(String),
+
     /// The cleaner thread failed; cleaning has stopped (appends and reads go on).
     #[error("cleaning has stopped: {cause}")]
     CleanerFailed { cause: String },

@@ -44,8 +44,9 @@ pub struct Listing {
 }
 
 /// Lists segment files in `dirs` (skipping those not `online`). Other files are ignored. Missing
-/// directories list as empty.
-pub fn list(dirs: &[PathBuf], online: &[bool]) -> Result<Listing> {
+/// directories list as empty. `prefer` names the copy to keep of a segment that a move in progress
+/// has in two directories: `(start, directory index)`.
+pub fn list(dirs: &[PathBuf], online: &[bool], prefer: Option<(u64, usize)>) -> Result<Listing> {
     let mut all = Vec::new();
     let mut listing = Listing::default();
     for (dir_idx, dir) in dirs.iter().enumerate() {
@@ -90,6 +91,13 @@ pub fn list(dirs: &[PathBuf], online: &[bool]) -> Result<Listing> {
     for group in all.chunk_by(|a, b| a.start == b.start) {
         if group.len() == 1 {
             listing.segments.push(group[0].clone());
+            continue;
+        }
+        if let Some(keep) = prefer
+            .filter(|(start, _)| *start == group[0].start)
+            .and_then(|(_, dir)| group.iter().find(|f| f.dir == dir))
+        {
+            listing.segments.push(keep.clone());
             continue;
         }
         let mut with_data = Vec::new();
@@ -202,7 +210,7 @@ mod tests {
         make(a.path(), 8192, 4096, false);
         std::fs::write(a.path().join("README"), b"hello").unwrap();
         std::fs::write(b.path().join("00000000000000012288.tmp"), b"").unwrap();
-        let l = list(&[a.path().into(), b.path().into()], &[true, true]).unwrap();
+        let l = list(&[a.path().into(), b.path().into()], &[true, true], None).unwrap();
         let starts: Vec<u64> = l.segments.iter().map(|f| f.start).collect();
         assert_eq!(starts, vec![0, 4096, 8192]);
         assert_eq!(l.temps.len(), 1);
@@ -215,23 +223,23 @@ mod tests {
         let dirs = [a.path().to_path_buf(), b.path().to_path_buf()];
         make(a.path(), 0, 4096, true);
         make(b.path(), 0, 4096, false);
-        let l = list(&dirs, &[true, true]).unwrap();
+        let l = list(&dirs, &[true, true], None).unwrap();
         assert_eq!(l.segments[0].dir, 0);
         assert_eq!(l.empty_duplicates, vec![b.path().join(segment_name(0))]);
 
         make(b.path(), 0, 4096, true);
-        let err = list(&dirs, &[true, true]).unwrap_err().to_string();
+        let err = list(&dirs, &[true, true], None).unwrap_err().to_string();
         assert!(err.contains("several directories"), "{err}");
 
         std::fs::remove_file(b.path().join(segment_name(0))).unwrap();
         make(b.path(), 8192, 4096, true);
-        let l = list(&dirs, &[true, true]).unwrap();
+        let l = list(&dirs, &[true, true], None).unwrap();
         let err = check(&l.segments, &[4096], false).unwrap_err().to_string();
         assert!(err.contains("gap"), "{err}");
         assert_eq!(check(&l.segments, &[4096], true).unwrap(), 1);
 
         make(a.path(), 4096, 8192, true);
-        let l = list(&dirs, &[true, true]).unwrap();
+        let l = list(&dirs, &[true, true], None).unwrap();
         let err = check(&l.segments, &[4096, 8192], false)
             .unwrap_err()
             .to_string();

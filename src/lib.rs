@@ -40,6 +40,7 @@ mod fs;
 mod layout;
 mod lock;
 mod log;
+mod mover;
 mod open;
 mod options;
 mod placement;

@@ -194,8 +194,11 @@ fn open_writer(
         .iter()
         .map(|d| d.state().0 != DirState::Offline)
         .collect();
-    let ckpt = read_newest(&all)?;
-    let mut listing = layout::list(&all, &online)?;
+    let mut ckpt = read_newest(&all)?;
+    if let Some(c) = ckpt.as_mut() {
+        crate::mover::finish_interrupted_move(c, &all)?;
+    }
+    let mut listing = layout::list(&all, &online, None)?;
     for tmp in &listing.temps {
         log::warn!(
             "removing {} left by an interrupted segment creation",
@@ -312,9 +315,11 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
     let sizes = known_sizes(ckpt.as_ref(), opts.segment_size);
     let online = vec![true; paths.len()];
     let min_recorded = ckpt.as_ref().map_or(0, |c| c.min_offset);
+    // During a move both copies exist; the source is the one in use until the move completes.
+    let prefer = move_preference(ckpt.as_ref(), &paths);
     let mut segments = Vec::new();
     for attempt in 1..=LIST_ATTEMPTS {
-        let mut listing = layout::list(&paths, &online)?;
+        let mut listing = layout::list(&paths, &online, prefer)?;
         listing.segments.retain(|f| f.end() > min_recorded);
         let last = attempt == LIST_ATTEMPTS;
         match layout::check(&listing.segments, &sizes, last) {
@@ -371,7 +376,7 @@ fn check_left_out_dirs(c: &Checkpoint, given: &[PathBuf]) -> Result<()> {
     if left_out.is_empty() {
         return Ok(());
     }
-    let listing = layout::list(&left_out, &vec![true; left_out.len()])?;
+    let listing = layout::list(&left_out, &vec![true; left_out.len()], None)?;
     let needed: Vec<String> = listing
         .segments
         .iter()
@@ -514,12 +519,21 @@ fn cut_empty_tail(list: SegmentList, end: u64) -> Result<SegmentList> {
     Ok(list)
 }
 
+/// The copy to keep of a segment being moved: the source, as the newest checkpoint says.
+fn move_preference(ckpt: Option<&Checkpoint>, paths: &[PathBuf]) -> Option<(u64, usize)> {
+    let m = ckpt?.moving.as_ref()?;
+    let from = PathBuf::from(&m.from);
+    paths.iter().position(|p| *p == from).map(|i| (m.start, i))
+}
+
 /// Picks up records and segments a writer in another process appended since the last call.
 pub(crate) fn refresh(shared: &Arc<Shared>) -> Result<u64> {
     let _guard = locked(&shared.refresh_lock);
     let current = shared.segments.load_full();
     let paths = paths_of(&shared.dirs);
-    let listing: Listing = layout::list(&paths, &vec![true; paths.len()])?;
+    // A move in progress shows its segment twice: keep the source.
+    let prefer = move_preference(read_newest(&paths).ok().flatten().as_ref(), &paths);
+    let listing: Listing = layout::list(&paths, &vec![true; paths.len()], prefer)?;
     let sizes = known_sizes(None, shared.opts.segment_size);
     // Segments deleted from the head (a cleaner) leave; new ones join if contiguous.
     let n = layout::check(&listing.segments, &sizes, true)?;

@@ -64,6 +64,22 @@ impl SegmentList {
         self.derive(segments)
     }
 
+    /// A copy with the segment of the same start replaced by `segment` (a moved segment).
+    pub fn with_replaced(&self, segment: Arc<Segment>) -> SegmentList {
+        let segments = self
+            .segments
+            .iter()
+            .map(|s| {
+                if s.start() == segment.start() {
+                    Arc::clone(&segment)
+                } else {
+                    Arc::clone(s)
+                }
+            })
+            .collect();
+        self.derive(segments)
+    }
+
     /// A copy without the segments that end at or before `offset` (deleted from the head).
     pub fn without_head_before(&self, offset: u64) -> SegmentList {
         let skip = self.segments.partition_point(|s| s.end() <= offset);

@@ -198,6 +198,12 @@ class CommitLog:
     ) -> list[tuple[int, int, str]]:
         """Checks every record (headers, stored offsets, body CRCs) without changing anything.
         Returns ``(start_offset, end_offset, reason)`` per damaged range; ``[]`` when clean."""
+    def move_segment(self, start_offset: int, dest_path: StrPath, /) -> None:
+        """Moves a sealed segment to another writable directory of the store, online. Records
+        read earlier stay valid; the active segment is refused (``CommitLogError``)."""
+    def rebalance(self, max_bytes: int | None = None) -> list[tuple[int, str, str]]:
+        """Moves sealed segments from the most to the least used directory while that narrows
+        the gap between their used ratios, at most ``max_bytes`` per call; returns the moves."""
     def dirs(self) -> list[DirInfo]:
         """Every directory, in configuration order (paths, then read_only_paths)."""
     def stats(self) -> dict[str, int | str | None]:

@@ -352,6 +352,44 @@ impl PyCommitLog {
         Ok(d)
     }
 
+    /// Moves a sealed segment to another writable directory of the store, online; records read
+    /// earlier stay valid. The active segment is refused.
+    #[pyo3(signature = (start_offset, dest_path, /))]
+    fn move_segment(
+        &self,
+        py: Python<'_>,
+        start_offset: u64,
+        dest_path: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let dest = args::paths(dest_path)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| PyTypeError::new_err("dest_path must be one directory"))?;
+        Ok(py.detach(|| self.log.move_segment(start_offset, &dest))?)
+    }
+
+    /// Moves sealed segments from the most to the least used directory while that narrows the
+    /// gap between their used ratios, at most `max_bytes` in one call; returns
+    /// `[(start_offset, from_dir, to_dir), ...]`.
+    #[pyo3(signature = (max_bytes = None))]
+    fn rebalance(
+        &self,
+        py: Python<'_>,
+        max_bytes: Option<u64>,
+    ) -> PyResult<Vec<(u64, String, String)>> {
+        let moves = py.detach(|| self.log.rebalance(max_bytes))?;
+        Ok(moves
+            .into_iter()
+            .map(|(s, a, b)| {
+                (
+                    s,
+                    a.to_string_lossy().into_owned(),
+                    b.to_string_lossy().into_owned(),
+                )
+            })
+            .collect())
+    }
+
     /// Checks every record (headers, stored offsets, body CRCs) without changing anything.
     /// Returns `(start_offset, end_offset, reason)` per damaged range; `[]` when clean.
     /// `progress(done_bytes, total_bytes)` is called after each segment if given.
