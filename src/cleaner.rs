@@ -144,12 +144,17 @@ impl Shared {
         let cands: Vec<Candidate> = sealed
             .iter()
             .map(|s| Candidate {
-                size: s.size(),
+                size: if s.is_lost() { 0 } else { s.size() },
                 dir: s.dir(),
-                age: std::fs::metadata(s.path())
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|m| now.duration_since(m).ok()),
+                // A hole left by a lost directory is as old as anything.
+                age: if s.is_lost() {
+                    Some(Duration::MAX)
+                } else {
+                    std::fs::metadata(s.path())
+                        .and_then(|m| m.modified())
+                        .ok()
+                        .and_then(|m| now.duration_since(m).ok())
+                },
             })
             .collect();
         let dirs: Vec<DirUsage> = self
@@ -191,7 +196,10 @@ impl Shared {
         let list = self.segments.load_full();
         let mut n = 0;
         for seg in list.as_slice().iter().take(reasons.len()) {
-            let dir = &self.dirs[seg.dir()].path;
+            let Some(dir) = self.dirs.get(seg.dir()).map(|d| &d.path) else {
+                n += 1; // a hole: nothing on disk
+                continue;
+            };
             if rustix::fs::access(dir, rustix::fs::Access::WRITE_OK).is_err() {
                 log::warn!(
                     "cannot delete {}: its directory refuses writes; deletion stops there",
@@ -213,6 +221,9 @@ impl Shared {
         self.write_checkpoint(false)?;
         // 3. The files.
         for (seg, why) in victims.iter().zip(reasons) {
+            if seg.is_lost() {
+                continue;
+            }
             log::info!(
                 "deleting segment {} ({})",
                 seg.path().display(),

@@ -30,7 +30,7 @@ impl Shared {
             if seg.start() >= target {
                 break;
             }
-            if seg.end() <= from {
+            if seg.end() <= from || seg.is_lost() {
                 continue;
             }
             let lo = from.saturating_sub(seg.start()) as usize;

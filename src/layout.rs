@@ -23,6 +23,8 @@ pub struct Found {
     pub path: PathBuf,
     /// Index of its directory in the list given to [`list`].
     pub dir: usize,
+    /// A hole: offsets a lost directory held (`accept_lost`); `path` names that directory.
+    pub lost: bool,
 }
 
 impl Found {
@@ -84,6 +86,7 @@ pub fn list(dirs: &[PathBuf], online: &[bool], prefer: Option<(u64, usize)>) -> 
                 len: meta.len(),
                 path,
                 dir: dir_idx,
+                lost: false,
             });
         }
     }
@@ -140,12 +143,49 @@ fn never_written(path: &Path) -> Result<bool> {
     Ok(head[..n].iter().all(|&b| b == 0))
 }
 
+/// Fills the gaps in `segments` (and a missing head or tail up to `[min, must_reach)`) with holes
+/// attributed to the lost directories (`accept_lost`). A missing tail is rounded up to whole
+/// segments of `segment_size`, where the next segment will start.
+pub fn fill_holes(
+    segments: Vec<Found>,
+    lost: &[PathBuf],
+    min: u64,
+    must_reach: u64,
+    segment_size: u64,
+) -> Vec<Found> {
+    let Some(owner) = lost.first() else {
+        return segments;
+    };
+    let hole = |start: u64, end: u64| Found {
+        start,
+        len: end - start,
+        path: owner.clone(),
+        dir: usize::MAX,
+        lost: true,
+    };
+    let mut out = Vec::with_capacity(segments.len() + 2);
+    let mut at = segments.first().map_or(min, |f| f.start.min(min));
+    for f in segments {
+        if f.start > at {
+            out.push(hole(at, f.start));
+        }
+        at = at.max(f.end());
+        out.push(f);
+    }
+    if must_reach > at {
+        let whole = (must_reach - at).div_ceil(segment_size) * segment_size;
+        out.push(hole(at, at + whole));
+    }
+    out
+}
+
 /// Checks that `segments` are contiguous and of known sizes. Returns how many of them form the
 /// log; with `stop_at_gap`, a gap ends the log there instead of failing (a reader racing a
 /// writer that is creating a segment).
 pub fn check(segments: &[Found], sizes: &[u64], stop_at_gap: bool) -> Result<usize> {
     for (i, f) in segments.iter().enumerate() {
-        let known = sizes.contains(&f.len)
+        let known = f.lost
+            || sizes.contains(&f.len)
             || (sizes.is_empty() && f.len >= SEGMENT_ALIGN && f.len % SEGMENT_ALIGN == 0);
         if !known {
             return Err(Error::corruption(

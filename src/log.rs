@@ -284,6 +284,7 @@ impl CommitLog {
         Ok(list
             .as_slice()
             .iter()
+            .filter(|s| !s.is_lost())
             .map(|s| SegmentInfo {
                 start_offset: s.start(),
                 path: s.path().to_path_buf(),
@@ -298,6 +299,18 @@ impl CommitLog {
     pub fn dirs(&self) -> Result<Vec<DirInfo>> {
         self.shared.check_open()?;
         Ok(self.shared.dir_infos())
+    }
+
+    /// The holes left by directories opened as lost (`accept_lost`): `(start, end, directory)`.
+    pub fn holes(&self) -> Result<Vec<(u64, u64, PathBuf)>> {
+        self.shared.check_open()?;
+        let list = self.shared.segments.load();
+        Ok(list
+            .as_slice()
+            .iter()
+            .filter(|s| s.is_lost())
+            .map(|s| (s.start(), s.end(), s.path().to_path_buf()))
+            .collect())
     }
 
     /// The directories' paths, in configuration order.
@@ -401,6 +414,12 @@ impl Shared {
         };
         locked(&self.lock).take();
         self.events.stop();
+        // Unmap: the files can go (or their filesystem be unmounted) once no reader holds a record.
+        if let Some(writer) = &self.writer {
+            locked(writer).active = None;
+        }
+        self.segments
+            .store(Arc::new(self.segments.load().truncated_before(0)));
         result
     }
 }

@@ -77,6 +77,12 @@ impl Shared {
             )));
         }
         let seg = &segs[idx];
+        if seg.is_lost() {
+            return Err(Error::Unsupported(format!(
+                "segment {start} was lost with {}; there is nothing to move",
+                seg.path().display()
+            )));
+        }
         let to = self.dir_index(dest).ok_or_else(|| {
             Error::invalid(format!(
                 "{} is not a directory of this store; give one of paths",

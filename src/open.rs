@@ -122,6 +122,9 @@ fn absolute_overrides(opts: &mut Options) -> Result<()> {
     for (p, _) in &mut opts.force_clean_ratio.overrides {
         *p = normalize(&std::path::absolute(&*p).ctx("resolving", &*p)?);
     }
+    for p in &mut opts.accept_lost {
+        *p = normalize(&std::path::absolute(&*p).ctx("resolving", &*p)?);
+    }
     Ok(())
 }
 
@@ -210,8 +213,10 @@ fn open_writer(
         log::warn!("removing never-written duplicate segment {}", dup.display());
         remove_durably(dup)?;
     }
+    let lost = opts.accept_lost.clone();
     if let Some(c) = &ckpt {
-        check_left_out_dirs(c, &all)?;
+        let known: Vec<PathBuf> = all.iter().chain(&lost).cloned().collect();
+        check_left_out_dirs(c, &known)?;
         // Files wholly below the recorded head are leftovers of an interrupted deletion.
         for f in listing.segments.iter().filter(|f| f.end() <= c.min_offset) {
             log::warn!(
@@ -224,6 +229,7 @@ fn open_writer(
         }
         listing.segments.retain(|f| f.end() > c.min_offset);
     }
+    listing.segments = with_holes(listing.segments, &lost, ckpt.as_ref(), opts.segment_size);
     let sizes = known_sizes(ckpt.as_ref(), opts.segment_size);
     layout::check(&listing.segments, &sizes, false)?;
     check_against_checkpoint(&listing.segments, ckpt.as_ref(), &all)?;
@@ -321,6 +327,12 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
     for attempt in 1..=LIST_ATTEMPTS {
         let mut listing = layout::list(&paths, &online, prefer)?;
         listing.segments.retain(|f| f.end() > min_recorded);
+        listing.segments = with_holes(
+            listing.segments,
+            &opts.accept_lost,
+            ckpt.as_ref(),
+            opts.segment_size,
+        );
         let last = attempt == LIST_ATTEMPTS;
         match layout::check(&listing.segments, &sizes, last) {
             Ok(n) => {
@@ -450,7 +462,11 @@ fn segment_list(found: &[Found], existing: &[Arc<Segment>], segment_size: u64) -
                 .find(|s| s.start() == f.start && s.path() == f.path)
                 .cloned()
                 .unwrap_or_else(|| {
-                    Arc::new(Segment::new(f.start, f.len, f.path.clone(), f.dir, false))
+                    Arc::new(if f.lost {
+                        Segment::hole(f.start, f.len, f.path.clone())
+                    } else {
+                        Segment::new(f.start, f.len, f.path.clone(), f.dir, false)
+                    })
                 })
         })
         .collect();
@@ -459,7 +475,9 @@ fn segment_list(found: &[Found], existing: &[Arc<Segment>], segment_size: u64) -
 
 /// The writer's last segment, mapped for writing.
 fn writable_last(list: SegmentList) -> SegmentList {
-    let Some(last) = list.last() else { return list };
+    let Some(last) = list.last().filter(|l| !l.is_lost()) else {
+        return list;
+    };
     let seg = Segment::new(
         last.start(),
         last.size(),
@@ -519,6 +537,36 @@ fn cut_empty_tail(list: SegmentList, end: u64) -> Result<SegmentList> {
     Ok(list)
 }
 
+/// With `accept_lost`, the offsets lost directories held become holes instead of errors.
+fn with_holes(
+    found: Vec<Found>,
+    lost: &[PathBuf],
+    ckpt: Option<&Checkpoint>,
+    segment_size: u64,
+) -> Vec<Found> {
+    if lost.is_empty() {
+        return found;
+    }
+    let (min, must_reach) = ckpt.map_or((0, 0), |c| {
+        let reach = if c.clean {
+            c.max_offset.max(c.flushed_offset)
+        } else {
+            c.flushed_offset
+        };
+        (c.min_offset, reach)
+    });
+    let holes = layout::fill_holes(found, lost, min, must_reach, segment_size);
+    for h in holes.iter().filter(|f| f.lost) {
+        log::warn!(
+            "offsets [{}, {}) are lost with {} (accept_lost): reads there fail, scans skip them",
+            h.start,
+            h.end(),
+            h.path.display()
+        );
+    }
+    holes
+}
+
 /// The copy to keep of a segment being moved: the source, as the newest checkpoint says.
 fn move_preference(ckpt: Option<&Checkpoint>, paths: &[PathBuf]) -> Option<(u64, usize)> {
     let m = ckpt?.moving.as_ref()?;
@@ -533,7 +581,16 @@ pub(crate) fn refresh(shared: &Arc<Shared>) -> Result<u64> {
     let paths = paths_of(&shared.dirs);
     // A move in progress shows its segment twice: keep the source.
     let prefer = move_preference(read_newest(&paths).ok().flatten().as_ref(), &paths);
-    let listing: Listing = layout::list(&paths, &vec![true; paths.len()], prefer)?;
+    let mut listing: Listing = layout::list(&paths, &vec![true; paths.len()], prefer)?;
+    let min = shared.min_offset.load(Ordering::Acquire);
+    listing.segments.retain(|f| f.end() > min);
+    listing.segments = layout::fill_holes(
+        listing.segments,
+        &shared.opts.accept_lost,
+        min,
+        0,
+        shared.opts.segment_size,
+    );
     let sizes = known_sizes(None, shared.opts.segment_size);
     // Segments deleted from the head (a cleaner) leave; new ones join if contiguous.
     let n = layout::check(&listing.segments, &sizes, true)?;

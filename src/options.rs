@@ -147,6 +147,10 @@ pub struct Options {
     /// Directories whose segments are read (and deleted by retention) but never written: how a
     /// disk is retired (RocketMQ `readOnlyCommitLogStorePaths`). Defaults to none.
     pub read_only_paths: Vec<PathBuf>,
+    /// Directories lost for good (a dead disk): the log opens with the offsets they held as holes
+    /// (reads there fail naming the directory, scans skip them) instead of failing. Defaults to
+    /// none.
+    pub accept_lost: Vec<PathBuf>,
     /// Above this used ratio a directory's expired segments are deleted at once (RocketMQ
     /// `diskMaxUsedSpaceRatio`). Defaults to 0.75.
     pub max_used_ratio: PerDir<f64>,
@@ -185,6 +189,7 @@ impl fmt::Debug for Options {
             .field("flush_interval", &self.flush_interval)
             .field("max_message_size", &self.max_message_size)
             .field("read_only_paths", &self.read_only_paths)
+            .field("accept_lost", &self.accept_lost)
             .field("max_used_ratio", &self.max_used_ratio)
             .field("force_clean_ratio", &self.force_clean_ratio)
             .field("min_free_bytes", &self.min_free_bytes)
@@ -208,6 +213,7 @@ impl Default for Options {
             flush_interval: Duration::from_millis(500),
             max_message_size: 4 << 20,
             read_only_paths: Vec::new(),
+            accept_lost: Vec::new(),
             max_used_ratio: PerDir::all(0.75),
             force_clean_ratio: PerDir::all(None),
             min_free_bytes: 0,
@@ -268,6 +274,13 @@ impl Options {
     #[must_use]
     pub fn read_only_paths<P: AsRef<Path>>(mut self, paths: &[P]) -> Self {
         self.read_only_paths = paths.iter().map(|p| p.as_ref().to_path_buf()).collect();
+        self
+    }
+
+    /// Sets [`Options::accept_lost`].
+    #[must_use]
+    pub fn accept_lost<P: AsRef<Path>>(mut self, paths: &[P]) -> Self {
+        self.accept_lost = paths.iter().map(|p| p.as_ref().to_path_buf()).collect();
         self
     }
 

@@ -192,8 +192,8 @@ impl Shared {
         let mut hi = segs.len();
         while lo < hi {
             let mid = (lo + hi) / 2;
-            let older = match record_at(&segs[mid], segs[mid].start(), max, self.max_body())? {
-                At::Record(r) => r.timestamp_ms < timestamp_ms,
+            let older = match record_at(&segs[mid], segs[mid].start(), max, self.max_body()) {
+                Ok(At::Record(r)) => r.timestamp_ms < timestamp_ms,
                 _ => false,
             };
             if older {
@@ -247,7 +247,12 @@ impl Scan {
             let seg = list
                 .find(start)
                 .ok_or_else(|| shared.range_error(start.into()))?;
-            match record_at(seg, start, max, shared.max_body())? {
+            let at = if seg.is_lost() {
+                At::EndOfSegment // a hole: the scan skips it
+            } else {
+                record_at(seg, start, max, shared.max_body())?
+            };
+            match at {
                 At::Record(_) | At::EndOfSegment => {}
                 At::BadBody { stored, actual } => {
                     return Err(body_corruption(seg, start, stored, actual))
@@ -296,6 +301,10 @@ impl Scan {
             };
             if !seg.contains(self.next) {
                 return Err(self.shared.range_error(self.next.into()));
+            }
+            if seg.is_lost() {
+                self.next = seg.end();
+                continue;
             }
             match record_at(seg, self.next, self.max, max_body)? {
                 At::Record(r) => {

@@ -48,6 +48,16 @@ pub fn find_end(list: &SegmentList, from: u64, max_body: usize) -> Result<Tail> 
     let mut pos = from - segs[idx].start();
     loop {
         let seg = &segs[idx];
+        if seg.is_lost() {
+            // A hole left by a lost directory: the log goes on after it.
+            if idx + 1 < segs.len() {
+                idx += 1;
+                pos = 0;
+                continue;
+            }
+            tail.end = seg.end();
+            return Ok(tail);
+        }
         let map = seg.map()?;
         let size = seg.size() as usize;
         let stopped = loop {
@@ -95,7 +105,9 @@ pub fn cut(list: &SegmentList, end: u64) -> Result<SegmentList> {
         return Ok(list.clone()); // `end` is the end of the last segment: nothing after it
     };
     let seg = &list.as_slice()[idx];
-    zero_from(seg.path(), end - seg.start(), seg.size())?;
+    if !seg.is_lost() {
+        zero_from(seg.path(), end - seg.start(), seg.size())?;
+    }
     for later in &list.as_slice()[idx + 1..] {
         log::warn!(
             "recovery removes {} (after the end of the log)",

@@ -85,6 +85,8 @@ pub struct Segment {
     path: PathBuf,
     dir: usize,
     writable: bool,
+    /// A hole left by a lost directory: no file, reads fail naming the directory.
+    lost: bool,
     /// End of the records in this segment, relative to `start` (the filler is not counted).
     written: AtomicU64,
     map: OnceLock<Arc<Mapping>>,
@@ -100,9 +102,24 @@ impl Segment {
             path,
             dir,
             writable,
+            lost: false,
             written: AtomicU64::new(0),
             map: OnceLock::new(),
         }
+    }
+
+    /// A hole standing for offsets `[start, start + size)` that lived in the lost directory
+    /// `dir_path` (opened with `accept_lost`).
+    pub fn hole(start: u64, size: u64, dir_path: PathBuf) -> Segment {
+        let mut s = Segment::new(start, size, dir_path, usize::MAX, false);
+        s.lost = true;
+        s.written = AtomicU64::new(size);
+        s
+    }
+
+    /// Whether this is a hole left by a lost directory.
+    pub fn is_lost(&self) -> bool {
+        self.lost
     }
 
     /// First physical offset of the segment.
@@ -148,6 +165,18 @@ impl Segment {
     pub fn map(&self) -> Result<Arc<Mapping>> {
         if let Some(m) = self.map.get() {
             return Ok(Arc::clone(m));
+        }
+        if self.lost {
+            return Err(Error::corruption(
+                Some(self.path.clone()),
+                Some(self.start),
+                format!(
+                    "offsets [{}, {}) were in the lost directory {} (opened with accept_lost)",
+                    self.start,
+                    self.end(),
+                    self.path.display()
+                ),
+            ));
         }
         let file = OpenOptions::new()
             .read(true)

@@ -138,6 +138,7 @@ class CommitLog:
         flush_interval_ms: int = 500,
         max_message_size: int = 4 << 20,
         read_only_paths: StrPath | Sequence[StrPath] = (),
+        accept_lost: StrPath | Sequence[StrPath] = (),
         max_used_ratio: float | Mapping[StrPath, float] = 0.75,
         force_clean_ratio: float | Mapping[StrPath, float] | None = None,
         min_free_bytes: int = 0,
@@ -204,6 +205,8 @@ class CommitLog:
     def rebalance(self, max_bytes: int | None = None) -> list[tuple[int, str, str]]:
         """Moves sealed segments from the most to the least used directory while that narrows
         the gap between their used ratios, at most ``max_bytes`` per call; returns the moves."""
+    def holes(self) -> list[tuple[int, int, str]]:
+        """Offsets lost with a directory named in ``accept_lost``: ``(start, end, directory)``."""
     def dirs(self) -> list[DirInfo]:
         """Every directory, in configuration order (paths, then read_only_paths)."""
     def stats(self) -> dict[str, int | str | None]:

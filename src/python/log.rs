@@ -125,6 +125,7 @@ impl PyCommitLog {
         flush_interval_ms = None,
         max_message_size = None,
         read_only_paths = None,
+        accept_lost = None,
         max_used_ratio = None,
         force_clean_ratio = None,
         min_free_bytes = None,
@@ -146,6 +147,7 @@ impl PyCommitLog {
         flush_interval_ms: Option<&Bound<'py, PyAny>>,
         max_message_size: Option<&Bound<'py, PyAny>>,
         read_only_paths: Option<&Bound<'py, PyAny>>,
+        accept_lost: Option<&Bound<'py, PyAny>>,
         max_used_ratio: Option<&Bound<'py, PyAny>>,
         force_clean_ratio: Option<&Bound<'py, PyAny>>,
         min_free_bytes: Option<&Bound<'py, PyAny>>,
@@ -165,6 +167,7 @@ impl PyCommitLog {
             flush_interval_ms,
             max_message_size,
             read_only_paths,
+            accept_lost,
             max_used_ratio,
             force_clean_ratio,
             min_free_bytes,
@@ -324,6 +327,16 @@ impl PyCommitLog {
             .iter()
             .map(|d| d.to_string_lossy().into_owned())
             .collect()
+    }
+
+    /// Offsets lost with a directory named in `accept_lost`: `[(start, end, directory), ...]`.
+    fn holes(&self) -> PyResult<Vec<(u64, u64, String)>> {
+        Ok(self
+            .log
+            .holes()?
+            .into_iter()
+            .map(|(a, b, p)| (a, b, p.to_string_lossy().into_owned()))
+            .collect())
     }
 
     /// Every directory, in configuration order, with its state and usage.

@@ -23,6 +23,7 @@ pub struct Kwargs<'a, 'py> {
     pub flush_interval_ms: Option<&'a Bound<'py, PyAny>>,
     pub max_message_size: Option<&'a Bound<'py, PyAny>>,
     pub read_only_paths: Option<&'a Bound<'py, PyAny>>,
+    pub accept_lost: Option<&'a Bound<'py, PyAny>>,
     pub max_used_ratio: Option<&'a Bound<'py, PyAny>>,
     pub force_clean_ratio: Option<&'a Bound<'py, PyAny>>,
     pub min_free_bytes: Option<&'a Bound<'py, PyAny>>,
@@ -136,6 +137,9 @@ pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
     }
     if let Some(v) = k.read_only_paths {
         o.read_only_paths = args::paths_or_empty(v, "read_only_paths")?;
+    }
+    if let Some(v) = k.accept_lost {
+        o.accept_lost = args::paths_or_empty(v, "accept_lost")?;
     }
     if let Some(v) = k.max_used_ratio {
         o.max_used_ratio = per_dir(v, "max_used_ratio", 0.75, |r| r)?;
