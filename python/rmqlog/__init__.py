@@ -5,6 +5,9 @@ lookup, the log spread over several directories (RocketMQ RIP-7), crash recovery
 an acknowledged record, and zero-copy ``memoryview`` reads.
 """
 
+import atexit
+
+from rmqlog import _native
 from rmqlog._native import (
     HEADER_LEN,
     ClosedError,
@@ -24,6 +27,9 @@ from rmqlog._native import (
     WriterPoisonedError,
     __version__,
 )
+
+# Deliver the Rust side's queued log records before the interpreter shuts down.
+atexit.register(_native._shutdown_logging)
 
 __all__ = [
     "HEADER_LEN",

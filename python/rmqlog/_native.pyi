@@ -10,6 +10,9 @@ from typing_extensions import Buffer
 __version__: str
 HEADER_LEN: int
 
+def _shutdown_logging() -> None:
+    """Delivers queued log records and stops the delivery thread (run at exit)."""
+
 StrPath = str | os.PathLike[str]
 
 class CommitLogError(Exception):

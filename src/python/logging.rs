@@ -1,16 +1,21 @@
 //! Rust `log` records routed to Python's `logging` (logger `rmqlog`).
 //!
 //! Records go through a queue to one delivery thread, so no Python code ever runs on a thread
-//! that holds a lock of the log (a record can be logged under the writer lock).
+//! that holds a lock of the log (a record can be logged under the writer lock). The thread is
+//! drained and stopped by an `atexit` hook, before the interpreter starts shutting down; records
+//! logged after that go to stderr.
 
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Mutex, OnceLock};
+use std::thread::JoinHandle;
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
 use pyo3::prelude::*;
 
+type Delivery = (Sender<(Level, String)>, JoinHandle<()>);
+
 struct Bridge {
-    queue: Mutex<Sender<(Level, String)>>,
+    delivery: Mutex<Option<Delivery>>,
 }
 
 static BRIDGE: OnceLock<Bridge> = OnceLock::new();
@@ -30,13 +35,35 @@ impl Log for Bridge {
     }
 
     fn log(&self, record: &Record<'_>) {
-        if self.enabled(record.metadata()) {
-            let queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = queue.send((record.level(), record.args().to_string()));
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let delivery = self.delivery.lock().unwrap_or_else(|e| e.into_inner());
+        match delivery.as_ref() {
+            Some((queue, _)) => {
+                let _ = queue.send((record.level(), record.args().to_string()));
+            }
+            None if record.level() <= Level::Warn => eprintln!("rmqlog: {}", record.args()),
+            None => {}
         }
     }
 
     fn flush(&self) {}
+}
+
+fn deliver(level: Level, msg: String) {
+    let delivered = Python::try_attach(|py| {
+        let logged = py
+            .import("logging")
+            .and_then(|l| l.call_method1("getLogger", ("rmqlog",)))
+            .and_then(|l| l.call_method1("log", (python_level(level), &msg)));
+        if let Err(e) = logged {
+            e.print(py);
+        }
+    });
+    if delivered.is_none() {
+        eprintln!("rmqlog: {msg}");
+    }
 }
 
 /// Installs the bridge once per process (a no-op if another logger is installed already).
@@ -45,28 +72,38 @@ pub fn install() {
         return;
     }
     let (tx, rx) = mpsc::channel::<(Level, String)>();
-    let spawned = std::thread::Builder::new()
+    let Ok(thread) = std::thread::Builder::new()
         .name("rmqlog-logging".into())
         .spawn(move || {
             for (level, msg) in rx {
-                Python::attach(|py| {
-                    let logged = py
-                        .import("logging")
-                        .and_then(|l| l.call_method1("getLogger", ("rmqlog",)))
-                        .and_then(|l| l.call_method1("log", (python_level(level), msg)));
-                    if let Err(e) = logged {
-                        e.print(py);
-                    }
-                });
+                deliver(level, msg);
             }
-        });
-    if spawned.is_err() {
+        })
+    else {
         return;
-    }
+    };
     let bridge = BRIDGE.get_or_init(|| Bridge {
-        queue: Mutex::new(tx),
+        delivery: Mutex::new(Some((tx, thread))),
     });
     if log::set_logger(bridge).is_ok() {
         log::set_max_level(LevelFilter::Info);
+    }
+}
+
+/// Delivers the queued records and stops the delivery thread (registered with `atexit`).
+#[pyfunction]
+pub fn _shutdown_logging(py: Python<'_>) {
+    let Some(bridge) = BRIDGE.get() else { return };
+    let delivery = bridge
+        .delivery
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    if let Some((queue, thread)) = delivery {
+        drop(queue);
+        // The thread needs the GIL to deliver what is queued.
+        py.detach(|| {
+            let _ = thread.join();
+        });
     }
 }

@@ -25,6 +25,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<log::PyScan>()?;
     m.add_class::<buffer::SegmentBuffer>()?;
     m.add_class::<dirs::PyDirInfo>()?;
+    m.add_function(wrap_pyfunction!(logging::_shutdown_logging, m)?)?;
     m.add("HEADER_LEN", crate::HEADER_LEN)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -102,12 +102,13 @@ fn py_event_callback(obj: &Bound<'_, PyAny>) -> PyResult<Arc<crate::EventFn>> {
     }
     let f: Py<PyAny> = obj.clone().unbind();
     Ok(Arc::new(move |ev: &DirEvent| {
-        Python::attach(|py| {
+        // At interpreter shutdown the event is dropped (it was logged already).
+        Python::try_attach(|py| {
             let path = ev.path.to_string_lossy().into_owned();
             if let Err(e) = f.call1(py, (path, ev.old.as_str(), ev.new.as_str(), &ev.reason)) {
                 super::log_warning(py, &format!("on_dir_event callback raised: {e}"));
             }
-        })
+        });
     }))
 }
 
