@@ -1,29 +1,35 @@
-# Developer entry points; .ci/run runs `make test`.
+# Developer entry points. `.ci/run` runs `make test`; `make help` lists the targets.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+EXTRAS ?= test,spark,bench
 
-.PHONY: all demo test test-rust test-python lint fmt bench-build develop clean
+.PHONY: all help demo develop test test-rust test-python bench-build bench-quick bench lint fmt wheel doc clean
 
-all: lint test
+## all: lint, test and build the wheel.
+all: test wheel
+
+help:
+	@grep -E '^## ' Makefile | sed 's/^## /  /'
 
 $(PY):
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-# Builds the extension in release mode and installs it editable, with the test extras.
+# Builds the extension in release mode and installs it editable, with the extras.
 $(STAMP): $(PY) pyproject.toml Cargo.toml $(shell find src python -name '*.rs' -o -name '*.py' -o -name '*.pyi')
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
+## develop: create .venv and install rmqlog editable (release build) with the extras.
 develop: $(STAMP)
 
 ## demo: the main job: write across three directories, read back zero-copy, show placement.
 demo: $(STAMP)
-	$(PY) -m rmqlog.demo
+	$(PY) -m rmqlog demo
 
-## test: lints, Rust tests (no Python), benches build, Python tests.
-test: lint test-rust bench-build test-python
+## test: lints, Rust tests (no Python), benches build, Python tests (Spark included), quick bench.
+test: lint test-rust bench-build test-python bench-quick
 
 test-rust:
 	cargo test --all-targets
@@ -35,18 +41,36 @@ test-python: $(STAMP)
 bench-build:
 	cargo bench --no-run
 
+## bench-quick: the comparison script in quick mode (checks it runs; asserts nothing about speed).
+bench-quick: $(STAMP)
+	$(PY) benches/compare.py --quick --out $(VENV)/bench-quick.json
+
+## bench: criterion benches and the full comparison (writes bench-results.json).
+bench: $(STAMP)
+	cargo bench
+	$(PY) benches/compare.py --out bench-results.json
+
 ## lint: rustfmt, clippy with and without the python feature, ruff.
 lint: $(STAMP)
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --all-targets --features python -- -D warnings
-	$(VENV)/bin/ruff check python tests benches
-	$(VENV)/bin/ruff format --check python tests benches
+	$(VENV)/bin/ruff check python tests benches examples
+	$(VENV)/bin/ruff format --check python tests benches examples
 
+## fmt: format Rust and Python.
 fmt: $(STAMP)
 	cargo fmt
-	$(VENV)/bin/ruff format python tests benches
-	$(VENV)/bin/ruff check --fix python tests benches
+	$(VENV)/bin/ruff format python tests benches examples
+	$(VENV)/bin/ruff check --fix python tests benches examples
+
+## wheel: build the abi3 wheel into dist/.
+wheel: $(STAMP)
+	$(VENV)/bin/maturin build --release --out dist
+
+## doc: Rust API docs.
+doc:
+	cargo doc --no-deps
 
 clean:
-	rm -rf $(VENV) target
+	rm -rf $(VENV) target dist
