@@ -48,7 +48,7 @@ impl Shared {
             if let Err(e) = synced {
                 let cause = e.to_string();
                 log::error!("sync failed, the writer is poisoned: {cause}");
-                locked(&self.poisoned).get_or_insert(cause.clone());
+                let _ = self.poisoned.set(cause.clone());
                 return Err(Error::WriterPoisoned { cause });
             }
         }

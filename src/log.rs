@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use arc_swap::ArcSwap;
 
@@ -62,7 +62,7 @@ pub(crate) struct Shared {
     /// `None` for a read-only log.
     pub writer: Option<Mutex<Writer>>,
     /// Set once a sync of written data failed; appends refuse from then on.
-    pub poisoned: Mutex<Option<String>>,
+    pub poisoned: OnceLock<String>,
     /// Serialises syncs; a sync covers everything published before it started (group commit).
     pub flush_lock: Mutex<()>,
     pub checkpoint: Mutex<Checkpoint>,
@@ -117,7 +117,7 @@ impl Shared {
             closed: AtomicBool::new(false),
             generation: fork_generation(),
             writer: p.writer.map(Mutex::new),
-            poisoned: Mutex::new(None),
+            poisoned: OnceLock::new(),
             flush_lock: Mutex::new(()),
             checkpoint: Mutex::new(p.checkpoint),
             refresh_lock: Mutex::new(()),

@@ -69,7 +69,7 @@ impl Shared {
 
     fn check_writable(&self) -> Result<()> {
         self.check_open()?;
-        if let Some(cause) = locked(&self.poisoned).as_ref() {
+        if let Some(cause) = self.poisoned.get() {
             return Err(Error::WriterPoisoned {
                 cause: cause.clone(),
             });
