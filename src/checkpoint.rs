@@ -11,12 +11,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
-use crate::fs::atomic_write;
+use crate::error::{Error, IoContext, Result};
+use crate::fs::{atomic_write, is_no_space};
 
 /// Name of the metadata file in every directory of a store.
 pub const CHECKPOINT_FILE: &str = "rmqlog.meta";
 const FORMAT: u32 = 1;
+const FILE_LEN: usize = 4096;
 
 /// What the store knows about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,9 +84,14 @@ impl Checkpoint {
         self.dirs.iter().chain(&self.read_only_dirs)
     }
 
+    /// Padded to a fixed 4 KiB with newlines, so a rewrite in place never needs a new block.
     fn encode(&self) -> Vec<u8> {
         let json = serde_json::to_string(self).unwrap_or_default();
-        format!("{json}\n{:08x}\n", crc32fast::hash(json.as_bytes())).into_bytes()
+        let mut bytes = format!("{json}\n{:08x}\n", crc32fast::hash(json.as_bytes())).into_bytes();
+        if bytes.len() < FILE_LEN {
+            bytes.resize(FILE_LEN, b'\n');
+        }
+        bytes
     }
 
     fn decode(bytes: &[u8]) -> std::result::Result<Checkpoint, String> {
@@ -104,14 +110,47 @@ impl Checkpoint {
         Ok(c)
     }
 
-    /// Writes this checkpoint into every directory in `dirs`.
+    /// Writes this checkpoint into every directory in `dirs`. A directory that refuses (full to
+    /// the last byte, failing) keeps its older copy, which the sequence number outranks; only
+    /// when no directory took it is it an error.
     pub fn write(&self, dirs: &[PathBuf]) -> Result<()> {
         let bytes = self.encode();
+        let mut first_error = None;
+        let mut written = 0;
         for dir in dirs {
-            atomic_write(&dir.join(CHECKPOINT_FILE), &bytes)?;
+            let path = dir.join(CHECKPOINT_FILE);
+            let result = match atomic_write(&path, &bytes) {
+                // A filesystem full to the last byte cannot take the temp file: rewrite in place
+                // (the CRC and the other directories' copies cover a torn write).
+                Err(Error::Io { source, .. }) if is_no_space(&source) => {
+                    overwrite_in_place(&path, &bytes)
+                }
+                other => other,
+            };
+            match result {
+                Ok(()) => written += 1,
+                Err(e) => {
+                    log::warn!("metadata not updated in {}: {e}", dir.display());
+                    first_error.get_or_insert(e);
+                }
+            }
         }
-        Ok(())
+        match first_error {
+            Some(e) if written == 0 => Err(e),
+            _ => Ok(()),
+        }
     }
+}
+
+fn overwrite_in_place(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .ctx("rewriting", path)?;
+    f.write_all_at(bytes, 0)
+        .and_then(|()| f.sync_data())
+        .ctx("rewriting", path)
 }
 
 /// The newest valid checkpoint among `dirs`. Unreadable or damaged copies are skipped with a

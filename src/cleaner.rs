@@ -214,9 +214,10 @@ impl Shared {
             return Ok(0);
         };
         let new_min = last_victim.end();
-        // 1. Out of the in-memory list: new reads of these offsets are out of range.
-        self.segments.rcu(|l| l.without_head_before(new_min));
+        // 1. Out of the in-memory list: new reads of these offsets are out of range. The head
+        // moves first, so a reader never finds an offset at or above min_offset missing.
         self.min_offset.fetch_max(new_min, Ordering::AcqRel);
+        self.segments.rcu(|l| l.without_head_before(new_min));
         // 2. The new head is recorded before any file goes.
         self.write_checkpoint(false)?;
         // 3. The files.

@@ -117,12 +117,14 @@ pub fn atomic_write(path: &Path, data: &[u8]) -> Result<()> {
     let mut tmp_name = path.as_os_str().to_owned();
     tmp_name.push(TEMP_SUFFIX);
     let tmp = PathBuf::from(tmp_name);
-    let mut f = File::create(&tmp).ctx("writing", &tmp)?;
-    f.write_all(data)
-        .and_then(|()| f.sync_all())
-        .ctx("writing", &tmp)?;
-    drop(f);
-    fs::rename(&tmp, path).ctx("renaming", &tmp)?;
+    let written = File::create(&tmp).and_then(|mut f| {
+        f.write_all(data)?;
+        f.sync_all()
+    });
+    if let Err(e) = written.and_then(|()| fs::rename(&tmp, path)) {
+        let _ = fs::remove_file(&tmp);
+        return Err(Error::io("writing", tmp, e));
+    }
     sync_dir(dir)
 }
 

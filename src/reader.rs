@@ -167,7 +167,15 @@ impl Shared {
         let seg = list
             .find(offset)
             .ok_or_else(|| self.range_error(offset.into()))?;
-        match record_at(seg, offset, max, self.max_body())? {
+        let at = record_at(seg, offset, max, self.max_body()).map_err(|e| {
+            // Deleted by the cleaner between the range check and the mapping.
+            if offset < self.min_offset.load(Ordering::Acquire) {
+                self.range_error(offset.into())
+            } else {
+                e
+            }
+        })?;
+        match at {
             At::Record(r) => Ok(r),
             At::BadBody { stored, actual } => Err(body_corruption(seg, offset, stored, actual)),
             At::EndOfSegment => Err(Error::InvalidOffset {
@@ -306,7 +314,15 @@ impl Scan {
                 self.next = seg.end();
                 continue;
             }
-            match record_at(seg, self.next, self.max, max_body)? {
+            let next = self.next;
+            let at = record_at(seg, next, self.max, max_body).map_err(|e| {
+                if next < self.shared.min_offset.load(Ordering::Acquire) {
+                    self.shared.range_error(next.into())
+                } else {
+                    e
+                }
+            })?;
+            match at {
                 At::Record(r) => {
                     self.next = r.next_offset;
                     return Ok(Some(r));

@@ -149,6 +149,7 @@ def test_import_rmqlog_does_not_import_pyspark():
         ({"path": "/x", "max_partition_byte": "1"}, None, "unknown option(s) max_partition_byte"),
         ({"path": "/x", "batch_bytes": "lots"}, None, "batch_bytes='lots'"),
         ({"path": "/x", "batch_bytes": "4g"}, None, "at most 2147483647"),
+        ({"path": "/x", "max_partition_bytes": "1k"}, None, "at least 4096"),
         ({"path": "/x", "batch_records": "0"}, None, "batch_records='0'"),
         ({"path": "/x", "max_partition_bytes": "-5"}, None, "max_partition_bytes='-5'"),
         ({"path": "/x", "start_offset": "first"}, None, '"earliest" or "latest"'),
@@ -254,20 +255,32 @@ def test_offset_and_timestamp_ranges(spark, store):
 
 def test_max_partition_bytes_splits_segments_without_loss_or_duplicates(spark, store):
     step = 20_000  # not a divisor of the segment size: split points fall inside records
-    df = load(spark, store.paths, max_partition_bytes=step, batch_records=64)
+    seg = [start for start, _, _ in store.segments]
+    lo, hi = seg[1] + 12_345, seg[6] + 30_000  # seven segments, cut inside records at both ends
+    df = load(
+        spark,
+        store.paths,
+        max_partition_bytes=step,
+        batch_records=64,
+        start_offset=lo,
+        end_offset=hi,
+    )
     expected_ranges = [
-        (x, min(x + step, start + size, store.max_offset))
+        (x, min(x + step, start + size, hi))
         for start, size, _ in store.segments
-        for x in range(start, min(start + size, store.max_offset), step)
+        for x in range(max(lo, start), min(start + size, hi), step)
     ]
-    assert df.rdd.getNumPartitions() == len(expected_ranges) > 2 * len(store.segments)
-    per_partition = df.rdd.mapPartitions(lambda rows: [[r.offset for r in rows]]).collect()
+    assert df.rdd.getNumPartitions() == len(expected_ranges) >= 3 * 5
+    per_partition = df.rdd.mapPartitions(
+        lambda rows: [[(r.offset, bytes(r.body)) for r in rows]]
+    ).collect()
     assert len(per_partition) == len(expected_ranges)
-    for (a, b), offsets in zip(expected_ranges, per_partition, strict=True):
-        assert offsets == sorted(offsets)  # offset order within a partition
-        assert all(a <= off < b for off in offsets)
-    assert [off for offsets in per_partition for off in offsets] == store.offsets
-    assert rows_of(df) == store.records
+    for (a, b), rows in zip(expected_ranges, per_partition, strict=True):
+        assert rows == sorted(rows)  # offset order within a partition
+        assert all(a <= off < b for off, _ in rows)
+    assert [row for rows in per_partition for row in rows] == [
+        r for r in store.records if lo <= r[0] < hi
+    ]
 
 
 def test_bad_option_fails_at_planning(spark, store):
@@ -425,34 +438,79 @@ def test_stream_reader_offsets_limits_and_data_loss(tmp_path):
 
         assert pickle.loads(pickle.dumps(sr))._log is None
         # retention deletes the head segment before the query read it
-        os.unlink(log.segments()[0].path)
+        assert log.truncate_before(SEG) == SEG
         end = sr.latestOffset({"offset": 0}, ReadAllAvailable())
+        assert sr._log.min_offset == SEG  # the follower saw it through refresh()
         with pytest.raises(rs.DataLossError, match="fail_on_data_loss"):
             sr.partitions({"offset": 0}, end)
         lenient = rs.RmqlogDataSource(
             {"path": os.pathsep.join(dirs), "fail_on_data_loss": "false"}
         ).streamReader(rs.SCHEMA)
-        # share the follower that saw the deletion: a fresh open of a store whose head segment
-        # was deleted fails in the core ("the head of the log is missing")
-        lenient._log = sr._log
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             parts = lenient.partitions({"offset": 0}, end)
         assert any("skipping" in str(w.message) for w in caught)
-        assert parts[0].lo == SEG == sr._log.min_offset
-        sr.stop()
-        assert sr._log is None
+        assert parts[0].lo == SEG and parts[-1].hi == end["offset"]
+        # a batch read asked for deleted offsets fails the same way at planning
+        batch = rs.RmqlogReader(rs.parse_options({"path": dirs[2], "start_offset": "0"}))
+        with pytest.raises(rs.DataLossError, match="below the log's min_offset"):
+            batch.partitions()
+        for p in (sr, lenient):
+            p.stop()
+            assert p._log is None
+
+
+def test_streaming_data_loss_fails_the_query_or_is_skipped(spark, tmp_path):
+    """Retention deletes records a stopped query had not read: its restart fails, unless
+    fail_on_data_loss is false, then it goes on from min_offset."""
+    dirs = os.pathsep.join(str(tmp_path / f"d{i}") for i in range(3))
+    checkpoint = str(tmp_path / "checkpoint")
+    got: list[int] = []
+
+    def run(**options):
+        reader = spark.readStream.format("rmqlog")
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        query = (
+            reader.load(dirs)
+            .writeStream.foreachBatch(lambda df, _: got.extend(r.offset for r in df.collect()))
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            query.awaitTermination(120)
+        except Exception:  # a failed query raises here too: query.exception() has the error
+            pass
+        return query
+
+    with CommitLog(dirs, segment_size=SEG) as log:
+        first = log.append_batch([bytes(500)] * 100)
+        assert run().exception() is None and got == first
+        later = log.append_batch([bytes(500)] * 1000)  # ~8 segments the query has not read
+        cut = log.truncate_before(later[500])
+        assert first[-1] < later[0] < cut <= later[500]
+        failed = run()
+        assert failed.exception() is not None
+        assert "DataLossError" in str(failed.exception())
+        assert "fail_on_data_loss" in str(failed.exception())
+        assert got == first  # nothing delivered by the failed run
+        assert run(fail_on_data_loss="false").exception() is None
+        assert got == first + [off for off in later if off >= cut]
 
 
 def test_streaming_query_exactly_once_across_restart(spark, tmp_path):
     dirs = os.pathsep.join(str(tmp_path / f"d{i}") for i in range(3))
     checkpoint = str(tmp_path / "checkpoint")
-    batches: dict[int, list[tuple[int, bytes]]] = {}
+    batches: dict[int, list[tuple[int, bytes]]] = {}  # the sink: idempotent by batch id
+    deliveries: list[tuple[int, int, list[tuple[int, bytes]]]] = []  # (run, batch id, rows)
+    run = [1]
     first_batch = threading.Event()
 
     def collect(df, batch_id):
-        # a batch replayed after a restart has the same id and the same records: keep one copy
-        batches[batch_id] = [(r.offset, bytes(r.body)) for r in df.collect()]
+        rows = [(r.offset, bytes(r.body)) for r in df.collect()]
+        deliveries.append((run[0], batch_id, rows))
+        batches[batch_id] = rows
         first_batch.set()
 
     def start():
@@ -495,12 +553,21 @@ def test_streaming_query_exactly_once_across_restart(spark, tmp_path):
         assert len(batches) >= 5 and max(map(len, batches.values())) <= 400
         ids_first = set(batches)
         produce(log, 600, "q")  # appended while the query is down
+        run[0] = 2
         query = start()
         try:
             want = wait_for(log, query)
         finally:
             query.stop()
-    assert min(set(batches) - ids_first) > max(ids_first)  # the restart went on, in order
+    # a batch delivered again (replayed after the stop) has the same id and the same records
+    by_id: dict[int, list] = {}
+    for _, bid, rows in deliveries:
+        assert by_id.setdefault(bid, rows) == rows
+    # the restart went on from the checkpoint: new ids, none of the records already delivered
+    new = [rows for r, bid, rows in deliveries if r == 2 and bid not in ids_first]
+    assert new and min(set(batches) - ids_first) > max(ids_first)
+    assert new[0][0] == want[len(seen_first)]
+    assert not {off for rows in new for off, _ in rows} & {off for off, _ in seen_first}
     seen = [r for _, rows in sorted(batches.items()) for r in rows]
     assert len(seen) == len({off for off, _ in seen})  # no record twice
     assert sorted(seen) == want and len(want) == 2400  # none lost

@@ -7,13 +7,35 @@ from typing import Literal, Self, final
 
 from typing_extensions import Buffer
 
+__all__ = [
+    "HEADER_LEN",
+    "ClosedError",
+    "CommitLog",
+    "CommitLogError",
+    "CorruptionError",
+    "DirInfo",
+    "DiskFullError",
+    "InvalidOffsetError",
+    "MessageTooLargeError",
+    "OffsetOutOfRangeError",
+    "ReadOnlyError",
+    "Record",
+    "ScanIterator",
+    "Segment",
+    "SegmentBuffer",
+    "StoreLockedError",
+    "WriterPoisonedError",
+    "__version__",
+    "_shutdown_logging",
+]
+
 __version__: str
 HEADER_LEN: int
 
 def _shutdown_logging() -> None:
     """Delivers queued log records and stops the delivery thread (run at exit)."""
 
-StrPath = str | os.PathLike[str]
+_StrPath = str | os.PathLike[str]
 
 class CommitLogError(Exception):
     """Base of every rmqlog error."""
@@ -105,9 +127,9 @@ class DirInfo:
     def error(self) -> str | None:
         """Why the directory is offline or full, else None."""
 
-Strategy = Literal["round_robin", "most_free", "fewest_segments", "weighted_free"]
-StrategyFn = Callable[[list[DirInfo], int], int]
-DirEventFn = Callable[[str, str, str, str], object]
+_Strategy = Literal["round_robin", "most_free", "fewest_segments", "weighted_free"]
+_StrategyFn = Callable[[list[DirInfo], int], int]
+_DirEventFn = Callable[[str, str, str, str], object]
 
 @final
 class ScanIterator(Iterator[tuple[int, memoryview]]):
@@ -130,28 +152,28 @@ class CommitLog:
     ``"/d0/store:/d1/store"``), or a sequence of paths. Each new segment goes to one directory.
     """
 
-    def __init__(
-        self,
-        paths: StrPath | Sequence[StrPath],
+    def __new__(
+        cls,
+        paths: _StrPath | Sequence[_StrPath],
         *,
         segment_size: int = 1 << 30,
-        strategy: Strategy | StrategyFn = "round_robin",
+        strategy: _Strategy | _StrategyFn = "round_robin",
         read_only: bool = False,
         flush: Literal["async", "sync", "none"] = "async",
         flush_interval_ms: int = 500,
         max_message_size: int = 4 << 20,
-        read_only_paths: StrPath | Sequence[StrPath] = (),
-        accept_lost: StrPath | Sequence[StrPath] = (),
-        max_used_ratio: float | Mapping[StrPath, float] = 0.75,
-        force_clean_ratio: float | Mapping[StrPath, float] | None = None,
+        read_only_paths: _StrPath | Sequence[_StrPath] = (),
+        accept_lost: _StrPath | Sequence[_StrPath] = (),
+        max_used_ratio: float | Mapping[_StrPath, float] = 0.75,
+        force_clean_ratio: float | Mapping[_StrPath, float] | None = None,
         min_free_bytes: int = 0,
-        on_dir_event: DirEventFn | None = None,
+        on_dir_event: _DirEventFn | None = None,
         retention_hours: float | None = 72.0,
-        delete_hours: Sequence[int] | None = (4,),
+        delete_hours: Sequence[int] | None = [4],
         retention_bytes: int | None = None,
         max_deletes_per_pass: int = 10,
         clean_interval_ms: int = 10_000,
-    ) -> None: ...
+    ) -> Self: ...
     def append(self, body: Buffer, /) -> int:
         """Appends one record; returns its physical offset."""
     def append_batch(self, bodies: Iterable[Buffer], /) -> list[int]:
@@ -202,7 +224,7 @@ class CommitLog:
     ) -> list[tuple[int, int, str]]:
         """Checks every record (headers, stored offsets, body CRCs) without changing anything.
         Returns ``(start_offset, end_offset, reason)`` per damaged range; ``[]`` when clean."""
-    def move_segment(self, start_offset: int, dest_path: StrPath, /) -> None:
+    def move_segment(self, start_offset: int, dest_path: _StrPath, /) -> None:
         """Moves a sealed segment to another writable directory of the store, online. Records
         read earlier stay valid; the active segment is refused (``CommitLogError``)."""
     def rebalance(self, max_bytes: int | None = None) -> list[tuple[int, str, str]]:

@@ -20,7 +20,7 @@ from rmqlog import CommitLog
 def run(root: str, records: int, size: int, out=sys.stdout) -> None:
     dirs = [os.path.join(root, f"disk{i}", "store") for i in range(3)]
     segment_size = 8 << 20
-    payload = bytes(range(256)) * (size // 256 + 1)
+    payload = bytes(range(256)) * (size // 256 + 2)
     bodies = [payload[i % 256 : i % 256 + size] for i in range(256)]
 
     with CommitLog(os.pathsep.join(dirs), segment_size=segment_size, flush="async") as log:

@@ -110,6 +110,7 @@ ARROW_SCHEMA = pa.schema(
 DEFAULT_BATCH_BYTES = 64 << 20
 DEFAULT_BATCH_RECORDS = 65536
 _MAX_BATCH_BYTES = (1 << 31) - 1  # an Arrow binary column (int32 offsets)
+_MIN_PARTITION_BYTES = 4096  # smaller splits only multiply tasks
 # Chunk size of the driver-side walk that counts records for max_records_per_trigger.
 _COUNT_CHUNK_BYTES = 16 << 20
 
@@ -174,14 +175,16 @@ def _int(name: str, value: str, minimum: int = 0) -> int:
 _SIZE = re.compile(r"(\d+)\s*([kmgt]?)(i?b)?")
 
 
-def _size(name: str, value: str, maximum: int | None = None) -> int:
-    """A positive byte count: ``1048576``, ``512k``, ``64m``, ``64MiB``, ``1g`` (binary units)."""
-    accepted = "a positive number of bytes, such as 1048576, 512k, 64m or 1g"
+def _size(name: str, value: str, maximum: int | None = None, minimum: int = 1) -> int:
+    """A byte count: ``1048576``, ``512k``, ``64m``, ``64MiB``, ``1g`` (binary units)."""
+    accepted = "a number of bytes, such as 1048576, 512k, 64m or 1g"
+    if minimum > 1:
+        accepted += f", at least {minimum}"
     if maximum is not None:
-        accepted += f" (at most {maximum})"
+        accepted += f", at most {maximum}"
     m = _SIZE.fullmatch(str(value).strip().lower().replace("_", ""))
     n = int(m.group(1)) * _SIZE_UNITS[m.group(2)] if m else 0
-    if n <= 0 or (maximum is not None and n > maximum):
+    if n < max(minimum, 1) or (maximum is not None and n > maximum):
         raise _bad(name, value, accepted)
     return n
 
@@ -266,7 +269,9 @@ def parse_options(options: Mapping[str, str], mode: str | None = None) -> Option
         if k in keys:
             kw[k] = _int(k, keys[k])
     if "max_partition_bytes" in keys:
-        kw["max_partition_bytes"] = _size("max_partition_bytes", keys["max_partition_bytes"])
+        kw["max_partition_bytes"] = _size(
+            "max_partition_bytes", keys["max_partition_bytes"], minimum=_MIN_PARTITION_BYTES
+        )
     if "batch_bytes" in keys:
         kw["batch_bytes"] = _size("batch_bytes", keys["batch_bytes"], _MAX_BATCH_BYTES)
     if "batch_records" in keys:
@@ -670,9 +675,14 @@ def lookup_bodies(
     ``body_udf_nulls``; with ``strict`` such an offset raises). The log is opened read-only once
     per process and refreshed when an offset at or past its ``max_offset`` is asked for."""
     key = tuple(paths.split(os.pathsep)) if isinstance(paths, str) else tuple(map(str, paths))
-    entry = _cached(key)
+    while True:
+        entry = _cached(key)
+        entry.lock.acquire()
+        if not entry.log.closed:
+            break
+        entry.lock.release()  # dropped as idle in between: open it again
     out: list[bytes | None] = []
-    with entry.lock:
+    try:
         log = entry.log
         max_off = log.max_offset
         refreshed = False
@@ -702,6 +712,8 @@ def lookup_bodies(
                 body_udf_nulls[reason] += 1
                 out.append(None)
         entry.last_used = time.monotonic()
+    finally:
+        entry.lock.release()
     return out
 
 

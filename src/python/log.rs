@@ -115,6 +115,13 @@ impl PyCommitLog {
 #[pymethods]
 impl PyCommitLog {
     #[new]
+    #[pyo3(
+        text_signature = "(paths, *, segment_size=1073741824, strategy='round_robin', \
+        read_only=False, flush='async', flush_interval_ms=500, max_message_size=4194304, \
+        read_only_paths=(), accept_lost=(), max_used_ratio=0.75, force_clean_ratio=None, \
+        min_free_bytes=0, on_dir_event=None, retention_hours=72.0, delete_hours=[4], \
+        retention_bytes=None, max_deletes_per_pass=10, clean_interval_ms=10000)"
+    )]
     #[pyo3(signature = (
         paths,
         *,
@@ -130,8 +137,8 @@ impl PyCommitLog {
         force_clean_ratio = None,
         min_free_bytes = None,
         on_dir_event = None,
-        retention_hours = None,
-        delete_hours = None,
+        retention_hours = Some(72.0),
+        delete_hours = Some(vec![4]),
         retention_bytes = None,
         max_deletes_per_pass = None,
         clean_interval_ms = None,
@@ -152,8 +159,8 @@ impl PyCommitLog {
         force_clean_ratio: Option<&Bound<'py, PyAny>>,
         min_free_bytes: Option<&Bound<'py, PyAny>>,
         on_dir_event: Option<&Bound<'py, PyAny>>,
-        retention_hours: Option<&Bound<'py, PyAny>>,
-        delete_hours: Option<&Bound<'py, PyAny>>,
+        retention_hours: Option<f64>,
+        delete_hours: Option<Vec<u32>>,
         retention_bytes: Option<&Bound<'py, PyAny>>,
         max_deletes_per_pass: Option<&Bound<'py, PyAny>>,
         clean_interval_ms: Option<&Bound<'py, PyAny>>,
@@ -189,6 +196,7 @@ impl PyCommitLog {
     /// Appends one record; returns its physical offset.
     #[pyo3(signature = (body, /))]
     fn append(&self, py: Python<'_>, body: &Bound<'_, PyAny>) -> PyResult<u64> {
+        self.prune_views();
         let bytes = as_bytes(body, "body")?;
         let data = bytes.as_bytes();
         // Fast path with the GIL held: no waiting, no I/O. Otherwise release the GIL.
@@ -440,7 +448,9 @@ impl PyCommitLog {
     /// `delete_hours`.
     #[pyo3(signature = (force = false))]
     fn clean(&self, py: Python<'_>, force: bool) -> PyResult<usize> {
-        Ok(py.detach(|| self.log.clean(force))?)
+        let n = py.detach(|| self.log.clean(force))?;
+        self.prune_views();
+        Ok(n)
     }
 
     /// Deletes the sealed segments that end at or before `offset`; returns the new `min_offset`.
@@ -454,11 +464,13 @@ impl PyCommitLog {
 
     /// Syncs everything appended so far; returns `flushed_offset`.
     fn flush(&self, py: Python<'_>) -> PyResult<u64> {
+        self.prune_views();
         Ok(py.detach(|| self.log.flush())?)
     }
 
     /// The segments in offset order.
     fn segments(&self) -> PyResult<Vec<PySegment>> {
+        self.prune_views();
         Ok(self
             .log
             .segments()?

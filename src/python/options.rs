@@ -14,7 +14,6 @@ use super::dirs::PyDirInfo;
 use crate::{DirEvent, DirInfo, FlushMode, Options, PerDir, Strategy};
 
 /// The keyword arguments of `CommitLog`, as given.
-#[derive(Default)]
 pub struct Kwargs<'a, 'py> {
     pub segment_size: Option<&'a Bound<'py, PyAny>>,
     pub strategy: Option<&'a Bound<'py, PyAny>>,
@@ -28,8 +27,10 @@ pub struct Kwargs<'a, 'py> {
     pub force_clean_ratio: Option<&'a Bound<'py, PyAny>>,
     pub min_free_bytes: Option<&'a Bound<'py, PyAny>>,
     pub on_dir_event: Option<&'a Bound<'py, PyAny>>,
-    pub retention_hours: Option<&'a Bound<'py, PyAny>>,
-    pub delete_hours: Option<&'a Bound<'py, PyAny>>,
+    /// `None` (Python's) turns time expiry off; the default is passed as `Some(72.0)`.
+    pub retention_hours: Option<f64>,
+    /// `None` (Python's) means any hour; the default is passed as `Some([4])`.
+    pub delete_hours: Option<Vec<u32>>,
     pub retention_bytes: Option<&'a Bound<'py, PyAny>>,
     pub max_deletes_per_pass: Option<&'a Bound<'py, PyAny>>,
     pub clean_interval_ms: Option<&'a Bound<'py, PyAny>>,
@@ -154,35 +155,8 @@ pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
     if let Some(v) = k.on_dir_event.filter(|v| !v.is_none()) {
         o.on_dir_event = Some(py_event_callback(v)?);
     }
-    if let Some(v) = k.retention_hours {
-        o.retention_hours = if v.is_none() {
-            None
-        } else {
-            Some(number(v, "retention_hours")?)
-        };
-    }
-    if let Some(v) = k.delete_hours {
-        o.delete_hours = if v.is_none() {
-            None
-        } else {
-            let hours: Vec<u64> = v
-                .try_iter()
-                .map_err(|_| {
-                    PyTypeError::new_err(format!(
-                        "delete_hours must be a sequence of hours (0-23) or None, got {}",
-                        args::type_of(v)
-                    ))
-                })?
-                .map(|h| args::uint(&h?, "delete_hours[]"))
-                .collect::<PyResult<_>>()?;
-            Some(
-                hours
-                    .into_iter()
-                    .map(|h| h.min(u64::from(u32::MAX)) as u32)
-                    .collect(),
-            )
-        };
-    }
+    o.retention_hours = k.retention_hours;
+    o.delete_hours = k.delete_hours.clone();
     if let Some(v) = k.retention_bytes {
         o.retention_bytes = if v.is_none() {
             None

@@ -1,0 +1,625 @@
+"""The ``rmqlog`` command line, run as ``python -m rmqlog`` and as the installed console script."""
+
+from __future__ import annotations
+
+import fcntl
+import itertools
+import json
+import logging
+import os
+import pty
+import re
+import select
+import shutil
+import struct
+import subprocess
+import sys
+import termios
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+import rmqlog
+from rmqlog import HEADER_LEN, CommitLog
+from rmqlog import cli as rmqlog_cli
+
+SEG = 4096
+SUBCOMMANDS = ["demo", "stat", "dump", "verify", "bench"]
+BIN = Path(sys.executable).parent
+SPECIAL = (
+    "tab\there, nl\n, quote' \" back\\slash, é ü 日本, nul\x00 bell\x07".encode() + b"\xff\xfe"
+)
+
+
+def _script() -> str:
+    found = shutil.which("rmqlog", path=str(BIN))
+    if found is None:
+        pytest.fail(f"console script 'rmqlog' not in {BIN}: run pip install -e '.[test]'")
+    return found
+
+
+RUNNERS = {
+    "module": lambda: [sys.executable, "-m", "rmqlog"],
+    "script": lambda: [_script()],
+}
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("COLUMNS", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@pytest.fixture(params=sorted(RUNNERS))
+def run(request, tmp_path):
+    """``run(*args)``: the CLI in a subprocess (one test per way of starting it)."""
+    base = RUNNERS[request.param]()
+
+    def call(*args, timeout=120, **kwargs):
+        return subprocess.run(
+            [*base, *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=tmp_path,
+            env=_env(),
+            **kwargs,
+        )
+
+    call.runner = request.param
+    return call
+
+
+def body_of(i: int) -> bytes:
+    """Distinct bodies of varied sizes; record 3 has control characters and invalid UTF-8."""
+    if i == 3:
+        return SPECIAL
+    return f"record-{i}-".encode() * (1 + i % 7)
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A closed, synced log over two directories with 4 KiB segments: (dirs, {offset: body})."""
+    dirs = [tmp_path / "s0", tmp_path / "s1"]
+    with CommitLog(dirs, segment_size=SEG, flush="sync") as log:
+        written = {log.append(body_of(i)): body_of(i) for i in range(120)}
+        assert len(log.segments()) >= 3
+    return dirs, written
+
+
+def joined(dirs) -> str:
+    return os.pathsep.join(map(str, dirs))
+
+
+def assert_one_error_line(proc, pattern=""):
+    """Exit code 2, nothing on stdout, one ``rmqlog: error:`` line on stderr, no traceback."""
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("rmqlog: error: ")
+    assert "Traceback" not in proc.stderr
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# help and version
+
+
+@pytest.mark.parametrize("sub", [None, *SUBCOMMANDS])
+def test_help(run, sub):
+    proc = run(*([sub] if sub else []), "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    prog = f"rmqlog {sub}" if sub else "rmqlog"
+    assert proc.stdout.startswith(f"usage: {prog} ")
+    if sub is None:
+        for name in SUBCOMMANDS:
+            assert re.search(rf"^\s+{name}\s+\S", proc.stdout, re.M), name
+    if sub in ("stat", "dump", "verify"):
+        assert "PATHS" in proc.stdout
+    if sub == "dump":
+        for opt in ("--from", "--count", "--data", "--hex", "--json"):
+            assert opt in proc.stdout
+    if sub == "bench":
+        for opt in ("--records", "--size", "--dirs", "--flush"):
+            assert opt in proc.stdout
+
+
+def test_version(run):
+    proc = run("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"rmqlog {rmqlog.__version__}"
+
+
+def test_console_script_is_the_cli_main():
+    text = Path(_script()).read_text()
+    assert "from rmqlog.cli import main" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# demo
+
+
+def test_demo(run, tmp_path):
+    root = tmp_path / "demo"
+    proc = run("demo", "--dir", root, "--records", 3000, "--size", 64)
+    assert proc.returncode == 0, proc.stderr
+    assert "rmqlog demo: 3,000 records of 64 B" in proc.stdout
+    assert "read back 3,000 records, checksums match" in proc.stdout
+    dirs = [root / f"disk{i}" / "store" for i in range(3)]
+    with CommitLog(dirs, read_only=True) as log:
+        bodies = [bytes(b) for _, b in log.scan()]
+    assert len(bodies) == 3000
+    # the demo's bodies are runs of the byte pattern 0, 1, 2, ..., at most --size long
+    assert max(map(len, bodies)) == 64
+    assert all(b[k + 1] == (b[k] + 1) % 256 for b in bodies for k in range(len(b) - 1))
+
+
+def test_demo_temporary_dir_is_removed(run):
+    proc = run("demo", "--records", 500, "--size", 16)
+    assert proc.returncode == 0, proc.stderr
+    m = re.search(r"records of 16 B into (\S+)", proc.stdout)
+    assert m, proc.stdout
+    assert not os.path.exists(m.group(1))
+
+
+# ---------------------------------------------------------------------------------------------
+# stat
+
+
+def _api_view(dirs):
+    with CommitLog(dirs, read_only=True) as log:
+        segs = log.segments()
+        return {
+            "min": log.min_offset,
+            "max": log.max_offset,
+            "flushed": log.flushed_offset,
+            "paths": log.paths,
+            "segments": [(s.start_offset, s.path, s.size, s.written) for s in segs],
+            "dirs": [(d.path, d.state, d.total_bytes, d.segments, d.error) for d in log.dirs()],
+            "stats": log.stats(),
+        }
+
+
+def test_stat_json_matches_api(run, store):
+    dirs, written = store
+    proc = run("stat", joined(dirs), "--json")
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    api = _api_view(dirs)
+    assert info["min_offset"] == api["min"] == 0
+    assert info["max_offset"] == api["max"]
+    assert info["flushed_offset"] == api["flushed"] == api["max"]
+    last = max(written)
+    assert info["max_offset"] == last + HEADER_LEN + len(written[last])
+    assert info["paths"] == api["paths"]
+    assert [(s["start_offset"], s["path"], s["size"], s["written"]) for s in info["segments"]] == (
+        api["segments"]
+    )
+    assert info["segment_count"] == len(api["segments"])
+    assert info["total_bytes"] == sum(s[2] for s in api["segments"]) == SEG * len(api["segments"])
+    assert info["data_bytes"] == api["max"] - api["min"]
+    got_dirs = [
+        (d["path"], d["state"], d["total_bytes"], d["segment_count"], d["error"])
+        for d in info["dirs"]
+    ]
+    assert got_dirs == api["dirs"]
+    for d in info["dirs"]:
+        assert 0 <= d["free_bytes"] <= d["total_bytes"]
+        assert 0.0 <= d["used_ratio"] <= 1.0
+        # segments per directory: the files in that directory, as the API places them
+        names = sorted(s["name"] for s in d["segments"])
+        on_disk = sorted(
+            p.name for p in Path(d["path"]).iterdir() if re.fullmatch(r"\d{20}", p.name)
+        )
+        assert names == on_disk
+        assert len(d["segments"]) == d["segment_count"]
+    stats = info["stats"]
+    assert stats.keys() == api["stats"].keys()
+    assert stats["strategy"] == api["stats"]["strategy"] == "round_robin"
+    assert stats["appends"] == 0  # a read-only open appends nothing
+
+
+def test_stat_several_positional_paths(run, store):
+    dirs, _ = store
+    a = json.loads(run("stat", "--json", *dirs).stdout)
+    b = json.loads(run("stat", "--json", joined(dirs)).stdout)
+    for key in ("min_offset", "max_offset", "flushed_offset", "segments", "total_bytes"):
+        assert a[key] == b[key]
+    # one directory finds the other through the metadata
+    c = json.loads(run("stat", "--json", dirs[1]).stdout)
+    assert c["segments"] == a["segments"]
+
+
+def test_stat_text(run, store):
+    dirs, _ = store
+    proc = run("stat", joined(dirs))
+    assert proc.returncode == 0, proc.stderr
+    api = _api_view(dirs)
+    out = proc.stdout
+    assert f"offsets: min {api['min']}  max {api['max']}  flushed {api['flushed']}" in out
+    total = sum(s[2] for s in api["segments"])
+    assert f"in {len(api['segments'])} segments; total bytes {total} " in out
+    # every segment is listed under its own directory
+    sections = re.split(r"^  (?=/)", out.split("directories:\n")[1].split("stats:")[0], flags=re.M)
+    by_dir = {s.splitlines()[0]: s for s in sections if s.strip()}
+    assert set(by_dir) == {d[0] for d in api["dirs"]}
+    for start, path, size, written in api["segments"]:
+        section = by_dir[os.path.dirname(path)]
+        assert (
+            f"{os.path.basename(path)}  [{start}, {start + size})  written {written} / {size}"
+            in (section)
+        )
+    for path, state, _total, nsegs, _err in api["dirs"]:
+        assert re.search(rf"state {state} .* segments {nsegs}$", by_dir[path], re.M)
+    for key, value in api["stats"].items():
+        assert f"  {key}: {value}\n" in out
+
+
+def test_stat_empty_store(run, tmp_path):
+    (tmp_path / "empty").mkdir()
+    info = json.loads(run("stat", "--json", tmp_path / "empty").stdout)
+    assert (info["min_offset"], info["max_offset"], info["segment_count"]) == (0, 0, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# dump
+
+
+def _dump_json(run, *args):
+    proc = run("dump", *args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def test_dump_json_equals_scan(run, store):
+    dirs, written = store
+    rows = _dump_json(run, joined(dirs))
+    with CommitLog(dirs, read_only=True) as log:
+        scanned = [(off, bytes(b)) for off, b in log.scan()]
+        records = {off: log.read_record(off) for off, _ in scanned}
+    assert [r["offset"] for r in rows] == [off for off, _ in scanned] == sorted(written)
+    for row, (off, body) in zip(rows, scanned, strict=True):
+        rec = records[off]
+        assert row["size"] == len(body) == len(written[off])
+        assert row["next_offset"] == rec.next_offset
+        assert row["timestamp_ms"] == rec.timestamp_ms
+        when = datetime.fromisoformat(row["timestamp"].replace("Z", "+00:00"))
+        assert when.tzinfo is not None and when.utcoffset().total_seconds() == 0
+        assert round(when.timestamp() * 1000) == rec.timestamp_ms
+        assert "data" not in row and "hex" not in row
+    # next offsets chain, across segment rolls too
+    for a, b in itertools.pairwise(rows):
+        assert b["offset"] == a["next_offset"]
+
+
+def test_dump_from_and_count(run, store):
+    dirs, written = store
+    offs = sorted(written)
+    rows = _dump_json(run, joined(dirs), "--from", offs[40], "--count", 5)
+    assert [r["offset"] for r in rows] == offs[40:45]
+    # --from on a segment boundary, count beyond the end
+    with CommitLog(dirs, read_only=True) as log:
+        seg2 = log.segments()[2].start_offset
+        expect = [off for off, _ in log.scan(start=seg2)]
+    rows = _dump_json(run, *dirs, "--from", seg2, "--count", 10_000)
+    assert [r["offset"] for r in rows] == expect
+    assert _dump_json(run, joined(dirs), "--count", 0) == []
+    end = offs[-1] + HEADER_LEN + len(written[offs[-1]])  # max_offset: nothing from there
+    assert _dump_json(run, joined(dirs), "--from", end) == []
+
+
+def test_dump_data_and_hex_json(run, store):
+    dirs, written = store
+    offs = sorted(written)
+    rows = _dump_json(run, joined(dirs), "--from", offs[2], "--count", 3, "--data", "--hex")
+    assert [r["offset"] for r in rows] == offs[2:5]
+    for row in rows:
+        body = written[row["offset"]]
+        assert bytes.fromhex(row["hex"]) == body
+        assert row["data"] == rmqlog_cli.render_text(body)
+    special = rows[1]
+    assert special["offset"] == offs[3]
+    assert special["data"] == (
+        "tab\\there, nl\\n, quote' \" back\\\\slash, é ü 日本, nul\\x00 bell\\x07\\xff\\xfe"
+    )
+
+
+def test_dump_text(run, store):
+    dirs, written = store
+    offs = sorted(written)
+    proc = run("dump", joined(dirs), "--from", offs[3], "--count", 2, "--data", "--hex")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2
+    with CommitLog(dirs, read_only=True) as log:
+        recs = [log.read_record(o) for o in offs[3:5]]
+    pat = re.compile(
+        r"^offset: (\d+) timestamp: (\d+) \((\S+)Z\) size: (\d+) next: (\d+) "
+        r"data: (.*) hex: ([0-9a-f]*)$"
+    )
+    for line, rec in zip(lines, recs, strict=True):
+        m = pat.match(line)
+        assert m, line
+        off, ts, iso, size, nxt, data, hexed = m.groups()
+        assert int(off) == rec.offset and int(ts) == rec.timestamp_ms
+        assert int(size) == len(rec.body) and int(nxt) == rec.next_offset
+        assert iso.startswith(
+            datetime.fromtimestamp(rec.timestamp_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        )
+        assert bytes.fromhex(hexed) == written[rec.offset]
+        assert data == rmqlog_cli.render_text(written[rec.offset])
+    assert "\\n" in lines[0] and "\n" not in lines[0]  # the newline in the body is escaped
+    # without --data/--hex: no body
+    plain = run("dump", joined(dirs), "--count", 1).stdout
+    assert "data:" not in plain and "hex:" not in plain and plain.startswith("offset: 0 ")
+
+
+def test_render_text():
+    r = rmqlog_cli.render_text
+    assert r(b"plain text") == "plain text"
+    assert r(b"a\nb\tc\rd\\e") == "a\\nb\\tc\\rd\\\\e"
+    assert r(b"\x00\x1f\x7f") == "\\x00\\x1f\\x7f"
+    assert r("héllo 日本".encode()) == "héllo 日本"
+    assert r(b"\xff\xc3") == "\\xff\\xc3"
+    assert r("\u2028".encode()) == "\\u2028"  # a line separator would break the one-line output
+    assert r(memoryview(b"mv")) == "mv"
+    assert r(b"") == ""
+
+
+def test_dump_stops_at_corruption(run, store):
+    dirs, written = store
+    offs = sorted(written)
+    _flip_body_byte(dirs, offs[10])
+    proc = run("dump", joined(dirs), "--json")
+    assert proc.returncode == 2
+    assert [json.loads(x)["offset"] for x in proc.stdout.splitlines()] == offs[:10]
+    assert proc.stderr.startswith("rmqlog: error: ")
+    assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_dump_into_closed_pipe_is_quiet(tmp_path):
+    dirs = [tmp_path / "big"]
+    with CommitLog(dirs, segment_size=1 << 20, flush="none") as log:
+        log.append_batch([bytes(200)] * 3000)  # ~1.2 MB of hex: more than a pipe holds
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rmqlog", "dump", str(dirs[0]), "--hex"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+    )
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=60)
+    assert first.startswith(b"offset: 0 ")
+    assert proc.returncode == 1
+    assert b"Traceback" not in err and b"BrokenPipe" not in err
+
+
+# ---------------------------------------------------------------------------------------------
+# verify
+
+
+def _flip_body_byte(dirs, offset, delta=5):
+    """Flips one byte inside the body of the record at ``offset``, in its segment file."""
+    with CommitLog(dirs, read_only=True) as log:
+        assert offset < log.flushed_offset
+        seg = next(s for s in log.segments() if s.start_offset <= offset < s.start_offset + s.size)
+        rec = log.read_record(offset)
+        assert len(rec.body) > delta
+        path, pos = seg.path, offset - seg.start_offset + HEADER_LEN + delta
+        end = rec.next_offset
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        old = f.read(1)
+        f.seek(pos)
+        f.write(bytes([old[0] ^ 0x5A]))
+    return end
+
+
+def test_verify_clean(run, store):
+    dirs, _ = store
+    proc = run("verify", joined(dirs))
+    assert proc.returncode == 0, proc.stderr
+    api = _api_view(dirs)
+    nbytes = api["max"] - api["min"]
+    assert proc.stdout == f"OK: {nbytes} bytes, {len(api['segments'])} segments verified\n"
+    assert "%|" not in proc.stderr  # no progress bar when stderr is not a terminal
+    doc = json.loads(run("verify", *dirs, "--json").stdout)
+    assert doc == {"ok": True, "bytes": nbytes, "segments": len(api["segments"]), "damaged": []}
+
+
+def test_verify_flipped_body_byte(run, store):
+    dirs, written = store
+    offs = sorted(written)
+    target = offs[57]
+    end = _flip_body_byte(dirs, target)
+    with CommitLog(dirs, read_only=True) as log:
+        api_bad = log.verify()
+    assert api_bad == [(target, end, "body CRC mismatch")]
+    proc = run("verify", joined(dirs))
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"CORRUPT: [{target}, {end}) body CRC mismatch"
+    assert lines[-1].startswith("FAILED: 1 damaged range(s) in ")
+    assert "Traceback" not in proc.stderr
+    doc = json.loads(run("verify", joined(dirs), "--json").stdout)
+    assert doc["ok"] is False
+    assert doc["damaged"] == [{"start": target, "end": end, "reason": "body CRC mismatch"}]
+
+
+def test_verify_two_damaged_ranges(run, store):
+    dirs, written = store
+    offs = sorted(written)
+    ends = [_flip_body_byte(dirs, offs[i]) for i in (5, 90)]
+    proc = run("verify", joined(dirs))
+    assert proc.returncode == 1
+    corrupt = [x for x in proc.stdout.splitlines() if x.startswith("CORRUPT: ")]
+    assert corrupt == [
+        f"CORRUPT: [{offs[5]}, {ends[0]}) body CRC mismatch",
+        f"CORRUPT: [{offs[90]}, {ends[1]}) body CRC mismatch",
+    ]
+
+
+def test_verify_store_that_does_not_open(run, store):
+    dirs, _ = store
+    seg = sorted(p for p in Path(dirs[0]).iterdir() if re.fullmatch(r"\d{20}", p.name))[0]
+    os.truncate(seg, SEG // 2)  # a segment shorter than every segment size in use
+    proc = run("verify", joined(dirs))
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert proc.stdout.startswith("CORRUPT: the store does not open: ")
+    assert seg.name in proc.stdout
+    # other subcommands report it as an error
+    assert_one_error_line(run("stat", joined(dirs)), seg.name)
+
+
+def test_verify_progress_bar_on_a_terminal(store):
+    """With stderr a terminal, tqdm draws a bar there; stdout keeps only the result."""
+    dirs, _ = store
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    chunks = []
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rmqlog", "verify", joined(dirs)],
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            env={**_env(), "TERM": "xterm"},
+        )
+        os.close(slave)
+        while True:  # read while the child runs: Linux may drop what is left at hangup
+            if select.select([master], [], [], 0.1)[0]:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # EIO: the child's side is closed
+                    break
+                if not data:
+                    break
+                chunks.append(data)
+            elif proc.poll() is not None:
+                break
+        out = proc.stdout.read()
+        proc.wait(timeout=60)
+    finally:
+        os.close(master)
+    assert proc.returncode == 0
+    assert out.decode().startswith("OK: ")
+    err = b"".join(chunks).decode(errors="replace")
+    assert re.search(r"verify:\s+\d+%\|", err), err
+    assert "OK:" not in err
+
+
+# ---------------------------------------------------------------------------------------------
+# usage errors
+
+
+def test_missing_directory(run, tmp_path):
+    missing = tmp_path / "nope"
+    for sub in ("stat", "dump", "verify"):
+        assert_one_error_line(run(sub, missing), re.escape(str(missing)))
+    assert not missing.exists()  # a read-only open creates nothing
+
+
+def test_unknown_subcommand(run):
+    assert_one_error_line(run("frobnicate"), "invalid choice: 'frobnicate'")
+
+
+def test_no_subcommand(run):
+    assert_one_error_line(run(), "required")
+
+
+@pytest.mark.parametrize("count", ["abc", "-1", "1.5", ""])
+def test_bad_count(run, store, count):
+    dirs, _ = store
+    assert_one_error_line(run("dump", joined(dirs), "--count", count), "--count")
+
+
+def test_bad_arguments(run, store):
+    dirs, written = store
+    offs = sorted(written)
+    assert_one_error_line(run("dump", joined(dirs), "--from", "x"), "--from")
+    assert_one_error_line(run("dump", joined(dirs), "--from", offs[1] + 1), "not the start")
+    assert_one_error_line(run("dump", joined(dirs), "--from", 10**9), "out of range")
+    assert_one_error_line(run("dump", joined(dirs), "--bogus"), "unrecognized")
+    assert_one_error_line(run("stat"), "PATHS")
+    assert_one_error_line(run("stat", os.pathsep), "no directory")
+    assert_one_error_line(run("bench", "--flush", "maybe"), "invalid choice")
+    assert_one_error_line(run("bench", "--records", 0), "--records")
+    assert_one_error_line(run("bench", "--segment-size", 5000, "--records", 10), "4096")
+    assert_one_error_line(run("demo", "--records", "many"), "--records")
+    assert_one_error_line(run("bench", "--records", 5, "--dirs", dirs[0]), "not empty")
+
+
+@pytest.fixture
+def restore_rmqlog_logger():
+    """main() configures the ``rmqlog`` logger; put it back for the tests that run after."""
+    logger = logging.getLogger("rmqlog")
+    saved = (logger.level, logger.propagate, list(logger.handlers))
+    yield
+    logger.setLevel(saved[0])
+    logger.propagate = saved[1]
+    logger.handlers[:] = saved[2]
+
+
+def test_main_returns_exit_codes(store, capsys, restore_rmqlog_logger):
+    dirs, _ = store
+    assert rmqlog_cli.main(["verify", joined(dirs)]) == 0
+    assert capsys.readouterr().out.startswith("OK: ")
+    assert rmqlog_cli.main(["dump", joined(dirs), "--count", "x"]) == 2
+    assert capsys.readouterr().err.startswith("rmqlog: error: argument --count")
+    assert rmqlog_cli.main(["--help"]) == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# bench
+
+
+def test_bench_json(run):
+    proc = run("bench", "--records", 1500, "--size", 100, "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert (doc["records"], doc["size"], doc["flush"]) == (1500, 100, "async")
+    phases = {p["phase"]: p for p in doc["phases"]}
+    assert list(phases) == ["append", "append_batch(1000)", "read (random)", "scan"]
+    assert phases["append"]["records"] == phases["append_batch(1000)"]["records"] == 1500
+    assert phases["read (random)"]["records"] == 1500
+    assert phases["scan"]["records"] == 3000
+    for p in phases.values():
+        assert p["seconds"] > 0 and p["records_per_s"] > 0 and p["mib_per_s"] > 0
+        assert p["records_per_s"] == pytest.approx(p["records"] / p["seconds"])
+    for name in ("append", "read (random)"):
+        p = phases[name]
+        assert 0 < p["p50_us"] <= p["p99_us"] <= p["p999_us"]
+    assert not any(os.path.exists(d) for d in doc["dirs"])  # the temporary store is removed
+
+
+def test_bench_text_sync_in_given_dirs(run, tmp_path):
+    dirs = [tmp_path / "b0", tmp_path / "b1"]
+    proc = run("bench", "--records", 300, "--size", 50, "--flush", "sync", "--dirs", *dirs)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    assert out[0].startswith("rmqlog bench: 300 records of 50 B, flush=sync")
+    assert out[1].split() == [
+        "phase",
+        "seconds",
+        "rec/s",
+        "MiB/s",
+        "p50",
+        "us",
+        "p99",
+        "us",
+        "p999",
+        "us",
+    ]
+    rows = {line.split("  ")[1].strip(): line for line in out[2:]}
+    assert set(rows) == {"append", "append_batch(1000)", "read (random)", "scan"}
+    assert re.search(r"(\d+\.\d+\s+){3}\d+\.\d+$", rows["append"])  # seconds ... percentiles
+    assert rows["scan"].rstrip().endswith("-")
+    # the store stays in the given directories: 2 x 300 records, all 50 B, verified
+    with CommitLog(dirs, read_only=True) as log:
+        sizes = [len(b) for _, b in log.scan()]
+        assert log.verify() == []
+    assert sizes == [50] * 600
