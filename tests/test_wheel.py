@@ -105,7 +105,15 @@ def test_wheel_contents(wheel):
         metadata = z.read(f"{dist}/METADATA").decode()
         entry_points = z.read(f"{dist}/entry_points.txt").decode()
         wheel_info = z.read(f"{dist}/WHEEL").decode()
-    for name in ("__init__.py", "__main__.py", "cli.py", "demo.py", "_native.pyi", "py.typed"):
+    for name in (
+        "__init__.py",
+        "__main__.py",
+        "cli/__init__.py",
+        "spark/__init__.py",
+        "demo.py",
+        "_native.pyi",
+        "py.typed",
+    ):
         assert f"rmqlog/{name}" in names
     assert [n for n in names if n.endswith(".so")] == ["rmqlog/_native.abi3.so"]
     assert re.search(r"^Requires-Dist: tqdm>=4$", metadata, re.M), metadata

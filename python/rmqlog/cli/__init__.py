@@ -1,0 +1,63 @@
+"""The ``rmqlog`` command line: inspect, dump, verify and benchmark a commit log.
+
+    rmqlog demo   [--dir D] [--records N] [--size B]
+    rmqlog stat   PATHS [--json]
+    rmqlog dump   PATHS [--from OFF] [--count N] [--data] [--hex] [--json]
+    rmqlog verify PATHS [--json]
+    rmqlog bench  [--records N] [--size B] [--dirs D ...] [--flush async|sync|none]
+
+``PATHS`` is one argument with the store's directories joined by ``os.pathsep``
+(``/d0/store:/d1/store``), or several positional directories; stores are opened read-only, and
+any one directory finds the others through ``rmqlog.meta``.
+
+Data goes to stdout, logs and progress bars (only on a terminal) to stderr. Exit codes: 0 on
+success, 1 when ``verify`` finds corruption, 2 on any error (bad arguments, a missing directory,
+an unreadable store), reported as one line ``rmqlog: error: ...``.
+"""
+
+from rmqlog.cli.bench import FlushMode, cmd_bench, percentile, run_bench
+from rmqlog.cli.bench import log as log
+from rmqlog.cli.common import (
+    EXIT_CORRUPT,
+    EXIT_ERROR,
+    EXIT_OK,
+    PROG,
+    UsageError,
+    human_bytes,
+    iso_utc,
+    open_read_only,
+    render_text,
+    split_paths,
+)
+from rmqlog.cli.demo import cmd_demo
+from rmqlog.cli.dump import cmd_dump, iter_records
+from rmqlog.cli.parser import build_parser
+from rmqlog.cli.run import main
+from rmqlog.cli.stat import cmd_stat, print_stat, stat_info
+from rmqlog.cli.verify import cmd_verify
+
+__all__ = [
+    "EXIT_CORRUPT",
+    "EXIT_ERROR",
+    "EXIT_OK",
+    "PROG",
+    "FlushMode",
+    "UsageError",
+    "build_parser",
+    "cmd_bench",
+    "cmd_demo",
+    "cmd_dump",
+    "cmd_stat",
+    "cmd_verify",
+    "human_bytes",
+    "iso_utc",
+    "iter_records",
+    "main",
+    "open_read_only",
+    "percentile",
+    "print_stat",
+    "render_text",
+    "run_bench",
+    "split_paths",
+    "stat_info",
+]

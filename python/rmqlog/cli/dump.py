@@ -1,0 +1,71 @@
+"""``rmqlog dump``: one line (text or JSON) per record."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+from rmqlog import CommitLog
+from rmqlog.cli.common import (
+    EXIT_OK,
+    UsageError,
+    _emit_json,
+    _progress,
+    iso_utc,
+    open_read_only,
+    render_text,
+)
+
+
+def iter_records(clog: CommitLog, start: int | None, count: int | None) -> Iterator[dict[str, Any]]:
+    """Records from ``start`` (default ``min_offset``), at most ``count``, as dicts with
+    ``offset``, ``timestamp_ms``, ``size``, ``next_offset`` and the ``body`` (a memoryview)."""
+    lo, hi = clog.min_offset, clog.max_offset
+    if start is not None and not lo <= start <= hi:
+        raise UsageError(f"--from {start} is out of range: the log holds [{lo}, {hi})")
+    first = lo if start is None else start
+    if count == 0:
+        return
+    bar = _progress(hi - first, "dump") if count is None else _progress(count, "dump", "rec")
+    with bar:
+        n = 0
+        for offset, body in clog.scan(start=first):
+            rec = clog.read_record(offset)
+            yield {
+                "offset": offset,
+                "timestamp_ms": rec.timestamp_ms,
+                "size": len(body),
+                "next_offset": rec.next_offset,
+                "body": body,
+            }
+            n += 1
+            bar.update(1 if count is not None else rec.next_offset - offset)
+            if count is not None and n >= count:
+                break
+
+
+def cmd_dump(args: argparse.Namespace, out: TextIO) -> int:
+    """``rmqlog dump``: one line per record, like Kafka's ``kafka-dump-log``."""
+    with open_read_only(args.paths) as clog:
+        for rec in iter_records(clog, args.start, args.count):
+            body = rec.pop("body")
+            ts = iso_utc(rec["timestamp_ms"])
+            if args.json:
+                row = {**rec, "timestamp": ts}
+                if args.data:
+                    row["data"] = render_text(body)
+                if args.hex:
+                    row["hex"] = bytes(body).hex()
+                _emit_json(row, out)
+                continue
+            line = (
+                f"offset: {rec['offset']} timestamp: {rec['timestamp_ms']} ({ts}) "
+                f"size: {rec['size']} next: {rec['next_offset']}"
+            )
+            if args.data:
+                line += f" data: {render_text(body)}"
+            if args.hex:
+                line += f" hex: {bytes(body).hex()}"
+            print(line, file=out)
+    return EXIT_OK

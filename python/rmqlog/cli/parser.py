@@ -1,0 +1,157 @@
+"""The ``rmqlog`` argument parser: its subcommands, their options and argument types."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from typing import NoReturn
+
+from rmqlog import __version__
+from rmqlog.cli.bench import cmd_bench
+from rmqlog.cli.common import PROG, UsageError
+from rmqlog.cli.demo import cmd_demo
+from rmqlog.cli.dump import cmd_dump
+from rmqlog.cli.stat import cmd_stat
+from rmqlog.cli.verify import cmd_verify
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors raise :class:`UsageError` instead of printing usage."""
+
+    def error(self, message: str) -> NoReturn:
+        """Raises :class:`UsageError` with argparse's message and a pointer to ``--help``."""
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
+    """An argparse ``type`` accepting integers ``>= minimum`` (``_`` separators allowed)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)  # decimal, leading zeros and _ separators allowed
+        except ValueError:
+            try:
+                value = int(text, 0)  # 0x1000, 0o..., 0b...
+            except ValueError:
+                msg = f"invalid {what} {text!r}: not an integer"
+                raise argparse.ArgumentTypeError(msg) from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"invalid {what} {text!r}: must be >= {minimum}")
+        return value
+
+    parse.__name__ = what  # argparse names the type in some messages
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rmqlog`` argument parser with its subcommands."""
+    p = _Parser(
+        prog=PROG,
+        description="Inspect, dump, verify and benchmark an rmqlog commit log.",
+        epilog="PATHS: one argument with directories joined by "
+        f"{os.pathsep!r}, or several directories. Exit codes: 0 ok, 1 corruption found "
+        "(verify), 2 error.",
+    )
+    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level to stderr")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def paths_arg(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument(
+            "paths",
+            nargs="+",
+            metavar="PATHS",
+            help=f"the store's directories (several, or joined by {os.pathsep!r})",
+        )
+
+    sp = sub.add_parser(
+        "demo",
+        help="write records across three directories and read them back",
+        description=(
+            "The README's demo job (rmqlog.demo): writes records across three directories, reads "
+            "them back zero-copy and shows where each segment went."
+        ),
+    )
+    sp.add_argument("--dir", help="root for the three directories (default: a temporary one)")
+    sp.add_argument(
+        "--records", type=_int_at_least(1, "record count"), help="records (default 200000)"
+    )
+    sp.add_argument(
+        "--size", type=_int_at_least(0, "size"), help="body size in bytes (default 256)"
+    )
+    sp.set_defaults(func=cmd_demo)
+
+    sp = sub.add_parser(
+        "stat",
+        help="offsets, segments per directory, disk usage, counters",
+        description="Opens the store read-only and prints its offsets, segments per directory, "
+        "each directory's state and disk usage, and the log's counters.",
+    )
+    paths_arg(sp)
+    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    sp.set_defaults(func=cmd_stat)
+
+    sp = sub.add_parser(
+        "dump",
+        help="print records (offset, timestamp, size, body)",
+        description="Prints one line per record: offset, timestamp (ms and ISO UTC), body size, "
+        "next offset, and the body on request.",
+    )
+    paths_arg(sp)
+    sp.add_argument(
+        "--from",
+        dest="start",
+        metavar="OFF",
+        type=_int_at_least(0, "offset"),
+        help="first record's offset (default: min_offset); must be a record boundary",
+    )
+    sp.add_argument(
+        "--count", metavar="N", type=_int_at_least(0, "count"), help="at most N records"
+    )
+    sp.add_argument(
+        "--data", action="store_true", help="print the body as text (repr-like escapes)"
+    )
+    sp.add_argument("--hex", action="store_true", help="print the body as hex")
+    sp.add_argument("--json", action="store_true", help="one JSON object per line")
+    sp.set_defaults(func=cmd_dump)
+
+    sp = sub.add_parser(
+        "verify",
+        help="check every record's CRCs (exit 1 on corruption)",
+        description="Opens the store read-only and checks every record (headers, stored "
+        "offsets, body CRCs). Exit code 0 when clean, 1 when damage is found (each damaged "
+        "range is printed), 2 on an error.",
+    )
+    paths_arg(sp)
+    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    sp.set_defaults(func=cmd_verify)
+
+    sp = sub.add_parser(
+        "bench",
+        help="append/read/scan throughput and latency",
+        description="Appends N records one by one and N in batches of 1000, reads N random "
+        "offsets and scans the log; prints throughput and p50/p99/p999 latencies.",
+    )
+    sp.add_argument(
+        "--records", type=_int_at_least(1, "record count"), default=100_000, help="(100000)"
+    )
+    sp.add_argument(
+        "--size", type=_int_at_least(0, "size"), default=256, help="body size in bytes (256)"
+    )
+    sp.add_argument(
+        "--dirs",
+        nargs="+",
+        metavar="D",
+        help="empty or new directories for the store (default: a temporary directory)",
+    )
+    sp.add_argument("--flush", choices=("async", "sync", "none"), default="async")
+    sp.add_argument(
+        "--segment-size",
+        type=_int_at_least(4096, "segment size"),
+        default=64 << 20,
+        help="bytes, a multiple of 4096 (64 MiB)",
+    )
+    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    sp.set_defaults(func=cmd_bench)
+    return p

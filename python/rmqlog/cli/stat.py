@@ -1,0 +1,120 @@
+"""``rmqlog stat``: a store's offsets, segments per directory, disk usage and counters."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any, TextIO
+
+from rmqlog import CommitLog
+from rmqlog.cli.common import EXIT_OK, _emit_json, human_bytes, open_read_only
+
+
+def stat_info(clog: CommitLog) -> dict[str, Any]:
+    """Everything ``rmqlog stat`` reports, as a JSON-ready dict."""
+    segments = clog.segments()
+    by_dir: dict[str, list[dict[str, Any]]] = {}
+    seg_rows = []
+    for seg in segments:
+        row = {
+            "name": os.path.basename(seg.path),
+            "path": seg.path,
+            "start_offset": seg.start_offset,
+            "size": seg.size,
+            "written": seg.written,
+        }
+        seg_rows.append(row)
+        by_dir.setdefault(os.path.normpath(os.path.dirname(seg.path)), []).append(row)
+    dirs = []
+    for d in clog.dirs():
+        dirs.append(
+            {
+                "path": d.path,
+                "state": d.state,
+                "free_bytes": d.free_bytes,
+                "total_bytes": d.total_bytes,
+                "used_ratio": d.used_ratio,
+                "segment_count": d.segments,
+                "error": d.error,
+                "segments": by_dir.pop(os.path.normpath(d.path), []),
+            }
+        )
+    for path, rows in by_dir.items():  # not expected: a segment outside the listed directories
+        dirs.append(
+            {
+                "path": path,
+                "state": None,
+                "free_bytes": None,
+                "total_bytes": None,
+                "used_ratio": None,
+                "segment_count": len(rows),
+                "error": "not one of the store's directories",
+                "segments": rows,
+            }
+        )
+    return {
+        "paths": clog.paths,
+        "min_offset": clog.min_offset,
+        "max_offset": clog.max_offset,
+        "flushed_offset": clog.flushed_offset,
+        "data_bytes": clog.max_offset - clog.min_offset,
+        "segment_count": len(segments),
+        "total_bytes": sum(s.size for s in segments),
+        "written_bytes": sum(s.written for s in segments),
+        "dirs": dirs,
+        "segments": seg_rows,
+        "stats": clog.stats(),
+    }
+
+
+def _ratio(r: float | None) -> str:
+    """A used ratio as a percentage, ``?`` when unknown."""
+    return "?" if r is None else f"{r * 100:.1f}%"
+
+
+def print_stat(info: dict[str, Any], out: TextIO) -> None:
+    """Prints :func:`stat_info`'s dict as text."""
+
+    def p(*parts: object) -> None:
+        print(*parts, file=out)
+
+    p(f"store: {os.pathsep.join(info['paths'])}")
+    p(
+        f"offsets: min {info['min_offset']}  max {info['max_offset']}  "
+        f"flushed {info['flushed_offset']}"
+    )
+    p(
+        f"size: {info['data_bytes']} data bytes in {info['segment_count']} segments; "
+        f"total bytes {info['total_bytes']} ({human_bytes(info['total_bytes'])}), "
+        f"written {info['written_bytes']}"
+    )
+    p("directories:")
+    for d in info["dirs"]:
+        p(f"  {d['path']}")
+        if d["state"] is not None:
+            p(
+                f"    state {d['state']}  free {d['free_bytes']} ({human_bytes(d['free_bytes'])})"
+                f"  total {d['total_bytes']} ({human_bytes(d['total_bytes'])})"
+                f"  used {_ratio(d['used_ratio'])}  segments {d['segment_count']}"
+            )
+        if d["error"]:
+            p(f"    error: {d['error']}")
+        for s in d["segments"]:
+            p(
+                f"    {s['name']}  [{s['start_offset']}, {s['start_offset'] + s['size']})  "
+                f"written {s['written']} / {s['size']}"
+            )
+    p("stats:")
+    for key, value in info["stats"].items():
+        p(f"  {key}: {value}")
+
+
+def cmd_stat(args: argparse.Namespace, out: TextIO) -> int:
+    """``rmqlog stat``: offsets, segments per directory, disk usage and counters."""
+    with open_read_only(args.paths) as clog:
+        info = stat_info(clog)
+    if args.json:
+        _emit_json(info, out)
+    else:
+        print_stat(info, out)
+    return EXIT_OK

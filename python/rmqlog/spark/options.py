@@ -1,0 +1,184 @@
+"""The data source's options: parsed and validated into an :class:`Options` (plain, picklable)."""
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_BATCH_BYTES = 64 << 20
+DEFAULT_BATCH_RECORDS = 65536
+_MAX_BATCH_BYTES = (1 << 31) - 1  # an Arrow binary column (int32 offsets)
+_MIN_PARTITION_BYTES = 4096  # smaller splits only multiply tasks
+
+
+@dataclass(frozen=True)
+class Options:
+    """Parsed, validated options: plain data, picklable."""
+
+    paths: tuple[str, ...]
+    start_offset: int | str | None = None  # int, "earliest", "latest"
+    end_offset: int | None = None
+    start_timestamp: int | None = None
+    end_timestamp: int | None = None
+    max_partition_bytes: int | None = None
+    batch_bytes: int = DEFAULT_BATCH_BYTES
+    batch_records: int = DEFAULT_BATCH_RECORDS
+    fail_on_data_loss: bool = True
+    max_bytes_per_trigger: int | None = None
+    max_records_per_trigger: int | None = None
+
+
+_BATCH_ONLY = ("end_offset", "end_timestamp")
+_STREAM_ONLY = ("max_bytes_per_trigger", "max_records_per_trigger")
+_KNOWN = (
+    "path",
+    "paths",
+    "start_offset",
+    "end_offset",
+    "start_timestamp",
+    "end_timestamp",
+    "max_partition_bytes",
+    "batch_bytes",
+    "batch_records",
+    "fail_on_data_loss",
+    *_STREAM_ONLY,
+)
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _bad(name: str, value: Any, accepted: str) -> ValueError:
+    return ValueError(f"rmqlog: option {name}={value!r} is not valid: expected {accepted}")
+
+
+def _int(name: str, value: str, minimum: int = 0) -> int:
+    try:
+        n = int(str(value).strip().replace("_", ""))
+    except ValueError:
+        raise _bad(name, value, f"an integer >= {minimum}") from None
+    if n < minimum:
+        raise _bad(name, value, f"an integer >= {minimum}")
+    return n
+
+
+_SIZE = re.compile(r"(\d+)\s*([kmgt]?)(i?b)?")
+
+
+def _size(name: str, value: str, maximum: int | None = None, minimum: int = 1) -> int:
+    """A byte count: ``1048576``, ``512k``, ``64m``, ``64MiB``, ``1g`` (binary units)."""
+    accepted = "a number of bytes, such as 1048576, 512k, 64m or 1g"
+    if minimum > 1:
+        accepted += f", at least {minimum}"
+    if maximum is not None:
+        accepted += f", at most {maximum}"
+    m = _SIZE.fullmatch(str(value).strip().lower().replace("_", ""))
+    n = int(m.group(1)) * _SIZE_UNITS[m.group(2)] if m else 0
+    if n < max(minimum, 1) or (maximum is not None and n > maximum):
+        raise _bad(name, value, accepted)
+    return n
+
+
+def _bool(name: str, value: str) -> bool:
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise _bad(name, value, '"true" or "false"')
+
+
+def _parse_paths(options: Mapping[str, str]) -> tuple[str, ...]:
+    given = [options[k] for k in ("path", "paths") if options.get(k) not in (None, "")]
+    if not given:
+        raise ValueError(
+            "rmqlog: no store given: use .load('/d0/store:/d1/store') or "
+            ".option('paths', '/d0/store:/d1/store')"
+        )
+    found: list[tuple[str, ...]] = []
+    for raw in given:
+        text = str(raw).strip()
+        if text.startswith("["):  # DataFrameReader.load([...]) passes a JSON list
+            try:
+                items = json.loads(text)
+            except ValueError:
+                raise _bad("paths", raw, "directories joined by os.pathsep") from None
+            parts = [p for item in items for p in str(item).split(os.pathsep)]
+        else:
+            parts = text.split(os.pathsep)
+        parts = [p.strip() for p in parts if p.strip()]
+        if not parts:
+            raise _bad("paths", raw, f"directories joined by {os.pathsep!r}")
+        found.append(tuple(parts))
+    if len(found) == 2 and found[0] != found[1]:
+        raise ValueError(
+            f"rmqlog: both a load() path {given[0]!r} and option paths={given[1]!r} were given; "
+            "use one of them"
+        )
+    return found[0]
+
+
+def parse_options(options: Mapping[str, str], mode: str | None = None) -> Options:
+    """Validates data source options; ``mode`` is ``"batch"``, ``"stream"`` or None (both).
+
+    Raises ValueError naming the option and what it accepts.
+    """
+    keys = {str(k).lower(): v for k, v in options.items()}
+    unknown = sorted(k for k in keys if k not in _KNOWN)
+    if unknown:
+        raise ValueError(
+            f"rmqlog: unknown option(s) {', '.join(unknown)}; accepted options: {', '.join(_KNOWN)}"
+        )
+    if mode == "stream":
+        for k in _BATCH_ONLY:
+            if k in keys:
+                raise ValueError(
+                    f"rmqlog: option {k} applies to spark.read only, not to spark.readStream "
+                    "(a stream has no end)"
+                )
+    if mode == "batch":
+        for k in _STREAM_ONLY:
+            if k in keys:
+                raise ValueError(f"rmqlog: option {k} applies to spark.readStream only")
+    kw: dict[str, Any] = {"paths": _parse_paths(keys)}
+    if "start_offset" in keys:
+        v = str(keys["start_offset"]).strip().lower()
+        if v in ("earliest", "latest"):
+            kw["start_offset"] = v
+        else:
+            try:
+                kw["start_offset"] = _int("start_offset", v)
+            except ValueError:
+                raise _bad(
+                    "start_offset", keys["start_offset"], 'an offset >= 0, "earliest" or "latest"'
+                ) from None
+    if "end_offset" in keys:
+        v = str(keys["end_offset"]).strip().lower()
+        kw["end_offset"] = None if v == "latest" else _int("end_offset", keys["end_offset"])
+    for k in ("start_timestamp", "end_timestamp"):
+        if k in keys:
+            kw[k] = _int(k, keys[k])
+    if "max_partition_bytes" in keys:
+        kw["max_partition_bytes"] = _size(
+            "max_partition_bytes", keys["max_partition_bytes"], minimum=_MIN_PARTITION_BYTES
+        )
+    if "batch_bytes" in keys:
+        kw["batch_bytes"] = _size("batch_bytes", keys["batch_bytes"], _MAX_BATCH_BYTES)
+    if "batch_records" in keys:
+        kw["batch_records"] = _int("batch_records", keys["batch_records"], 1)
+    if "fail_on_data_loss" in keys:
+        kw["fail_on_data_loss"] = _bool("fail_on_data_loss", keys["fail_on_data_loss"])
+    if "max_bytes_per_trigger" in keys:
+        kw["max_bytes_per_trigger"] = _size("max_bytes_per_trigger", keys["max_bytes_per_trigger"])
+    if "max_records_per_trigger" in keys:
+        kw["max_records_per_trigger"] = _int(
+            "max_records_per_trigger", keys["max_records_per_trigger"], 1
+        )
+    opts = Options(**kw)
+    so, eo = opts.start_offset, opts.end_offset
+    if isinstance(so, int) and eo is not None and so > eo:
+        raise ValueError(f"rmqlog: start_offset={so} is after end_offset={eo}")
+    st, et = opts.start_timestamp, opts.end_timestamp
+    if st is not None and et is not None and st > et:
+        raise ValueError(f"rmqlog: start_timestamp={st} is after end_timestamp={et}")
+    return opts
