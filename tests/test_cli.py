@@ -25,7 +25,7 @@ from rmqlog import HEADER_LEN, CommitLog
 from rmqlog import cli as rmqlog_cli
 
 SEG = 4096
-SUBCOMMANDS = ["demo", "stat", "dump", "verify", "bench"]
+SUBCOMMANDS = ["demo", "stat", "dump", "verify", "bench", "move", "rebalance"]
 BIN = Path(sys.executable).parent
 SPECIAL = (
     "tab\there, nl\n, quote' \" back\\slash, é ü 日本, nul\x00 bell\x07".encode() + b"\xff\xfe"
@@ -623,3 +623,40 @@ def test_bench_text_sync_in_given_dirs(run, tmp_path):
         sizes = [len(b) for _, b in log.scan()]
         assert log.verify() == []
     assert sizes == [50] * 600
+
+
+# ---------------------------------------------------------------------------------------------
+# move and rebalance
+
+
+def test_move_a_sealed_segment_and_refuse_the_active_one(run, store):
+    dirs, written = store
+    with CommitLog(dirs, read_only=True) as ro:
+        segs = ro.segments()
+    first, active = segs[0], segs[-1]
+    dest = next(d for d in dirs if not first.path.startswith(str(d)))
+    proc = run("move", joined(dirs), "--segment", first.start_offset, "--to", dest, "--json")
+    assert proc.returncode == 0, proc.stderr
+    moved = json.loads(proc.stdout)
+    assert moved["path"] == os.path.join(str(dest), f"{first.start_offset:020d}")
+    with CommitLog(dirs, read_only=True) as ro:
+        assert ro.segments()[0].path == moved["path"]
+        for off, body in written.items():
+            assert bytes(ro.read(off)) == body
+    proc = run("move", joined(dirs), "--segment", active.start_offset, "--to", dirs[0])
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1].startswith("rmqlog: error: ")
+    assert "active segment" in proc.stderr
+
+
+def test_rebalance_reports_moves_and_ratios(run, store):
+    dirs, written = store
+    proc = run("rebalance", joined(dirs), "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert set(result["used_ratios"]) == {str(d) for d in dirs}
+    # Both directories share one filesystem here: nothing can even out, nothing moves.
+    assert result["moves"] == []
+    with CommitLog(dirs, read_only=True) as ro:
+        for off, body in written.items():
+            assert bytes(ro.read(off)) == body

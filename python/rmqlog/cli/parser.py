@@ -12,6 +12,7 @@ from rmqlog.cli.bench import cmd_bench
 from rmqlog.cli.common import PROG, UsageError
 from rmqlog.cli.demo import cmd_demo
 from rmqlog.cli.dump import cmd_dump
+from rmqlog.cli.move import cmd_move, cmd_rebalance
 from rmqlog.cli.stat import cmd_stat
 from rmqlog.cli.verify import cmd_verify
 
@@ -154,4 +155,44 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     sp.set_defaults(func=cmd_bench)
+
+    sp = sub.add_parser(
+        "move",
+        help="move a sealed segment to another directory of the store",
+        description="Opens the store as its writer and moves one sealed segment online (copy, "
+        "sync, rename, switch readers, delete the source). The active segment is refused.",
+    )
+    paths_arg(sp)
+    sp.add_argument(
+        "--segment",
+        type=_int_at_least(0, "--segment"),
+        required=True,
+        metavar="START",
+        help="start offset of the segment (see `rmqlog stat`)",
+    )
+    sp.add_argument("--to", required=True, metavar="DIR", help="destination directory")
+    sp.add_argument(
+        "--read-only-paths", nargs="*", metavar="DIR", help="the store's read-only directories"
+    )
+    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    sp.set_defaults(func=cmd_move)
+
+    sp = sub.add_parser(
+        "rebalance",
+        help="move sealed segments until the directories' used ratios even out",
+        description="Opens the store as its writer and moves sealed segments from the most to "
+        "the least used directory while that narrows the gap.",
+    )
+    paths_arg(sp)
+    sp.add_argument(
+        "--max-bytes",
+        type=_int_at_least(1, "--max-bytes"),
+        default=None,
+        help="move at most this many bytes",
+    )
+    sp.add_argument(
+        "--read-only-paths", nargs="*", metavar="DIR", help="the store's read-only directories"
+    )
+    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    sp.set_defaults(func=cmd_rebalance)
     return p
