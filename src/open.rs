@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::checkpoint::{read_newest, Checkpoint};
 use crate::dirs::{Dir, DirState};
 use crate::error::{Error, IoContext, Result};
-use crate::fs::remove_durably;
+use crate::fs::{remove_durably, sync_dir};
 use crate::layout::{self, Found, Listing};
 use crate::lock::StoreLock;
 use crate::log::{locked, Shared, SharedParts};
@@ -135,9 +135,7 @@ fn prepare_writable(paths: Vec<PathBuf>) -> Result<(Vec<Dir>, StoreLock)> {
     let mut dirs = Vec::with_capacity(paths.len());
     let mut first_error = None;
     for path in paths {
-        let ready = std::fs::create_dir_all(&path)
-            .ctx("creating directory", &path)
-            .and_then(|()| lock.add(&path));
+        let ready = create_dir_durably(&path).and_then(|()| lock.add(&path));
         let dir = Dir::new(path, false);
         match ready {
             Ok(()) => {}
@@ -157,6 +155,24 @@ fn prepare_writable(paths: Vec<PathBuf>) -> Result<(Vec<Dir>, StoreLock)> {
     }
     warn_shared_devices(&dirs);
     Ok((dirs, lock))
+}
+
+/// Creates a directory and its missing parents, syncing each new entry into its parent so a
+/// power loss cannot take the store's directory away with the segments synced inside it.
+fn create_dir_durably(path: &Path) -> Result<()> {
+    let mut missing = Vec::new();
+    let mut at = Some(path);
+    while let Some(p) = at.filter(|p| !p.exists()) {
+        missing.push(p.to_path_buf());
+        at = p.parent();
+    }
+    std::fs::create_dir_all(path).ctx("creating directory", path)?;
+    for dir in missing.iter().rev() {
+        if let Some(parent) = dir.parent() {
+            sync_dir(parent)?;
+        }
+    }
+    Ok(())
 }
 
 fn warn_shared_devices(dirs: &[Dir]) {
@@ -216,7 +232,7 @@ fn open_writer(
     let lost = opts.accept_lost.clone();
     if let Some(c) = &ckpt {
         let known: Vec<PathBuf> = all.iter().chain(&lost).cloned().collect();
-        check_left_out_dirs(c, &known)?;
+        check_left_out_dirs(c, &known, &listing.segments)?;
         // Files wholly below the recorded head are leftovers of an interrupted deletion.
         for f in listing.segments.iter().filter(|f| f.end() <= c.min_offset) {
             log::warn!(
@@ -378,8 +394,9 @@ fn known_sizes(ckpt: Option<&Checkpoint>, configured: u64) -> Vec<u64> {
 }
 
 /// A directory the store's metadata lists but the caller left out must not hold segments the log
-/// still needs.
-fn check_left_out_dirs(c: &Checkpoint, given: &[PathBuf]) -> Result<()> {
+/// still needs and the given directories lack (a store copied or mounted elsewhere, with the old
+/// copy still around, needs nothing from the old one).
+fn check_left_out_dirs(c: &Checkpoint, given: &[PathBuf], have: &[Found]) -> Result<()> {
     let left_out: Vec<PathBuf> = c
         .all_dirs()
         .map(PathBuf::from)
@@ -392,7 +409,7 @@ fn check_left_out_dirs(c: &Checkpoint, given: &[PathBuf]) -> Result<()> {
     let needed: Vec<String> = listing
         .segments
         .iter()
-        .filter(|f| f.end() > c.min_offset)
+        .filter(|f| f.end() > c.min_offset && !have.iter().any(|h| h.start == f.start))
         .map(|f| f.path.display().to_string())
         .collect();
     if needed.is_empty() {
