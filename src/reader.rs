@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::log::Shared;
-use crate::record::{body_crc, decode, Slot, FILLER_LEN, FILLER_MAGIC, HEADER_LEN};
+use crate::record::{
+    body_crc, decode, has_record_magic, Slot, FILLER_LEN, FILLER_MAGIC, HEADER_LEN,
+};
 use crate::segment::{Mapping, Segment};
 use crate::segments::SegmentList;
 
@@ -68,7 +70,12 @@ enum At {
     Record(RecordRef),
     EndOfSegment,
     Invalid(&'static str),
-    BadBody { stored: u32, actual: u32 },
+    /// A record's magic is here but the header fails validation: a damaged record.
+    Damaged(&'static str),
+    BadBody {
+        stored: u32,
+        actual: u32,
+    },
 }
 
 /// Decodes the record at `offset` in `seg`, reading no byte at or past `max` (the published end).
@@ -87,6 +94,7 @@ fn record_at(seg: &Segment, offset: u64, max: u64, max_body: usize) -> Result<At
         Slot::Invalid(why) => {
             return Ok(match decode(map.bytes(pos, size), offset, max_body) {
                 Slot::EndOfSegment if limit == size => At::EndOfSegment,
+                _ if has_record_magic(map.bytes(pos, limit)) => At::Damaged(why),
                 _ => At::Invalid(why),
             });
         }
@@ -186,6 +194,11 @@ impl Shared {
                 offset,
                 reason: why.into(),
             }),
+            At::Damaged(why) => Err(Error::corruption(
+                Some(seg.path().to_path_buf()),
+                Some(offset),
+                format!("damaged record header: {why}"),
+            )),
         }
     }
 
@@ -265,6 +278,13 @@ impl Scan {
                 At::BadBody { stored, actual } => {
                     return Err(body_corruption(seg, start, stored, actual))
                 }
+                At::Damaged(why) => {
+                    return Err(Error::corruption(
+                        Some(seg.path().to_path_buf()),
+                        Some(start),
+                        format!("damaged record header: {why}"),
+                    ))
+                }
                 At::Invalid(why) => {
                     return Err(Error::InvalidOffset {
                         offset: start,
@@ -331,7 +351,7 @@ impl Scan {
                 At::BadBody { stored, actual } => {
                     return Err(body_corruption(seg, self.next, stored, actual))
                 }
-                At::Invalid(why) => {
+                At::Invalid(why) | At::Damaged(why) => {
                     return Err(Error::corruption(
                         Some(seg.path().to_path_buf()),
                         Some(self.next),

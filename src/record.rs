@@ -123,6 +123,11 @@ pub fn decode(rest: &[u8], offset: u64, max_body: usize) -> Slot {
     Slot::Record(header)
 }
 
+/// Whether `rest` starts with a record's magic (its header may still fail validation).
+pub fn has_record_magic(rest: &[u8]) -> bool {
+    rest.len() >= FILLER_LEN && u32_at(rest, 4) == MAGIC_V1
+}
+
 /// Encodes the 8-byte filler that closes a segment with `remaining` bytes left.
 pub fn filler(remaining: usize) -> [u8; FILLER_LEN] {
     let mut b = [0u8; FILLER_LEN];
