@@ -113,13 +113,13 @@ impl Checkpoint {
     /// Writes this checkpoint into every directory in `dirs`. A directory that refuses (full to
     /// the last byte, failing) keeps its older copy, which the sequence number outranks; only
     /// when no directory took it is it an error.
-    pub fn write(&self, dirs: &[PathBuf]) -> Result<()> {
+    pub fn write(&self, dirs: &[PathBuf], mode: u32) -> Result<()> {
         let bytes = self.encode();
         let mut first_error = None;
         let mut written = 0;
         for dir in dirs {
             let path = dir.join(CHECKPOINT_FILE);
-            let result = match atomic_write(&path, &bytes) {
+            let result = match atomic_write(&path, &bytes, mode) {
                 // A filesystem full to the last byte cannot take the temp file: rewrite in place
                 // (the CRC and the other directories' copies cover a torn write).
                 Err(Error::Io { source, .. }) if is_no_space(&source) => {
@@ -217,10 +217,10 @@ mod tests {
         let b = tempfile::tempdir().unwrap();
         let dirs = vec![a.path().to_path_buf(), b.path().to_path_buf()];
         let mut c = Checkpoint::new(vec!["x".into()], vec![], 4096);
-        c.write(&dirs).unwrap();
+        c.write(&dirs, 0o640).unwrap();
         c.seq = 5;
         c.flushed_offset = 99;
-        c.write(&dirs[1..]).unwrap();
+        c.write(&dirs[1..], 0o640).unwrap();
         assert_eq!(read_newest(&dirs).unwrap().unwrap().flushed_offset, 99);
         std::fs::write(b.path().join(CHECKPOINT_FILE), b"{garbage\n0\n").unwrap();
         assert_eq!(read_newest(&dirs).unwrap().unwrap().seq, 0);
@@ -231,10 +231,10 @@ mod tests {
         let a = tempfile::tempdir().unwrap();
         let b = tempfile::tempdir().unwrap();
         Checkpoint::new(vec![], vec![], 4096)
-            .write(&[a.path().into()])
+            .write(&[a.path().into()], 0o640)
             .unwrap();
         Checkpoint::new(vec![], vec![], 4096)
-            .write(&[b.path().into()])
+            .write(&[b.path().into()], 0o640)
             .unwrap();
         let err = read_newest(&[a.path().into(), b.path().into()]).unwrap_err();
         assert!(err.to_string().contains("different stores"), "{err}");

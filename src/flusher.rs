@@ -85,7 +85,7 @@ impl Shared {
             .filter(|d| !d.read_only && d.state().0 != DirState::Offline)
             .map(|d| d.path.clone())
             .collect();
-        c.write(&dirs)
+        c.write(&dirs, self.opts.file_mode)
     }
 }
 

@@ -2,6 +2,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, IoContext, Result};
@@ -77,7 +78,7 @@ pub fn is_no_space(e: &io::Error) -> bool {
 
 /// Creates `dir/name` holding `len` bytes of allocated zeros, visible under its final name only once
 /// fully allocated and synced: written as `name.tmp`, preallocated, synced, renamed, dir synced.
-pub fn create_preallocated(dir: &Path, name: &str, len: u64) -> Result<PathBuf> {
+pub fn create_preallocated(dir: &Path, name: &str, len: u64, mode: u32) -> Result<PathBuf> {
     let tmp = dir.join(format!("{name}{TEMP_SUFFIX}"));
     let path = dir.join(name);
     let file = OpenOptions::new()
@@ -85,6 +86,7 @@ pub fn create_preallocated(dir: &Path, name: &str, len: u64) -> Result<PathBuf> 
         .write(true)
         .create(true)
         .truncate(true)
+        .mode(mode)
         .open(&tmp)
         .ctx("creating segment", &tmp)?;
     let prepared = preallocate(&file, len)
@@ -110,17 +112,23 @@ pub fn remove_durably(path: &Path) -> Result<()> {
 }
 
 /// Replaces `path` with `data` atomically: temp file, fsync, rename, fsync dir.
-pub fn atomic_write(path: &Path, data: &[u8]) -> Result<()> {
+pub fn atomic_write(path: &Path, data: &[u8], mode: u32) -> Result<()> {
     let dir = path
         .parent()
         .ok_or_else(|| Error::invalid(format!("{} has no parent directory", path.display())))?;
     let mut tmp_name = path.as_os_str().to_owned();
     tmp_name.push(TEMP_SUFFIX);
     let tmp = PathBuf::from(tmp_name);
-    let written = File::create(&tmp).and_then(|mut f| {
-        f.write_all(data)?;
-        f.sync_all()
-    });
+    let written = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)
+        .and_then(|mut f| {
+            f.write_all(data)?;
+            f.sync_all()
+        });
     if let Err(e) = written.and_then(|()| fs::rename(&tmp, path)) {
         let _ = fs::remove_file(&tmp);
         return Err(Error::io("writing", tmp, e));
@@ -146,7 +154,7 @@ mod tests {
     #[test]
     fn preallocated_file_has_full_length() {
         let dir = tempfile::tempdir().unwrap();
-        let p = create_preallocated(dir.path(), &segment_name(0), 8192).unwrap();
+        let p = create_preallocated(dir.path(), &segment_name(0), 8192, 0o640).unwrap();
         assert_eq!(fs::metadata(&p).unwrap().len(), 8192);
         assert!(!dir.path().join("00000000000000000000.tmp").exists());
     }

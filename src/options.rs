@@ -174,6 +174,9 @@ pub struct Options {
     /// At most this many segments are deleted in one pass (RocketMQ `deleteFileBatchMax`).
     /// Defaults to 10.
     pub max_deletes_per_pass: usize,
+    /// Permission bits of the segment and metadata files the log creates (before the umask).
+    /// Defaults to 0o640.
+    pub file_mode: u32,
     /// Period of the cleaner thread; zero disables it (passes then run only through `clean`).
     /// Defaults to 10 s.
     pub clean_interval: Duration,
@@ -199,6 +202,7 @@ impl fmt::Debug for Options {
             .field("retention_bytes", &self.retention_bytes)
             .field("max_deletes_per_pass", &self.max_deletes_per_pass)
             .field("clean_interval", &self.clean_interval)
+            .field("file_mode", &format_args!("{:o}", self.file_mode))
             .finish()
     }
 }
@@ -223,6 +227,7 @@ impl Default for Options {
             retention_bytes: None,
             max_deletes_per_pass: 10,
             clean_interval: Duration::from_secs(10),
+            file_mode: 0o640,
         }
     }
 }
@@ -347,6 +352,13 @@ impl Options {
         self
     }
 
+    /// Sets [`Options::file_mode`].
+    #[must_use]
+    pub fn file_mode(mut self, mode: u32) -> Self {
+        self.file_mode = mode;
+        self
+    }
+
     /// Checks every option; the error says what was wrong and what is accepted.
     pub fn validate(&self) -> Result<()> {
         if self.segment_size < SEGMENT_ALIGN || !self.segment_size.is_multiple_of(SEGMENT_ALIGN) {
@@ -395,6 +407,13 @@ impl Options {
                     "delete_hours must be hours of the day in 0..=23, got {bad}"
                 )));
             }
+        }
+        if self.file_mode & !0o777 != 0 || self.file_mode & 0o600 != 0o600 {
+            return Err(Error::invalid(format!(
+                "file_mode must be permission bits (at most 0o777) including owner read and \
+                 write (0o600), got {:o}",
+                self.file_mode
+            )));
         }
         if self.max_deletes_per_pass == 0 {
             return Err(Error::invalid("max_deletes_per_pass must be at least 1"));

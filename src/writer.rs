@@ -371,11 +371,12 @@ impl Shared {
         }
         for dir_idx in order {
             let dir = &self.dirs[dir_idx].path;
-            let created = create_preallocated(dir, &name, size).and_then(|path| {
-                let seg = Arc::new(Segment::new(start, size, path, dir_idx, true));
-                let map = seg.map()?;
-                Ok((seg, map))
-            });
+            let created =
+                create_preallocated(dir, &name, size, self.opts.file_mode).and_then(|path| {
+                    let seg = Arc::new(Segment::new(start, size, path, dir_idx, true));
+                    let map = seg.map()?;
+                    Ok((seg, map))
+                });
             match created {
                 Ok((seg, map)) => {
                     self.segments.rcu(|l| l.with_pushed(Arc::clone(&seg)));

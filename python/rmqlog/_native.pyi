@@ -173,6 +173,7 @@ class CommitLog:
         retention_bytes: int | None = None,
         max_deletes_per_pass: int = 10,
         clean_interval_ms: int = 10_000,
+        file_mode: int = 0o640,
     ) -> Self: ...
     def append(self, body: Buffer, /) -> int:
         """Appends one record; returns its physical offset."""

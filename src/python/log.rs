@@ -120,7 +120,7 @@ impl PyCommitLog {
         read_only=False, flush='async', flush_interval_ms=500, max_message_size=4194304, \
         read_only_paths=(), accept_lost=(), max_used_ratio=0.75, force_clean_ratio=None, \
         min_free_bytes=0, on_dir_event=None, retention_hours=72.0, delete_hours=[4], \
-        retention_bytes=None, max_deletes_per_pass=10, clean_interval_ms=10000)"
+        retention_bytes=None, max_deletes_per_pass=10, clean_interval_ms=10000, file_mode=0o640)"
     )]
     #[pyo3(signature = (
         paths,
@@ -142,6 +142,7 @@ impl PyCommitLog {
         retention_bytes = None,
         max_deletes_per_pass = None,
         clean_interval_ms = None,
+        file_mode = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new<'py>(
@@ -164,6 +165,7 @@ impl PyCommitLog {
         retention_bytes: Option<&Bound<'py, PyAny>>,
         max_deletes_per_pass: Option<&Bound<'py, PyAny>>,
         clean_interval_ms: Option<&Bound<'py, PyAny>>,
+        file_mode: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Self> {
         let dirs = args::paths(paths)?;
         let opts = options::build(&options::Kwargs {
@@ -184,6 +186,7 @@ impl PyCommitLog {
             retention_bytes,
             max_deletes_per_pass,
             clean_interval_ms,
+            file_mode,
         })?;
         let log = py.detach(|| CommitLog::open(&dirs, opts))?;
         Ok(PyCommitLog {

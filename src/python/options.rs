@@ -34,6 +34,7 @@ pub struct Kwargs<'a, 'py> {
     pub retention_bytes: Option<&'a Bound<'py, PyAny>>,
     pub max_deletes_per_pass: Option<&'a Bound<'py, PyAny>>,
     pub clean_interval_ms: Option<&'a Bound<'py, PyAny>>,
+    pub file_mode: Option<&'a Bound<'py, PyAny>>,
 }
 
 fn number(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<f64> {
@@ -169,6 +170,12 @@ pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
     }
     if let Some(v) = k.clean_interval_ms {
         o.clean_interval = Duration::from_millis(args::uint(v, "clean_interval_ms")?);
+    }
+    if let Some(v) = k.file_mode {
+        let mode = args::uint(v, "file_mode")?;
+        o.file_mode = u32::try_from(mode).map_err(|_| {
+            PyValueError::new_err(format!("file_mode must be permission bits, got {mode:o}"))
+        })?;
     }
     o.validate()?;
     Ok(o)
