@@ -368,7 +368,7 @@ impl CommitLog {
         if self.shared.writer.is_some() {
             return Ok(self.shared.max_offset.load(Ordering::Acquire));
         }
-        crate::open::refresh(&self.shared)
+        crate::follow::refresh(&self.shared)
     }
 
     /// Lookups that missed the O(1) segment guess and searched (segments of another size).

@@ -1,20 +1,20 @@
-//! Opening a store: argument checks, the lock, loading segments from every directory, checks
-//! against the checkpoint, crash recovery; and `refresh` for read-only followers.
+//! Opening a store: the lock, loading segments from every directory, checks against the
+//! checkpoint, holes of lost directories, then crash recovery.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::checkpoint::{read_newest, Checkpoint};
 use crate::dirs::{Dir, DirState};
-use crate::error::{Error, IoContext, Result};
-use crate::fs::{remove_durably, sync_dir};
-use crate::layout::{self, Found, Listing};
+use crate::error::{Error, Result};
+use crate::fs::remove_durably;
+use crate::layout::{self, Found};
 use crate::lock::StoreLock;
-use crate::log::{locked, Shared, SharedParts};
+use crate::log::{Shared, SharedParts};
 use crate::options::Options;
-use crate::recovery::{cut, find_end};
+use crate::paths::{absolute_overrides, check_paths, create_dir_durably, to_strings};
+use crate::recovery::recover;
 use crate::segment::Segment;
 use crate::segments::SegmentList;
 use crate::writer::Writer;
@@ -22,76 +22,6 @@ use crate::writer::Writer;
 /// How often a read-only open lists the directories again when it sees a gap (a writer creating
 /// a segment between two listings).
 const LIST_ATTEMPTS: usize = 3;
-
-/// Checks paths without touching the disk: non-empty, UTF-8, no duplicates, no regular files.
-fn check_paths<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<PathBuf>> {
-    if paths.is_empty() {
-        return Err(Error::invalid(
-            "paths is empty: give at least one directory (a path, or several)",
-        ));
-    }
-    let mut out: Vec<PathBuf> = Vec::with_capacity(paths.len());
-    for p in paths {
-        let p = p.as_ref();
-        if p.as_os_str().is_empty() {
-            return Err(Error::invalid("paths contains an empty path"));
-        }
-        if p.to_str().is_none() {
-            return Err(Error::invalid(format!(
-                "path {} is not valid UTF-8",
-                p.display()
-            )));
-        }
-        let abs = normalize(&std::path::absolute(p).ctx("resolving", p)?);
-        if abs.exists() && !abs.is_dir() {
-            return Err(Error::invalid(format!(
-                "path {} exists and is not a directory; paths must be directories",
-                abs.display()
-            )));
-        }
-        let same = |o: &PathBuf| o == &abs || same_dir(o, &abs);
-        if let Some(other) = out.iter().find(|o| same(o)) {
-            return Err(Error::invalid(format!(
-                "directory {} is given twice (as {} and {}); give each directory once",
-                abs.display(),
-                other.display(),
-                p.display()
-            )));
-        }
-        out.push(abs);
-    }
-    Ok(out)
-}
-
-/// `a/./b/../c` -> `a/c`, without touching the disk.
-fn normalize(p: &Path) -> PathBuf {
-    use std::path::Component;
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
-}
-
-/// Two existing paths that resolve to one directory (through symlinks).
-fn same_dir(a: &Path, b: &Path) -> bool {
-    match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => false,
-    }
-}
-
-fn to_strings(dirs: &[PathBuf]) -> Vec<String> {
-    dirs.iter()
-        .map(|d| d.to_string_lossy().into_owned())
-        .collect()
-}
 
 pub(crate) fn open<P: AsRef<Path>>(paths: &[P], mut opts: Options) -> Result<Arc<Shared>> {
     opts.validate()?;
@@ -112,20 +42,6 @@ pub(crate) fn open<P: AsRef<Path>>(paths: &[P], mut opts: Options) -> Result<Arc
     } else {
         open_writer(given, read_only, opts)
     }
-}
-
-/// Makes the paths of per-directory ratios absolute, so they match the store's directories.
-fn absolute_overrides(opts: &mut Options) -> Result<()> {
-    for (p, _) in &mut opts.max_used_ratio.overrides {
-        *p = normalize(&std::path::absolute(&*p).ctx("resolving", &*p)?);
-    }
-    for (p, _) in &mut opts.force_clean_ratio.overrides {
-        *p = normalize(&std::path::absolute(&*p).ctx("resolving", &*p)?);
-    }
-    for p in &mut opts.accept_lost {
-        *p = normalize(&std::path::absolute(&*p).ctx("resolving", &*p)?);
-    }
-    Ok(())
 }
 
 /// Creates a writable directory and takes its lock; an I/O failure takes it offline instead when
@@ -157,24 +73,6 @@ fn prepare_writable(paths: Vec<PathBuf>) -> Result<(Vec<Dir>, StoreLock)> {
     Ok((dirs, lock))
 }
 
-/// Creates a directory and its missing parents, syncing each new entry into its parent so a
-/// power loss cannot take the store's directory away with the segments synced inside it.
-fn create_dir_durably(path: &Path) -> Result<()> {
-    let mut missing = Vec::new();
-    let mut at = Some(path);
-    while let Some(p) = at.filter(|p| !p.exists()) {
-        missing.push(p.to_path_buf());
-        at = p.parent();
-    }
-    std::fs::create_dir_all(path).ctx("creating directory", path)?;
-    for dir in missing.iter().rev() {
-        if let Some(parent) = dir.parent() {
-            sync_dir(parent)?;
-        }
-    }
-    Ok(())
-}
-
 fn warn_shared_devices(dirs: &[Dir]) {
     for (i, a) in dirs.iter().enumerate() {
         if let Some(b) = dirs[..i].iter().find(|b| b.dev.is_some() && b.dev == a.dev) {
@@ -187,7 +85,7 @@ fn warn_shared_devices(dirs: &[Dir]) {
     }
 }
 
-fn paths_of(dirs: &[Dir]) -> Vec<PathBuf> {
+pub(crate) fn paths_of(dirs: &[Dir]) -> Vec<PathBuf> {
     dirs.iter().map(|d| d.path.clone()).collect()
 }
 
@@ -379,7 +277,7 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
     })
 }
 
-fn known_sizes(ckpt: Option<&Checkpoint>, configured: u64) -> Vec<u64> {
+pub(crate) fn known_sizes(ckpt: Option<&Checkpoint>, configured: u64) -> Vec<u64> {
     match ckpt {
         Some(c) => {
             let mut s = c.segment_sizes.clone();
@@ -470,7 +368,11 @@ fn check_against_checkpoint(
 
 /// Builds the segment list, reusing `existing` segments (and their maps) where they match.
 /// Sealed segments are mapped read-only (their directory may be on a read-only filesystem).
-fn segment_list(found: &[Found], existing: &[Arc<Segment>], segment_size: u64) -> SegmentList {
+pub(crate) fn segment_list(
+    found: &[Found],
+    existing: &[Arc<Segment>],
+    segment_size: u64,
+) -> SegmentList {
     let segs = found
         .iter()
         .map(|f| {
@@ -507,53 +409,6 @@ fn writable_last(list: SegmentList) -> SegmentList {
         .with_pushed(Arc::new(seg))
 }
 
-/// Finds the end of the log: trusted from a clean checkpoint, else a scan of the tail from the
-/// flushed offset. A writer cuts what lies beyond. Returns the list, the end and the last
-/// timestamp.
-fn recover(
-    list: SegmentList,
-    ckpt: Option<&Checkpoint>,
-    writer: bool,
-) -> Result<(SegmentList, u64, u64)> {
-    let ckpt_ts = ckpt.map_or(0, |c| c.max_timestamp_ms);
-    if let Some(c) = ckpt.filter(|c| c.clean) {
-        let end = c.max_offset;
-        for s in list.as_slice() {
-            s.set_written(end.clamp(s.start(), s.end()) - s.start());
-        }
-        let list = if writer {
-            cut_empty_tail(list, end)?
-        } else {
-            list
-        };
-        return Ok((list, end, ckpt_ts));
-    }
-    let Some(first) = list.first() else {
-        return Ok((list, ckpt.map_or(0, |c| c.flushed_offset), ckpt_ts));
-    };
-    let from = ckpt.map_or(first.start(), |c| c.flushed_offset);
-    let tail = find_end(&list, from, u32::MAX as usize)?;
-    log::info!(
-        "recovered the log end at {} (scanned from {from}: {})",
-        tail.end,
-        tail.stopped
-    );
-    let list = if writer {
-        cut(&list, tail.end)?
-    } else {
-        list.truncated_before(tail.end + 1)
-    };
-    Ok((list, tail.end, ckpt_ts.max(tail.last_timestamp_ms)))
-}
-
-/// After a clean close the end is trusted; segments wholly past it can only be empty.
-fn cut_empty_tail(list: SegmentList, end: u64) -> Result<SegmentList> {
-    if list.last().is_some_and(|s| s.start() > end) {
-        return cut(&list, end);
-    }
-    Ok(list)
-}
-
 /// With `accept_lost`, the offsets lost directories held become holes instead of errors.
 fn with_holes(
     found: Vec<Found>,
@@ -585,49 +440,11 @@ fn with_holes(
 }
 
 /// The copy to keep of a segment being moved: the source, as the newest checkpoint says.
-fn move_preference(ckpt: Option<&Checkpoint>, paths: &[PathBuf]) -> Option<(u64, usize)> {
+pub(crate) fn move_preference(
+    ckpt: Option<&Checkpoint>,
+    paths: &[PathBuf],
+) -> Option<(u64, usize)> {
     let m = ckpt?.moving.as_ref()?;
     let from = PathBuf::from(&m.from);
     paths.iter().position(|p| *p == from).map(|i| (m.start, i))
-}
-
-/// Picks up records and segments a writer in another process appended since the last call.
-pub(crate) fn refresh(shared: &Arc<Shared>) -> Result<u64> {
-    let _guard = locked(&shared.refresh_lock);
-    let current = shared.segments.load_full();
-    let paths = paths_of(&shared.dirs);
-    // A move in progress shows its segment twice: keep the source.
-    let prefer = move_preference(read_newest(&paths).ok().flatten().as_ref(), &paths);
-    let mut listing: Listing = layout::list(&paths, &vec![true; paths.len()], prefer)?;
-    let min = shared.min_offset.load(Ordering::Acquire);
-    listing.segments.retain(|f| f.end() > min);
-    listing.segments = layout::fill_holes(
-        listing.segments,
-        &shared.opts.accept_lost,
-        min,
-        0,
-        shared.opts.segment_size,
-    );
-    let sizes = known_sizes(None, shared.opts.segment_size);
-    // Segments deleted from the head (a cleaner) leave; new ones join if contiguous.
-    let n = layout::check(&listing.segments, &sizes, true)?;
-    let list = segment_list(
-        &listing.segments[..n],
-        current.as_slice(),
-        shared.opts.segment_size,
-    );
-    let max = shared.max_offset.load(Ordering::Acquire);
-    let Some(first) = list.first() else {
-        return Ok(max);
-    };
-    let from = max.max(first.start());
-    let tail = find_end(&list, from, u32::MAX as usize)?;
-    let list = list.truncated_before(tail.end + 1);
-    shared.min_offset.store(first.start(), Ordering::Release);
-    shared.segments.store(Arc::new(list));
-    shared
-        .last_timestamp_ms
-        .fetch_max(tail.last_timestamp_ms, Ordering::Relaxed);
-    shared.max_offset.store(tail.end, Ordering::Release);
-    Ok(tail.end)
 }

@@ -8,6 +8,7 @@
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 
+use crate::checkpoint::Checkpoint;
 use crate::error::{IoContext, Result};
 use crate::fs::remove_durably;
 use crate::record::{body_crc, decode, Slot, HEADER_LEN};
@@ -95,6 +96,53 @@ pub fn find_end(list: &SegmentList, from: u64, max_body: usize) -> Result<Tail> 
             }
         }
     }
+}
+
+/// Finds the end of the log: trusted from a clean checkpoint, else a scan of the tail from the
+/// flushed offset. A writer cuts what lies beyond. Returns the list, the end and the last
+/// timestamp.
+pub(crate) fn recover(
+    list: SegmentList,
+    ckpt: Option<&Checkpoint>,
+    writer: bool,
+) -> Result<(SegmentList, u64, u64)> {
+    let ckpt_ts = ckpt.map_or(0, |c| c.max_timestamp_ms);
+    if let Some(c) = ckpt.filter(|c| c.clean) {
+        let end = c.max_offset;
+        for s in list.as_slice() {
+            s.set_written(end.clamp(s.start(), s.end()) - s.start());
+        }
+        let list = if writer {
+            cut_empty_tail(list, end)?
+        } else {
+            list
+        };
+        return Ok((list, end, ckpt_ts));
+    }
+    let Some(first) = list.first() else {
+        return Ok((list, ckpt.map_or(0, |c| c.flushed_offset), ckpt_ts));
+    };
+    let from = ckpt.map_or(first.start(), |c| c.flushed_offset);
+    let tail = find_end(&list, from, u32::MAX as usize)?;
+    log::info!(
+        "recovered the log end at {} (scanned from {from}: {})",
+        tail.end,
+        tail.stopped
+    );
+    let list = if writer {
+        cut(&list, tail.end)?
+    } else {
+        list.truncated_before(tail.end + 1)
+    };
+    Ok((list, tail.end, ckpt_ts.max(tail.last_timestamp_ms)))
+}
+
+/// After a clean close the end is trusted; segments wholly past it can only be empty.
+fn cut_empty_tail(list: SegmentList, end: u64) -> Result<SegmentList> {
+    if list.last().is_some_and(|s| s.start() > end) {
+        return cut(&list, end);
+    }
+    Ok(list)
 }
 
 /// Cuts the log at `end`: zeroes every non-zero byte from `end` to the end of its segment (no hole

@@ -2,9 +2,9 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, TryLockError};
+use std::sync::{Arc, Mutex};
 
-use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyMemoryView, PySlice, PyString, PyTuple};
@@ -13,19 +13,18 @@ use super::args;
 use super::buffer::SegmentBuffer;
 use super::dirs::PyDirInfo;
 use super::options;
-use crate::{CommitLog, Error, RecordRef, Scan};
+use super::record::{PyRecord, PySegment};
+use super::scan::{PyScan, ScanState};
+use crate::{CommitLog, Error, RecordRef};
 
 /// Cached memoryviews over whole segments, keyed by segment start; bounded so that a long scan
 /// over many segments does not pin every map.
 const MAX_CACHED_VIEWS: usize = 64;
-/// A scan fetches up to this many records (or bytes) per release of the GIL.
-const SCAN_BATCH_RECORDS: usize = 1024;
-const SCAN_BATCH_BYTES: usize = 4 << 20;
 
 /// A segmented, memory-mapped commit log over one or more directories.
 #[pyclass(name = "CommitLog", module = "rmqlog", frozen)]
 pub struct PyCommitLog {
-    log: CommitLog,
+    pub(super) log: CommitLog,
     /// segment start -> (address of its map, memoryview over the whole map)
     views: Mutex<HashMap<u64, (usize, Py<PyMemoryView>)>>,
     /// `min_offset` when the cache was last pruned of deleted segments.
@@ -56,7 +55,11 @@ fn as_bytes<'py>(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Bound<'py, PyB
 
 impl PyCommitLog {
     /// A memoryview of a record's body: a slice of the cached view over its segment's map.
-    fn body_view<'py>(&self, py: Python<'py>, rec: &RecordRef) -> PyResult<Bound<'py, PyAny>> {
+    pub(super) fn body_view<'py>(
+        &self,
+        py: Python<'py>,
+        rec: &RecordRef,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let (map, range) = rec.mapping();
         let key = rec.segment_start();
         self.prune_views();
@@ -591,136 +594,5 @@ impl PyCommitLog {
 
     fn __clear__(&self) {
         locked(&self.views).clear();
-    }
-}
-
-/// One record: offset, timestamp, body (a memoryview) and the next record's offset.
-#[pyclass(name = "Record", module = "rmqlog", frozen)]
-pub struct PyRecord {
-    /// Physical offset of the record.
-    #[pyo3(get)]
-    offset: u64,
-    /// Store timestamp, milliseconds since the Unix epoch.
-    #[pyo3(get)]
-    timestamp_ms: u64,
-    /// Offset of the next record (after a segment filler: the next segment's start).
-    #[pyo3(get)]
-    next_offset: u64,
-    size: usize,
-    /// The body, a read-only memoryview over the map.
-    #[pyo3(get)]
-    body: Py<PyAny>,
-}
-
-#[pymethods]
-impl PyRecord {
-    fn __repr__(&self) -> String {
-        format!(
-            "Record(offset={}, timestamp_ms={}, size={}, next_offset={})",
-            self.offset, self.timestamp_ms, self.size, self.next_offset
-        )
-    }
-
-    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.body)
-    }
-}
-
-/// One segment file.
-#[pyclass(name = "Segment", module = "rmqlog", frozen, eq)]
-#[derive(PartialEq)]
-pub struct PySegment {
-    /// Physical offset of the segment's first byte (its file name).
-    #[pyo3(get)]
-    start_offset: u64,
-    /// Full path of the file.
-    #[pyo3(get)]
-    path: String,
-    /// File length.
-    #[pyo3(get)]
-    size: u64,
-    /// Bytes in use (a sealed segment counts its end filler: all of it).
-    #[pyo3(get)]
-    written: u64,
-}
-
-#[pymethods]
-impl PySegment {
-    fn __repr__(&self) -> String {
-        format!(
-            "Segment(start_offset={}, path={:?}, size={}, written={})",
-            self.start_offset, self.path, self.size, self.written
-        )
-    }
-}
-
-struct ScanState {
-    scan: Scan,
-    ready: VecDeque<RecordRef>,
-    failed: Option<Error>,
-}
-
-/// Iterator of `(offset, memoryview)` returned by `CommitLog.scan()`.
-#[pyclass(name = "ScanIterator", module = "rmqlog", frozen)]
-pub struct PyScan {
-    log: Py<PyCommitLog>,
-    state: Mutex<ScanState>,
-}
-
-#[pymethods]
-impl PyScan {
-    fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
-        slf
-    }
-
-    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<(u64, Bound<'py, PyAny>)>> {
-        // Never wait for this lock with the GIL held: the holder may be waiting for the GIL.
-        let mut st = match self.state.try_lock() {
-            Ok(st) => st,
-            Err(TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(TryLockError::WouldBlock) => {
-                return Err(PyRuntimeError::new_err(
-                    "this scan iterator is being advanced by another thread",
-                ))
-            }
-        };
-        let log = self.log.get();
-        log.log.max_offset()?; // a closed log stops the scan
-        if st.ready.is_empty() {
-            if let Some(e) = st.failed.take() {
-                return Err(e.into());
-            }
-            let st = &mut *st;
-            py.detach(|| fill(&mut st.scan, &mut st.ready, &mut st.failed));
-        }
-        match st.ready.pop_front() {
-            Some(rec) => Ok(Some((rec.offset(), log.body_view(py, &rec)?))),
-            None => match st.failed.take() {
-                Some(e) => Err(e.into()),
-                None => Ok(None),
-            },
-        }
-    }
-
-    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.log)
-    }
-}
-
-/// Reads the next batch of records (validated, CRC checked) without the GIL.
-fn fill(scan: &mut Scan, ready: &mut VecDeque<RecordRef>, failed: &mut Option<Error>) {
-    let mut bytes = 0;
-    while ready.len() < SCAN_BATCH_RECORDS && bytes < SCAN_BATCH_BYTES {
-        match scan.next() {
-            Some(Ok(rec)) => {
-                bytes += rec.len();
-                ready.push_back(rec);
-            }
-            Some(Err(e)) => {
-                *failed = Some(e);
-                return;
-            }
-            None => return,
-        }
     }
 }

@@ -10,6 +10,8 @@ mod errors;
 mod log;
 mod logging;
 mod options;
+mod record;
+mod scan;
 
 use pyo3::prelude::*;
 
@@ -20,9 +22,9 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     logging::install();
     errors::register(m)?;
     m.add_class::<log::PyCommitLog>()?;
-    m.add_class::<log::PyRecord>()?;
-    m.add_class::<log::PySegment>()?;
-    m.add_class::<log::PyScan>()?;
+    m.add_class::<record::PyRecord>()?;
+    m.add_class::<record::PySegment>()?;
+    m.add_class::<scan::PyScan>()?;
     m.add_class::<buffer::SegmentBuffer>()?;
     m.add_class::<dirs::PyDirInfo>()?;
     m.add_function(wrap_pyfunction!(logging::_shutdown_logging, m)?)?;

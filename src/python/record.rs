@@ -1,0 +1,64 @@
+//! `Record` and `Segment`: what `read_record()` and `segments()` hand to Python.
+
+use pyo3::gc::{PyTraverseError, PyVisit};
+use pyo3::prelude::*;
+
+/// One record: offset, timestamp, body (a memoryview) and the next record's offset.
+#[pyclass(name = "Record", module = "rmqlog", frozen)]
+pub struct PyRecord {
+    /// Physical offset of the record.
+    #[pyo3(get)]
+    pub(super) offset: u64,
+    /// Store timestamp, milliseconds since the Unix epoch.
+    #[pyo3(get)]
+    pub(super) timestamp_ms: u64,
+    /// Offset of the next record (after a segment filler: the next segment's start).
+    #[pyo3(get)]
+    pub(super) next_offset: u64,
+    pub(super) size: usize,
+    /// The body, a read-only memoryview over the map.
+    #[pyo3(get)]
+    pub(super) body: Py<PyAny>,
+}
+
+#[pymethods]
+impl PyRecord {
+    fn __repr__(&self) -> String {
+        format!(
+            "Record(offset={}, timestamp_ms={}, size={}, next_offset={})",
+            self.offset, self.timestamp_ms, self.size, self.next_offset
+        )
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.body)
+    }
+}
+
+/// One segment file.
+#[pyclass(name = "Segment", module = "rmqlog", frozen, eq)]
+#[derive(PartialEq)]
+pub struct PySegment {
+    /// Physical offset of the segment's first byte (its file name).
+    #[pyo3(get)]
+    pub(super) start_offset: u64,
+    /// Full path of the file.
+    #[pyo3(get)]
+    pub(super) path: String,
+    /// File length.
+    #[pyo3(get)]
+    pub(super) size: u64,
+    /// Bytes in use (a sealed segment counts its end filler: all of it).
+    #[pyo3(get)]
+    pub(super) written: u64,
+}
+
+#[pymethods]
+impl PySegment {
+    fn __repr__(&self) -> String {
+        format!(
+            "Segment(start_offset={}, path={:?}, size={}, written={})",
+            self.start_offset, self.path, self.size, self.written
+        )
+    }
+}

@@ -1,0 +1,86 @@
+//! `ScanIterator`: records in batches fetched without the GIL, handed out one by one.
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, TryLockError};
+
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::gc::{PyTraverseError, PyVisit};
+use pyo3::prelude::*;
+
+use super::log::PyCommitLog;
+use crate::{Error, RecordRef, Scan};
+
+/// A scan fetches up to this many records (or bytes) per release of the GIL.
+const SCAN_BATCH_RECORDS: usize = 1024;
+const SCAN_BATCH_BYTES: usize = 4 << 20;
+
+pub(super) struct ScanState {
+    pub(super) scan: Scan,
+    pub(super) ready: VecDeque<RecordRef>,
+    pub(super) failed: Option<Error>,
+}
+
+/// Iterator of `(offset, memoryview)` returned by `CommitLog.scan()`.
+#[pyclass(name = "ScanIterator", module = "rmqlog", frozen)]
+pub struct PyScan {
+    pub(super) log: Py<PyCommitLog>,
+    pub(super) state: Mutex<ScanState>,
+}
+
+#[pymethods]
+impl PyScan {
+    fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<(u64, Bound<'py, PyAny>)>> {
+        // Never wait for this lock with the GIL held: the holder may be waiting for the GIL.
+        let mut st = match self.state.try_lock() {
+            Ok(st) => st,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                return Err(PyRuntimeError::new_err(
+                    "this scan iterator is being advanced by another thread",
+                ))
+            }
+        };
+        let log = self.log.get();
+        log.log.max_offset()?; // a closed log stops the scan
+        if st.ready.is_empty() {
+            if let Some(e) = st.failed.take() {
+                return Err(e.into());
+            }
+            let st = &mut *st;
+            py.detach(|| fill(&mut st.scan, &mut st.ready, &mut st.failed));
+        }
+        match st.ready.pop_front() {
+            Some(rec) => Ok(Some((rec.offset(), log.body_view(py, &rec)?))),
+            None => match st.failed.take() {
+                Some(e) => Err(e.into()),
+                None => Ok(None),
+            },
+        }
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.log)
+    }
+}
+
+/// Reads the next batch of records (validated, CRC checked) without the GIL.
+fn fill(scan: &mut Scan, ready: &mut VecDeque<RecordRef>, failed: &mut Option<Error>) {
+    let mut bytes = 0;
+    while ready.len() < SCAN_BATCH_RECORDS && bytes < SCAN_BATCH_BYTES {
+        match scan.next() {
+            Some(Ok(rec)) => {
+                bytes += rec.len();
+                ready.push_back(rec);
+            }
+            Some(Err(e)) => {
+                *failed = Some(e);
+                return;
+            }
+            None => return,
+        }
+    }
+}
