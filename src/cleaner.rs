@@ -10,15 +10,14 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
 use chrono::Timelike;
 
+use crate::background::{Next, Periodic};
 use crate::dirs::{usage, Usage};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::fs::remove_durably;
 use crate::log::{locked, Shared};
 use crate::options::Options;
@@ -241,55 +240,27 @@ impl Shared {
     }
 }
 
-/// The cleaner thread: one pass every `clean_interval`; stopped promptly and joined on drop. A
-/// panic in a pass is caught, recorded and poisons only cleaning.
-#[derive(Debug)]
-pub(crate) struct Cleaner {
-    stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Cleaner {
-    pub fn start(shared: &Arc<Shared>) -> Result<Cleaner> {
-        let (stop, stopped) = mpsc::channel::<()>();
-        let shared = Arc::clone(shared);
-        let interval = shared.opts.clean_interval;
-        let thread = std::thread::Builder::new()
-            .name("rmqlog-clean".into())
-            .spawn(move || loop {
-                match stopped.recv_timeout(interval) {
-                    Err(RecvTimeoutError::Timeout) => {}
-                    _ => return,
-                }
-                match catch_unwind(AssertUnwindSafe(|| shared.clean_pass(false))) {
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => log::warn!("cleaning pass failed: {e}"),
-                    Err(_) => {
-                        let cause = "the cleaner thread panicked".to_string();
-                        log::error!("{cause}; cleaning stops, appends and reads go on");
-                        *locked(&shared.stats.clean_last_error) = Some(cause.clone());
-                        locked(&shared.clean_poison).get_or_insert(cause);
-                        return;
-                    }
-                }
-            })
-            .map_err(|e| Error::io("starting the cleaner thread", "rmqlog-clean", e))?;
-        Ok(Cleaner {
-            stop: Some(stop),
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Cleaner {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            if t.join().is_err() {
-                log::error!("the cleaner thread panicked");
+/// The cleaner thread: one pass every `clean_interval`. A panic in a pass is caught, recorded
+/// and poisons only cleaning.
+pub(crate) fn start_cleaner(shared: &Arc<Shared>) -> Result<Periodic> {
+    let shared = Arc::clone(shared);
+    let interval = shared.opts.clean_interval;
+    Periodic::start("rmqlog-clean", interval, move || {
+        match catch_unwind(AssertUnwindSafe(|| shared.clean_pass(false))) {
+            Ok(Ok(_)) => Next::Continue,
+            Ok(Err(e)) => {
+                log::warn!("cleaning pass failed: {e}");
+                Next::Continue
+            }
+            Err(_) => {
+                let cause = "the cleaner thread panicked".to_string();
+                log::error!("{cause}; cleaning stops, appends and reads go on");
+                *locked(&shared.stats.clean_last_error) = Some(cause.clone());
+                locked(&shared.clean_poison).get_or_insert(cause);
+                Next::Stop
             }
         }
-    }
+    })
 }
 
 #[cfg(test)]

@@ -1,11 +1,10 @@
 //! Making appended bytes durable: syncs (group commit), the checkpoint, and the background thread.
 
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::background::{Next, Periodic};
 use crate::dirs::DirState;
 use crate::error::{Error, Result};
 use crate::log::{locked, Shared};
@@ -90,57 +89,25 @@ impl Shared {
 }
 
 /// The background thread of a writer: syncs every `flush_interval` (async mode) and keeps the
-/// checkpoint fresh. Stopped and joined on drop.
-#[derive(Debug)]
-pub(crate) struct Flusher {
-    stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Flusher {
-    pub fn start(shared: &Arc<Shared>) -> Result<Flusher> {
-        let (stop, stopped) = mpsc::channel::<()>();
-        let shared = Arc::clone(shared);
-        let interval = shared.opts.flush_interval;
-        let thread = std::thread::Builder::new()
-            .name("rmqlog-flush".into())
-            .spawn(move || {
-                let mut last_checkpoint = Instant::now();
-                let mut checkpointed = shared.flushed_offset.load(Ordering::Acquire);
-                loop {
-                    match stopped.recv_timeout(interval) {
-                        Err(RecvTimeoutError::Timeout) => {}
-                        _ => return,
-                    }
-                    if let Err(e) = shared.flush_data() {
-                        log::error!("background flush failed: {e}");
-                        continue;
-                    }
-                    let flushed = shared.flushed_offset.load(Ordering::Acquire);
-                    if flushed != checkpointed && last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
-                        match shared.write_checkpoint(false) {
-                            Ok(()) => checkpointed = flushed,
-                            Err(e) => log::warn!("checkpoint update failed: {e}"),
-                        }
-                        last_checkpoint = Instant::now();
-                    }
-                }
-            })
-            .map_err(|e| Error::io("starting the flush thread", "rmqlog-flush", e))?;
-        Ok(Flusher {
-            stop: Some(stop),
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Flusher {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            if t.join().is_err() {
-                log::error!("the flush thread panicked");
-            }
+/// checkpoint fresh.
+pub(crate) fn start_flusher(shared: &Arc<Shared>) -> Result<Periodic> {
+    let shared = Arc::clone(shared);
+    let mut last_checkpoint = Instant::now();
+    let mut checkpointed = shared.flushed_offset.load(Ordering::Acquire);
+    let interval = shared.opts.flush_interval;
+    Periodic::start("rmqlog-flush", interval, move || {
+        if let Err(e) = shared.flush_data() {
+            log::error!("background flush failed: {e}");
+            return Next::Continue;
         }
-    }
+        let flushed = shared.flushed_offset.load(Ordering::Acquire);
+        if flushed != checkpointed && last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
+            match shared.write_checkpoint(false) {
+                Ok(()) => checkpointed = flushed,
+                Err(e) => log::warn!("checkpoint update failed: {e}"),
+            }
+            last_checkpoint = Instant::now();
+        }
+        Next::Continue
+    })
 }

@@ -29,6 +29,7 @@
 //!
 //! The on-disk format is described in `docs/format.md`, the guarantees in `docs/recovery.md`.
 
+mod background;
 mod batch;
 mod checkpoint;
 mod cleaner;

@@ -6,12 +6,13 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use arc_swap::ArcSwap;
 
+use crate::background::Periodic;
 use crate::checkpoint::Checkpoint;
-use crate::cleaner::Cleaner;
+use crate::cleaner::start_cleaner;
 use crate::dirs::{usage, Dir, DirInfo, DirState};
 use crate::error::{Error, Result};
 use crate::events::Events;
-use crate::flusher::Flusher;
+use crate::flusher::start_flusher;
 use crate::lock::{fork_generation, StoreLock};
 use crate::options::{FlushMode, Options};
 use crate::reader::{RecordRef, Scan};
@@ -80,8 +81,8 @@ pub(crate) struct Shared {
 /// The background threads of a writer, stopped and joined on drop.
 #[derive(Debug, Default)]
 pub(crate) struct Threads {
-    pub flusher: Option<Flusher>,
-    pub cleaner: Option<Cleaner>,
+    pub flusher: Option<Periodic>,
+    pub cleaner: Option<Periodic>,
 }
 
 /// What open hands to [`Shared::new`].
@@ -135,10 +136,10 @@ impl Shared {
     pub fn start_threads(self: &Arc<Self>) -> Result<()> {
         let mut t = locked(&self.threads);
         if self.opts.flush != FlushMode::None {
-            t.flusher = Some(Flusher::start(self)?);
+            t.flusher = Some(start_flusher(self)?);
         }
         if !self.opts.clean_interval.is_zero() {
-            t.cleaner = Some(Cleaner::start(self)?);
+            t.cleaner = Some(start_cleaner(self)?);
         }
         Ok(())
     }
