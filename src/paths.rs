@@ -62,12 +62,27 @@ pub(crate) fn normalize(p: &Path) -> PathBuf {
     out
 }
 
-/// Two existing paths that resolve to one directory (through symlinks).
+/// Two paths that resolve to one directory through symlinks, existing or not yet created.
 fn same_dir(a: &Path, b: &Path) -> bool {
     match (a.canonicalize(), b.canonicalize()) {
         (Ok(a), Ok(b)) => a == b,
-        _ => false,
+        _ => follow_links(a) == follow_links(b),
     }
+}
+
+/// `p` with its final symlinks followed (a dangling link names the directory it will create).
+fn follow_links(p: &Path) -> PathBuf {
+    let mut p = p.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::read_link(&p) {
+            Ok(target) => {
+                let base = p.parent().map(Path::to_path_buf).unwrap_or_default();
+                p = normalize(&base.join(target));
+            }
+            Err(_) => break,
+        }
+    }
+    p
 }
 
 pub(crate) fn to_strings(dirs: &[PathBuf]) -> Vec<String> {

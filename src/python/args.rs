@@ -116,7 +116,14 @@ pub fn offset(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<i128> {
             type_name(obj)
         )));
     }
-    Ok(obj.extract::<i128>().unwrap_or(i128::MAX))
+    // Beyond i128 only the sign matters: such an offset is out of any log's range.
+    Ok(obj.extract::<i128>().unwrap_or_else(|_| {
+        if obj.lt(0).unwrap_or(false) {
+            i128::MIN
+        } else {
+            i128::MAX
+        }
+    }))
 }
 
 /// A string option checked by `parse`.

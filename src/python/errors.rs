@@ -119,6 +119,14 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
+/// An `OffsetOutOfRangeError` with a message built by the caller (offsets beyond 128 bits).
+pub fn out_of_range(msg: String) -> PyErr {
+    Python::attach(|py| match TREE.get(py) {
+        Some(t) => PyErr::from_type(t.out_of_range.bind(py).clone(), (msg,)),
+        None => pyo3::exceptions::PyIndexError::new_err(msg),
+    })
+}
+
 /// The one mapping from the crate's error to a Python exception.
 impl From<Error> for PyErr {
     fn from(e: Error) -> PyErr {

@@ -12,6 +12,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyMemoryView, PySlice, PyString, PyTu
 use super::args;
 use super::buffer::SegmentBuffer;
 use super::dirs::PyDirInfo;
+use super::errors;
 use super::options;
 use super::record::{PyRecord, PySegment};
 use super::scan::{PyScan, ScanState};
@@ -106,11 +107,13 @@ impl PyCommitLog {
 
     fn read_checked(&self, offset: &Bound<'_, PyAny>) -> PyResult<RecordRef> {
         let off = args::offset(offset, "offset")?;
-        let off = u64::try_from(off).map_err(|_| Error::OffsetOutOfRange {
-            offset: off,
-            min: self.log.min_offset().unwrap_or(0),
-            max: self.log.max_offset().unwrap_or(0),
-        })?;
+        let Ok(off) = u64::try_from(off) else {
+            let (min, max) = (self.log.min_offset()?, self.log.max_offset()?);
+            return Err(errors::out_of_range(format!(
+                "offset {} is out of range: the log holds [{min}, {max})",
+                offset.repr()?
+            )));
+        };
         Ok(self.log.read(off)?)
     }
 }
@@ -164,7 +167,7 @@ impl PyCommitLog {
         min_free_bytes: Option<&Bound<'py, PyAny>>,
         on_dir_event: Option<&Bound<'py, PyAny>>,
         retention_hours: Option<f64>,
-        delete_hours: Option<Vec<u32>>,
+        delete_hours: Option<Vec<i128>>,
         retention_bytes: Option<&Bound<'py, PyAny>>,
         max_deletes_per_pass: Option<&Bound<'py, PyAny>>,
         clean_interval_ms: Option<&Bound<'py, PyAny>>,

@@ -30,7 +30,7 @@ pub struct Kwargs<'a, 'py> {
     /// `None` (Python's) turns time expiry off; the default is passed as `Some(72.0)`.
     pub retention_hours: Option<f64>,
     /// `None` (Python's) means any hour; the default is passed as `Some([4])`.
-    pub delete_hours: Option<Vec<u32>>,
+    pub delete_hours: Option<Vec<i128>>,
     pub retention_bytes: Option<&'a Bound<'py, PyAny>>,
     pub max_deletes_per_pass: Option<&'a Bound<'py, PyAny>>,
     pub clean_interval_ms: Option<&'a Bound<'py, PyAny>>,
@@ -157,7 +157,21 @@ pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
         o.on_dir_event = Some(py_event_callback(v)?);
     }
     o.retention_hours = k.retention_hours;
-    o.delete_hours = k.delete_hours.clone();
+    o.delete_hours = match &k.delete_hours {
+        None => None,
+        Some(hours) => Some(
+            hours
+                .iter()
+                .map(|&h| {
+                    u32::try_from(h).ok().filter(|h| *h < 24).ok_or_else(|| {
+                        PyValueError::new_err(format!(
+                            "delete_hours must be hours of the day in 0..=23, got {h}"
+                        ))
+                    })
+                })
+                .collect::<PyResult<_>>()?,
+        ),
+    };
     if let Some(v) = k.retention_bytes {
         o.retention_bytes = if v.is_none() {
             None
