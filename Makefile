@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXTRAS ?= test,spark,bench
 
-.PHONY: all help demo develop test test-rust test-python bench-build bench-quick bench lint fmt wheel doc clean
+.PHONY: all help demo develop test test-rust test-python bench-build bench-quick bench fuzz-quick lint fmt wheel doc clean
 
 ## all: lint, test and build the wheel.
 all: test wheel
@@ -28,8 +28,9 @@ develop: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m rmqlog demo
 
-## test: lints, Rust tests (no Python), benches build, Python tests (Spark included), quick bench.
-test: lint test-rust bench-build test-python bench-quick
+## test: lints, Rust tests (no Python), benches build, Python tests (Spark included), quick bench
+## and a bounded fuzz run.
+test: lint test-rust bench-build test-python bench-quick fuzz-quick
 
 test-rust:
 	cargo test --all-targets
@@ -44,6 +45,10 @@ bench-build:
 ## bench-quick: the comparison script in quick mode (checks it runs; asserts nothing about speed).
 bench-quick: $(STAMP)
 	$(PY) benches/compare.py --quick --out $(VENV)/bench-quick.json
+
+## fuzz-quick: both libFuzzer targets for 30 s each (see docs/fuzzing.md).
+fuzz-quick:
+	bash fuzz/run.sh 30
 
 ## bench: criterion benches and the full comparison (writes bench-results.json).
 bench: $(STAMP)

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Builds and runs both fuzz targets of rmqlog for SECONDS each (default 30); exits non-zero when a
+# target crashes or panics. Works from a fresh clone with only cargo on stable Rust: installs
+# cargo-fuzz if it is absent, builds with `--sanitizer none` (no nightly flag), and keeps
+# libFuzzer's growing corpus out of the repository (fuzz/work/, git-ignored). See docs/fuzzing.md.
+#
+#   fuzz/run.sh [SECONDS]
+#
+# Environment:
+#   FUZZ_SANITIZER=address  build with AddressSanitizer instead (needs -Zsanitizer: run.sh then
+#                           sets RUSTC_BOOTSTRAP=1 for the build, the one place it is needed)
+#   FUZZ_TARGETS="a b"      run only these targets
+#   RMQLOG_FUZZ_TMP=DIR     scratch stores go there (default /dev/shm, else the temp directory)
+set -euo pipefail
+
+secs="${1:-30}"
+case "$secs" in
+    '' | *[!0-9]*) echo "usage: $0 [SECONDS]" >&2; exit 2 ;;
+esac
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$here"
+
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "== installing cargo-fuzz (absent)"
+    cargo install --locked cargo-fuzz --version 0.13.2
+fi
+echo "== $(cargo fuzz --version), $(rustc --version)"
+
+sanitizer="${FUZZ_SANITIZER:-none}"
+if [ "$sanitizer" != none ]; then
+    export RUSTC_BOOTSTRAP=1
+fi
+targets=(${FUZZ_TARGETS:-decode_segment recover_image})
+# -a: debug assertions and overflow checks in rmqlog too.
+build_flags=(--sanitizer "$sanitizer" --debug-assertions)
+
+max_len() {
+    case "$1" in
+        decode_segment) echo 20480 ;; # up to 5 pages: segments of 4 KiB .. 20 KiB
+        recover_image) echo 256 ;;    # 3 + 40 record lengths + 64 corruptions of 3 bytes
+        *) echo 4096 ;;
+    esac
+}
+
+start=$(date +%s)
+echo "== building ${targets[*]} (sanitizer $sanitizer)"
+for t in "${targets[@]}"; do
+    cargo fuzz build "${build_flags[@]}" "$t"
+done
+echo "== built in $(( $(date +%s) - start )) s"
+
+failed=()
+for t in "${targets[@]}"; do
+    mkdir -p "work/corpus/$t" "artifacts/$t"
+    echo "== fuzzing $t for $secs s"
+    # The first corpus directory receives new inputs; corpus/$t (the committed seeds) is only read.
+    # Crash reproducers go to artifacts/$t/ (cargo-fuzz's default).
+    if ! cargo fuzz run "${build_flags[@]}" "$t" "work/corpus/$t" "corpus/$t" -- \
+        -max_total_time="$secs" -max_len="$(max_len "$t")" -timeout=20 \
+        -rss_limit_mb=4096 -print_final_stats=1; then
+        failed+=("$t")
+        echo "== $t FAILED: reproducer in fuzz/artifacts/$t/" >&2
+    fi
+done
+
+echo "== total $(( $(date +%s) - start )) s"
+if [ "${#failed[@]}" -gt 0 ]; then
+    echo "== crashed: ${failed[*]}" >&2
+    exit 1
+fi
+echo "== no crash in ${targets[*]}"
