@@ -1,54 +1,130 @@
-//! Append throughput by record size, against a raw memcpy into a pre-faulted map of the same
-//! size (the page-cache limit).
+//! Layer 2: append of 100 B, 1 KiB and 64 KiB records, with `FlushMode::None` and `Sync`.
+//!
+//! Each iteration appends into a fresh log (default segment_size, 1 GiB, preallocated by
+//! `posix_fallocate`); opening it, its first append (which creates the first segment) and closing
+//! it are outside the clock. The segment's pages are not faulted in: first-touch page faults are
+//! part of what is measured (see docs/benchmarks.md). References in the same group,
+//! on the same records:
+//! - `memcpy_prefaulted`: the same header + body bytes copied into a pre-faulted anonymous map of
+//!   the same total size (the page-cache limit);
+//! - `pwrite` (flush none) / `pwrite_fdatasync` (flush sync): the same record bytes written with
+//!   one `pwrite` each into a preallocated file, plus one `fdatasync` each in sync mode (the disk
+//!   limit of sync mode);
+//! - `commitlog`: the `commitlog` crate 0.2 (`append_msg`, default options); in the sync groups
+//!   followed by its `flush()`, which syncs only its index (`File::flush` is a no-op), so it is
+//!   not durable and not a peer of `Sync`.
+
+mod common;
 
 use std::hint::black_box;
 
-use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use rmqlog::{CommitLog, FlushMode, Options, HEADER_LEN};
+use common::*;
+use criterion::{criterion_group, BatchSize, Criterion, Throughput};
+use rmqlog::{FlushMode, HEADER_LEN};
 
-const RECORDS: usize = 10_000;
+const SEGMENT: u64 = 1 << 30;
+
+fn records(size: usize, flush: FlushMode, bench: bool) -> usize {
+    let n = match (flush, size) {
+        (FlushMode::Sync, _) => 50,
+        (_, s) if s >= 64 * 1024 => 1000,
+        _ => 10_000,
+    };
+    if bench {
+        n
+    } else {
+        n.min(10)
+    }
+}
 
 fn append(c: &mut Criterion) {
+    let bench = bench_mode();
     for size in [100usize, 1024, 64 * 1024] {
-        let body = vec![0x5au8; size];
-        let mut g = c.benchmark_group(format!("append_{size}"));
-        g.throughput(Throughput::Bytes(((size + HEADER_LEN) * RECORDS) as u64));
-        g.sample_size(10);
-        g.bench_function("rmqlog_none", |b| {
-            b.iter_batched(
-                || {
-                    let dir = tempfile::tempdir().expect("tempdir");
-                    let opts = Options::default()
-                        .segment_size(1 << 30)
-                        .flush(FlushMode::None);
-                    let log = CommitLog::open(&[dir.path()], opts).expect("open");
-                    (dir, log)
+        for (mode, flush) in [("none", FlushMode::None), ("sync", FlushMode::Sync)] {
+            let n = records(size, flush, bench);
+            let b = body(size);
+            let mut rec = vec![0u8; HEADER_LEN + size];
+            encode_record(&mut rec, &b, 0, 0);
+            let mut header = [0u8; HEADER_LEN];
+            header.copy_from_slice(&rec[..HEADER_LEN]);
+
+            let mut g = c.benchmark_group(format!("append_{size}_{mode}"));
+            g.throughput(Throughput::Elements(n as u64));
+            g.sample_size(10);
+            g.bench_function("rmqlog", |bch| {
+                bch.iter_batched(
+                    || {
+                        let dir = tempdir();
+                        let log = open_log(dir.path(), SEGMENT, flush);
+                        // The first append creates the first segment (fallocate + fsyncs):
+                        // done here, so the clock sees steady-state appends only.
+                        log.append(&b).expect("first append");
+                        (dir, log)
+                    },
+                    |(dir, log)| {
+                        for _ in 0..n {
+                            black_box(log.append(&b).expect("append"));
+                        }
+                        (dir, log)
+                    },
+                    BatchSize::PerIteration,
+                )
+            });
+            let mut map = prefaulted(n * rec.len());
+            g.bench_function("memcpy_prefaulted", |bch| {
+                bch.iter(|| memcpy_records(&mut map, &header, &b, n))
+            });
+            let sync = flush == FlushMode::Sync;
+            g.bench_function(if sync { "pwrite_fdatasync" } else { "pwrite" }, |bch| {
+                bch.iter_batched(
+                    || {
+                        let dir = tempdir();
+                        let f = preallocated_file(dir.path(), "ref", (n * rec.len()) as u64);
+                        (dir, f)
+                    },
+                    |(dir, f)| {
+                        pwrite_records(&f, &rec, n, sync);
+                        (dir, f)
+                    },
+                    BatchSize::PerIteration,
+                )
+            });
+            g.bench_function(
+                if sync {
+                    "commitlog_flush_not_durable"
+                } else {
+                    "commitlog"
                 },
-                |(dir, log)| {
-                    for _ in 0..RECORDS {
-                        black_box(log.append(&body).expect("append"));
-                    }
-                    (dir, log)
+                |bch| {
+                    bch.iter_batched(
+                        || {
+                            let dir = tempdir();
+                            let log = cl_open(dir.path(), None);
+                            (dir, log)
+                        },
+                        |(dir, mut log)| {
+                            for _ in 0..n {
+                                black_box(log.append_msg(&b).expect("append"));
+                                if sync {
+                                    log.flush().expect("flush");
+                                }
+                            }
+                            (dir, log)
+                        },
+                        BatchSize::PerIteration,
+                    )
                 },
-                BatchSize::PerIteration,
-            )
-        });
-        g.bench_function("memcpy_prefaulted", |b| {
-            let len = (size + HEADER_LEN) * RECORDS;
-            let mut map = memmap2::MmapMut::map_anon(len).expect("map");
-            map.fill(0); // fault every page in
-            b.iter(|| {
-                let mut at = 0;
-                for _ in 0..RECORDS {
-                    map[at + HEADER_LEN..at + HEADER_LEN + size].copy_from_slice(&body);
-                    at += HEADER_LEN + size;
-                }
-                black_box(&map);
-            })
-        });
-        g.finish();
+            );
+            g.finish();
+        }
     }
 }
 
 criterion_group!(benches, append);
-criterion_main!(benches);
+
+fn main() {
+    benches();
+    criterion::Criterion::default()
+        .configure_from_args()
+        .final_summary();
+}

@@ -37,13 +37,18 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// A body as `bytes`: zero-copy for `bytes`, one copy for any other bytes-like object.
-fn as_bytes<'py>(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Bound<'py, PyBytes>> {
+/// `what` names the argument in an error; it is only formatted then.
+fn as_bytes<'py>(
+    obj: &Bound<'py, PyAny>,
+    what: impl Fn() -> String,
+) -> PyResult<Bound<'py, PyBytes>> {
     if let Ok(b) = obj.cast::<PyBytes>() {
         return Ok(b.clone());
     }
     let refuse = || {
         PyTypeError::new_err(format!(
-            "{what} must be bytes-like (bytes, bytearray, memoryview, ...), got {}",
+            "{} must be bytes-like (bytes, bytearray, memoryview, ...), got {}",
+            what(),
             args::type_of(obj)
         ))
     };
@@ -206,7 +211,7 @@ impl PyCommitLog {
     #[pyo3(signature = (body, /))]
     fn append(&self, py: Python<'_>, body: &Bound<'_, PyAny>) -> PyResult<u64> {
         self.prune_views();
-        let bytes = as_bytes(body, "body")?;
+        let bytes = as_bytes(body, || "body".into())?;
         let data = bytes.as_bytes();
         // Fast path with the GIL held: no waiting, no I/O. Otherwise release the GIL.
         if let Some(offset) = self.log.try_append(data)? {
@@ -235,7 +240,7 @@ impl PyCommitLog {
         })?;
         let mut owned = Vec::new();
         for (i, item) in iter.enumerate() {
-            owned.push(as_bytes(&item?, &format!("bodies[{i}]"))?);
+            owned.push(as_bytes(&item?, || format!("bodies[{i}]"))?);
         }
         let slices: Vec<&[u8]> = owned.iter().map(|b| b.as_bytes()).collect();
         let offsets = py.detach(|| self.log.append_batch(&slices))?;
