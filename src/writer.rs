@@ -283,10 +283,9 @@ impl Shared {
                     for (seg, _) in &created {
                         let _ = remove_durably(seg.path());
                     }
-                    let list = self.segments.load();
                     if let Some((first, _)) = created.first() {
-                        self.segments
-                            .store(Arc::new(list.truncated_before(first.start())));
+                        let start = first.start();
+                        self.segments.rcu(|l| l.truncated_before(start));
                     }
                     return Err(e);
                 }
