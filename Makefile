@@ -28,9 +28,9 @@ develop: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m rmqlog demo
 
-## test: lints, Rust tests (no Python), benches build, Python tests (Spark included), quick bench
-## and a bounded fuzz run.
-test: lint test-rust bench-build test-python bench-quick fuzz-quick
+## test: lints, Rust tests (no Python), benches build, a bounded fuzz run, the quick bench, and
+## the Python tests (Spark included).
+test: lint test-rust bench-build fuzz-quick bench-quick test-python
 
 test-rust:
 	cargo test --all-targets

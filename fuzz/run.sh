@@ -55,9 +55,13 @@ for t in "${targets[@]}"; do
     echo "== fuzzing $t for $secs s"
     # The first corpus directory receives new inputs; corpus/$t (the committed seeds) is only read.
     # Crash reproducers go to artifacts/$t/ (cargo-fuzz's default).
-    if ! cargo fuzz run "${build_flags[@]}" "$t" "work/corpus/$t" "corpus/$t" -- \
+    # libFuzzer's progress lines go to work/$t.log; the final stats (or the crash) are shown.
+    if cargo fuzz run "${build_flags[@]}" "$t" "work/corpus/$t" "corpus/$t" -- \
         -max_total_time="$secs" -max_len="$(max_len "$t")" -timeout=20 \
-        -rss_limit_mb=4096 -print_final_stats=1; then
+        -rss_limit_mb=4096 -print_final_stats=1 >"work/$t.log" 2>&1; then
+        grep -E '^(stat::|Done )' "work/$t.log" || tail -n 5 "work/$t.log"
+    else
+        tail -n 60 "work/$t.log" >&2
         failed+=("$t")
         echo "== $t FAILED: reproducer in fuzz/artifacts/$t/" >&2
     fi
