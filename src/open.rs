@@ -26,10 +26,11 @@ const LIST_ATTEMPTS: usize = 3;
 pub(crate) fn open<P: AsRef<Path>>(paths: &[P], mut opts: Options) -> Result<Arc<Shared>> {
     opts.validate()?;
     let given = check_paths(paths)?;
-    let read_only = check_paths(&opts.read_only_paths).or_else(|e| match e {
-        Error::InvalidArgument(_) if opts.read_only_paths.is_empty() => Ok(Vec::new()),
-        e => Err(e),
-    })?;
+    let read_only = if opts.read_only_paths.is_empty() {
+        Vec::new()
+    } else {
+        check_paths(&opts.read_only_paths)?
+    };
     if let Some(d) = read_only.iter().find(|d| given.contains(d)) {
         return Err(Error::invalid(format!(
             "directory {} is in both paths and read_only_paths; give it once",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
+import _mounts
 import pytest
 
 from rmqlog import CommitLog
@@ -45,3 +46,18 @@ def _body(i: int, size: int = 100) -> bytes:
 def body():
     """``body(i, size=100)``: a distinct, recognisable body of ``size`` bytes for record ``i``."""
     return _body
+
+
+@pytest.fixture(scope="session")
+def mount_allowed():
+    """Skips (with the reason) where mounting a tmpfs is not permitted."""
+    reason = _mounts.mount_unavailable()
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def mnt(mount_allowed, tmp_path):
+    """Mounts for one test; logs opened with ``mnt.log`` are closed before the unmounts."""
+    with _mounts.Mounts(tmp_path) as m:
+        yield m

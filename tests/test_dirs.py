@@ -27,20 +27,6 @@ MIB = 1024 * KIB
 # helpers
 
 
-@pytest.fixture(scope="session")
-def mount_allowed():
-    reason = _mounts.mount_unavailable()
-    if reason:
-        pytest.skip(reason)
-
-
-@pytest.fixture
-def mnt(mount_allowed, tmp_path):
-    """Mounts for one test; logs opened with ``mnt.log`` are closed before the unmounts."""
-    with _mounts.Mounts(tmp_path) as m:
-        yield m
-
-
 def rec(i: int, size: int) -> bytes:
     head = f"rec-{i}-".encode()
     return (head * (size // len(head) + 1))[:size]

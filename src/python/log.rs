@@ -94,8 +94,10 @@ impl PyCommitLog {
     /// Drops cached views of deleted segments, so their maps (and disk space) can go once no
     /// caller holds a view.
     fn prune_views(&self) {
+        // A load per call; the store and the pruning only when the head moved (rare).
         let min = self.log.min_offset().unwrap_or(0);
-        if self.min_seen.swap(min, Ordering::Relaxed) != min {
+        if self.min_seen.load(Ordering::Relaxed) != min {
+            self.min_seen.store(min, Ordering::Relaxed);
             locked(&self.views).retain(|&start, _| start >= min);
         }
     }

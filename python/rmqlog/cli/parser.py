@@ -58,6 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level to stderr")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
+    def json_arg(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--json", action="store_true", help="print one JSON object")
+
+    def read_only_paths_arg(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument(
+            "--read-only-paths", nargs="*", metavar="DIR", help="the store's read-only directories"
+        )
+
     def paths_arg(sp: argparse.ArgumentParser) -> None:
         sp.add_argument(
             "paths",
@@ -90,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         "each directory's state and disk usage, and the log's counters.",
     )
     paths_arg(sp)
-    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    json_arg(sp)
     sp.set_defaults(func=cmd_stat)
 
     sp = sub.add_parser(
@@ -125,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         "range is printed), 2 on an error.",
     )
     paths_arg(sp)
-    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    json_arg(sp)
     sp.set_defaults(func=cmd_verify)
 
     sp = sub.add_parser(
@@ -153,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=64 << 20,
         help="bytes, a multiple of 4096 (64 MiB)",
     )
-    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    json_arg(sp)
     sp.set_defaults(func=cmd_bench)
 
     sp = sub.add_parser(
@@ -171,10 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="start offset of the segment (see `rmqlog stat`)",
     )
     sp.add_argument("--to", required=True, metavar="DIR", help="destination directory")
-    sp.add_argument(
-        "--read-only-paths", nargs="*", metavar="DIR", help="the store's read-only directories"
-    )
-    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    read_only_paths_arg(sp)
+    json_arg(sp)
     sp.set_defaults(func=cmd_move)
 
     sp = sub.add_parser(
@@ -190,9 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="move at most this many bytes",
     )
-    sp.add_argument(
-        "--read-only-paths", nargs="*", metavar="DIR", help="the store's read-only directories"
-    )
-    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    read_only_paths_arg(sp)
+    json_arg(sp)
     sp.set_defaults(func=cmd_rebalance)
     return p
