@@ -1,6 +1,6 @@
 //! The store's metadata file, `rmqlog.meta`, kept in every directory of the store.
 //!
-//! One JSON line, then the CRC32 of that line in hex. Written atomically (temp file, fsync,
+//! Framed by [`crate::crc_line`] in 4 KiB. Written atomically (temp file, fsync,
 //! rename, fsync dir) and only after the data it covers is synced; a sequence number lets the
 //! newest copy win when directories disagree. It may lag behind the data, never run ahead of it.
 
@@ -11,6 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::crc_line;
 use crate::error::{Error, IoContext, Result};
 use crate::fs::{atomic_write, is_no_space};
 
@@ -84,26 +85,12 @@ impl Checkpoint {
         self.dirs.iter().chain(&self.read_only_dirs)
     }
 
-    /// Padded to a fixed 4 KiB with newlines, so a rewrite in place never needs a new block.
     fn encode(&self) -> Vec<u8> {
-        let json = serde_json::to_string(self).unwrap_or_default();
-        let mut bytes = format!("{json}\n{:08x}\n", crc32fast::hash(json.as_bytes())).into_bytes();
-        if bytes.len() < FILE_LEN {
-            bytes.resize(FILE_LEN, b'\n');
-        }
-        bytes
+        crc_line::encode(self, FILE_LEN)
     }
 
     fn decode(bytes: &[u8]) -> std::result::Result<Checkpoint, String> {
-        let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8".to_string())?;
-        let mut lines = text.lines();
-        let (json, crc) = (lines.next().unwrap_or(""), lines.next().unwrap_or(""));
-        let expected =
-            u32::from_str_radix(crc.trim(), 16).map_err(|_| "no CRC line".to_string())?;
-        if crc32fast::hash(json.as_bytes()) != expected {
-            return Err("CRC mismatch".into());
-        }
-        let c: Checkpoint = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        let c: Checkpoint = crc_line::decode(bytes)?;
         if c.format != FORMAT {
             return Err(format!("unknown format {}", c.format));
         }

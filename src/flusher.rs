@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::background::{Next, Periodic};
+use crate::checkpoint::Checkpoint;
 use crate::dirs::DirState;
 use crate::error::{Error, Result};
 use crate::log::{locked, Shared};
@@ -66,16 +67,37 @@ impl Shared {
 
     /// Rewrites the checkpoint in every writable directory. Only covers synced data.
     pub fn write_checkpoint(&self, clean: bool) -> Result<()> {
+        self.update_checkpoint(clean, None)
+    }
+
+    /// Rewrites the checkpoint unless it would say what `on_disk` says (the same store state;
+    /// the timestamp floor may lag, as it covers only `flushed_offset`): a reopen after a crash
+    /// in `FlushMode::None` changes nothing and so syncs nothing.
+    pub fn refresh_checkpoint(&self, on_disk: Option<&Checkpoint>) -> Result<()> {
+        self.update_checkpoint(false, on_disk)
+    }
+
+    fn update_checkpoint(&self, clean: bool, on_disk: Option<&Checkpoint>) -> Result<()> {
         let mut c = locked(&self.checkpoint);
         let flushed = self.flushed_offset.load(Ordering::Acquire);
         let max = self.max_offset.load(Ordering::Acquire);
-        c.seq += 1;
         c.flushed_offset = flushed;
         c.min_offset = self.min_offset.load(Ordering::Acquire);
         c.max_timestamp_ms = self.last_timestamp_ms.load(Ordering::Relaxed);
         // A clean checkpoint vouches for the end of the log, so it needs everything synced.
         c.clean = clean && flushed == max;
         c.max_offset = if c.clean { max } else { 0 };
+        if let Some(old) = on_disk {
+            let same = Checkpoint {
+                seq: old.seq,
+                max_timestamp_ms: old.max_timestamp_ms,
+                ..c.clone()
+            };
+            if same == *old {
+                return Ok(());
+            }
+        }
+        c.seq += 1;
         // Every directory that takes writes keeps a copy (read-only ones may be on a read-only
         // filesystem; offline ones failed).
         let dirs: Vec<_> = self

@@ -16,8 +16,10 @@ pub(crate) fn refresh(shared: &Arc<Shared>) -> Result<u64> {
     let current = shared.segments.load_full();
     let paths = paths_of(&shared.dirs);
     // A move in progress shows its segment twice: keep the source.
-    let prefer = move_preference(read_newest(&paths).ok().flatten().as_ref(), &paths);
-    let mut listing: Listing = layout::list(&paths, &vec![true; paths.len()], prefer)?;
+    let ckpt = read_newest(&paths).ok().flatten();
+    let prefer = move_preference(ckpt.as_ref(), &paths);
+    let named = known_sizes(ckpt.as_ref(), shared.opts.segment_size);
+    let mut listing: Listing = layout::list(&paths, &vec![true; paths.len()], prefer, &named)?;
     let min = shared.min_offset.load(Ordering::Acquire);
     listing.segments.retain(|f| f.end() > min);
     listing.segments = layout::fill_holes(
@@ -30,8 +32,9 @@ pub(crate) fn refresh(shared: &Arc<Shared>) -> Result<u64> {
     let sizes = known_sizes(None, shared.opts.segment_size);
     // Segments deleted from the head (a cleaner) leave; new ones join if contiguous.
     let n = layout::check(&listing.segments, &sizes, true)?;
+    listing.segments.truncate(n);
     let list = segment_list(
-        &listing.segments[..n],
+        listing.segments,
         current.as_slice(),
         shared.opts.segment_size,
     );

@@ -48,54 +48,69 @@ pub struct Listing {
 /// Lists segment files in `dirs` (skipping those not `online`). Other files are ignored. Missing
 /// directories list as empty. `prefer` names the copy to keep of a segment that a move in progress
 /// has in two directories: `(start, directory index)`.
-pub fn list(dirs: &[PathBuf], online: &[bool], prefer: Option<(u64, usize)>) -> Result<Listing> {
+///
+/// With the store's segment `sizes` known, a file's length is taken from the names: the distance to
+/// the next start when that is one of the sizes; only the others (the last file, and any that
+/// would not add up) cost a `stat`. A file whose real length differs is refused when it is mapped
+/// ([`Segment::map`](crate::segment::Segment::map)), so a reopen lists a long log at the cost of
+/// its directory entries.
+pub fn list(
+    dirs: &[PathBuf],
+    online: &[bool],
+    prefer: Option<(u64, usize)>,
+    sizes: &[u64],
+) -> Result<Listing> {
     let mut all = Vec::new();
     let mut listing = Listing::default();
     for (dir_idx, dir) in dirs.iter().enumerate() {
         if !online.get(dir_idx).copied().unwrap_or(true) {
             continue;
         }
-        let entries = match std::fs::read_dir(dir) {
+        let listed = File::open(dir).and_then(|d| Ok(rustix::fs::Dir::read_from(&d)?));
+        let entries = match listed {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(Error::io("listing", dir, e)),
         };
+        // Names are borrowed from the listing buffer: only segment files allocate (their path).
         for entry in entries {
-            let entry = entry.ctx("listing", dir)?;
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
+            let entry = entry.map_err(std::io::Error::from).ctx("listing", dir)?;
+            let Ok(name) = entry.file_name().to_str() else {
+                continue;
+            };
             if is_temp_segment(name) {
-                listing.temps.push(entry.path());
+                listing.temps.push(dir.join(name));
                 continue;
             }
             let Some(start) = parse_segment_name(name) else {
                 continue;
             };
-            let path = entry.path();
-            let meta = match std::fs::metadata(&path) {
-                Ok(m) => m,
-                // Deleted between the listing and now (a cleaner): not part of the log any more.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(Error::io("reading length of", path, e)),
-            };
-            if !meta.is_file() {
+            let path = dir.join(name);
+            // The entry's type comes with the listing; a symlink or an unknown type is resolved
+            // by `stat`.
+            let regular = entry.file_type() == rustix::fs::FileType::RegularFile;
+            if !regular && !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
                 continue;
             }
             all.push(Found {
                 start,
-                len: meta.len(),
+                len: 0,
                 path,
                 dir: dir_idx,
                 lost: false,
             });
         }
     }
-    all.sort_by_key(|f| (f.start, f.dir));
-    for group in all.chunk_by(|a, b| a.start == b.start) {
-        if group.len() == 1 {
-            listing.segments.push(group[0].clone());
+    all.sort_unstable_by_key(|f| (f.start, f.dir));
+    let mut all = all.into_iter().peekable();
+    while let Some(first) = all.next() {
+        let start = first.start;
+        if all.peek().is_none_or(|next| next.start != start) {
+            listing.segments.push(first);
             continue;
         }
+        let mut group = vec![first];
+        group.extend(std::iter::from_fn(|| all.next_if(|f| f.start == start)));
         if let Some(keep) = prefer
             .filter(|(start, _)| *start == group[0].start)
             .and_then(|(_, dir)| group.iter().find(|f| f.dir == dir))
@@ -104,7 +119,7 @@ pub fn list(dirs: &[PathBuf], online: &[bool], prefer: Option<(u64, usize)>) -> 
             continue;
         }
         let mut with_data = Vec::new();
-        for f in group {
+        for f in &group {
             if never_written(&f.path)? {
                 listing.empty_duplicates.push(f.path.clone());
             } else {
@@ -132,7 +147,35 @@ pub fn list(dirs: &[PathBuf], online: &[bool], prefer: Option<(u64, usize)>) -> 
             }
         }
     }
+    set_lengths(&mut listing.segments, sizes)?;
     Ok(listing)
+}
+
+/// Fills in each file's length: from the next file's start where that gives a known size, else
+/// from `stat`. Files deleted since the listing (a cleaner at work) are dropped.
+fn set_lengths(segments: &mut Vec<Found>, sizes: &[u64]) -> Result<()> {
+    let mut gone = Vec::new();
+    for i in 0..segments.len() {
+        let by_name = segments
+            .get(i + 1)
+            .map(|next| next.start - segments[i].start)
+            .filter(|len| sizes.contains(len));
+        segments[i].len = match by_name {
+            Some(len) => len,
+            None => match std::fs::metadata(&segments[i].path) {
+                Ok(m) => m.len(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    gone.push(i);
+                    0
+                }
+                Err(e) => return Err(Error::io("reading length of", &segments[i].path, e)),
+            },
+        };
+    }
+    for i in gone.into_iter().rev() {
+        segments.remove(i);
+    }
+    Ok(())
 }
 
 /// A file whose first record word is zero was never published to: no record starts at its head.
@@ -250,7 +293,13 @@ mod tests {
         make(a.path(), 8192, 4096, false);
         std::fs::write(a.path().join("README"), b"hello").unwrap();
         std::fs::write(b.path().join("00000000000000012288.tmp"), b"").unwrap();
-        let l = list(&[a.path().into(), b.path().into()], &[true, true], None).unwrap();
+        let l = list(
+            &[a.path().into(), b.path().into()],
+            &[true, true],
+            None,
+            &[],
+        )
+        .unwrap();
         let starts: Vec<u64> = l.segments.iter().map(|f| f.start).collect();
         assert_eq!(starts, vec![0, 4096, 8192]);
         assert_eq!(l.temps.len(), 1);
@@ -263,23 +312,25 @@ mod tests {
         let dirs = [a.path().to_path_buf(), b.path().to_path_buf()];
         make(a.path(), 0, 4096, true);
         make(b.path(), 0, 4096, false);
-        let l = list(&dirs, &[true, true], None).unwrap();
+        let l = list(&dirs, &[true, true], None, &[]).unwrap();
         assert_eq!(l.segments[0].dir, 0);
         assert_eq!(l.empty_duplicates, vec![b.path().join(segment_name(0))]);
 
         make(b.path(), 0, 4096, true);
-        let err = list(&dirs, &[true, true], None).unwrap_err().to_string();
+        let err = list(&dirs, &[true, true], None, &[])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("several directories"), "{err}");
 
         std::fs::remove_file(b.path().join(segment_name(0))).unwrap();
         make(b.path(), 8192, 4096, true);
-        let l = list(&dirs, &[true, true], None).unwrap();
+        let l = list(&dirs, &[true, true], None, &[]).unwrap();
         let err = check(&l.segments, &[4096], false).unwrap_err().to_string();
         assert!(err.contains("gap"), "{err}");
         assert_eq!(check(&l.segments, &[4096], true).unwrap(), 1);
 
         make(a.path(), 4096, 8192, true);
-        let l = list(&dirs, &[true, true], None).unwrap();
+        let l = list(&dirs, &[true, true], None, &[]).unwrap();
         let err = check(&l.segments, &[4096, 8192], false)
             .unwrap_err()
             .to_string();

@@ -33,6 +33,7 @@ mod background;
 mod batch;
 mod checkpoint;
 mod cleaner;
+mod crc_line;
 mod dirs;
 mod error;
 mod events;
@@ -53,7 +54,9 @@ mod recovery;
 mod segment;
 mod segments;
 mod stats;
+mod tail_hint;
 mod verify;
+mod warm;
 mod writer;
 
 #[cfg(feature = "python")]

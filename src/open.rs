@@ -12,11 +12,12 @@ use crate::fs::remove_durably;
 use crate::layout::{self, Found};
 use crate::lock::StoreLock;
 use crate::log::{Shared, SharedParts};
-use crate::options::Options;
+use crate::options::{FlushMode, Options};
 use crate::paths::{absolute_overrides, check_paths, create_dir_durably, to_strings};
 use crate::recovery::recover;
 use crate::segment::Segment;
 use crate::segments::SegmentList;
+use crate::tail_hint::{self, TailHints};
 use crate::writer::Writer;
 
 /// How often a read-only open lists the directories again when it sees a gap (a writer creating
@@ -112,11 +113,14 @@ fn open_writer(
         .iter()
         .map(|d| d.state().0 != DirState::Offline)
         .collect();
-    let mut ckpt = read_newest(&all)?;
+    // As read, to know at the end whether this open changed anything the file says.
+    let on_disk = read_newest(&all)?;
+    let mut ckpt = on_disk.clone();
     if let Some(c) = ckpt.as_mut() {
         crate::mover::finish_interrupted_move(c, &all)?;
     }
-    let mut listing = layout::list(&all, &online, None)?;
+    let sizes = known_sizes(ckpt.as_ref(), opts.segment_size);
+    let mut listing = layout::list(&all, &online, None, &sizes)?;
     for tmp in &listing.temps {
         log::warn!(
             "removing {} left by an interrupted segment creation",
@@ -145,12 +149,14 @@ fn open_writer(
         listing.segments.retain(|f| f.end() > c.min_offset);
     }
     listing.segments = with_holes(listing.segments, &lost, ckpt.as_ref(), opts.segment_size);
-    let sizes = known_sizes(ckpt.as_ref(), opts.segment_size);
     layout::check(&listing.segments, &sizes, false)?;
     check_against_checkpoint(&listing.segments, ckpt.as_ref(), &all)?;
 
-    let list = segment_list(&listing.segments, &[], opts.segment_size);
-    let (list, end, last_ts) = recover(list, ckpt.as_ref(), true)?;
+    let list = segment_list(listing.segments, &[], opts.segment_size);
+    let hint = ckpt
+        .as_ref()
+        .and_then(|c| tail_hint::read(&all, &c.store_id));
+    let (list, end, last_ts) = recover(list, ckpt.as_ref(), hint.as_ref(), true)?;
     let list = writable_last(list);
 
     let ckpt_flushed = ckpt.as_ref().map(|c| {
@@ -170,6 +176,13 @@ fn open_writer(
     sizes.insert(opts.segment_size);
     sizes.extend(list.as_slice().iter().map(|s| s.size()));
     checkpoint.segment_sizes = sizes.into_iter().collect();
+    let hint_dirs: Vec<(usize, &Path)> = dirs
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| !d.read_only && d.state().0 != DirState::Offline)
+        .map(|(i, d)| (i, d.path.as_path()))
+        .collect();
+    let tail = TailHints::open(&checkpoint.store_id, &hint_dirs, &all, opts.file_mode);
 
     let min = list.first().map_or(end, |s| s.start());
     // Records recovery kept past the old flushed offset may still be only in the page cache.
@@ -195,11 +208,16 @@ fn open_writer(
         last_ts,
         writer: Some(writer),
         checkpoint,
+        tail,
         lock: Some(lock),
     })?;
-    // Sync what recovery kept, then mark the store not clean until `close` says otherwise.
-    shared.flush_data()?;
-    shared.write_checkpoint(false)?;
+    // Sync what recovery kept (in `FlushMode::None` that is left to the OS, as for appends), then
+    // mark the store not clean until `close` says otherwise.
+    if shared.opts.flush != FlushMode::None {
+        shared.flush_data()?;
+    }
+    shared.refresh_checkpoint(on_disk.as_ref())?;
+    shared.record_tail_hint();
     shared.start_threads()?;
     Ok(shared)
 }
@@ -240,7 +258,7 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
     let prefer = move_preference(ckpt.as_ref(), &paths);
     let mut segments = Vec::new();
     for attempt in 1..=LIST_ATTEMPTS {
-        let mut listing = layout::list(&paths, &online, prefer)?;
+        let mut listing = layout::list(&paths, &online, prefer, &sizes)?;
         listing.segments.retain(|f| f.end() > min_recorded);
         listing.segments = with_holes(
             listing.segments,
@@ -251,7 +269,8 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
         let last = attempt == LIST_ATTEMPTS;
         match layout::check(&listing.segments, &sizes, last) {
             Ok(n) => {
-                segments = listing.segments[..n].to_vec();
+                listing.segments.truncate(n);
+                segments = listing.segments;
                 break;
             }
             Err(Error::Corruption { .. }) if !last => continue,
@@ -259,8 +278,11 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
         }
     }
     check_against_checkpoint(&segments, ckpt.as_ref(), &paths)?;
-    let list = segment_list(&segments, &[], opts.segment_size);
-    let (list, end, last_ts) = recover(list, ckpt.as_ref(), false)?;
+    let list = segment_list(segments, &[], opts.segment_size);
+    let hint = ckpt
+        .as_ref()
+        .and_then(|c| tail_hint::read(&paths, &c.store_id));
+    let (list, end, last_ts) = recover(list, ckpt.as_ref(), hint.as_ref(), false)?;
     let min = list.first().map_or(end, |s| s.start());
     let flushed = ckpt.as_ref().map_or(0, |c| c.flushed_offset.min(end));
     let checkpoint = ckpt.unwrap_or_else(|| Checkpoint::new(Vec::new(), Vec::new(), 0));
@@ -274,6 +296,7 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
         last_ts,
         writer: None,
         checkpoint,
+        tail: TailHints::default(),
         lock: None,
     })
 }
@@ -304,7 +327,7 @@ fn check_left_out_dirs(c: &Checkpoint, given: &[PathBuf], have: &[Found]) -> Res
     if left_out.is_empty() {
         return Ok(());
     }
-    let listing = layout::list(&left_out, &vec![true; left_out.len()], None)?;
+    let listing = layout::list(&left_out, &vec![true; left_out.len()], None, &[])?;
     let needed: Vec<String> = listing
         .segments
         .iter()
@@ -370,24 +393,24 @@ fn check_against_checkpoint(
 /// Builds the segment list, reusing `existing` segments (and their maps) where they match.
 /// Sealed segments are mapped read-only (their directory may be on a read-only filesystem).
 pub(crate) fn segment_list(
-    found: &[Found],
+    found: Vec<Found>,
     existing: &[Arc<Segment>],
     segment_size: u64,
 ) -> SegmentList {
     let segs = found
-        .iter()
+        .into_iter()
         .map(|f| {
-            existing
-                .iter()
-                .find(|s| s.start() == f.start && s.path() == f.path)
-                .cloned()
-                .unwrap_or_else(|| {
-                    Arc::new(if f.lost {
-                        Segment::hole(f.start, f.len, f.path.clone())
-                    } else {
-                        Segment::new(f.start, f.len, f.path.clone(), f.dir, false)
-                    })
-                })
+            // `existing` is a segment list: sorted by start.
+            let reuse = existing
+                .binary_search_by_key(&f.start, |s| s.start())
+                .ok()
+                .map(|i| &existing[i])
+                .filter(|s| s.path() == f.path);
+            match reuse {
+                Some(s) => Arc::clone(s),
+                None if f.lost => Arc::new(Segment::hole(f.start, f.len, f.path)),
+                None => Arc::new(Segment::new(f.start, f.len, f.path, f.dir, false)),
+            }
         })
         .collect();
     SegmentList::new(segs, segment_size)

@@ -1,7 +1,7 @@
 //! Finding the end of a log after a crash, and cutting what lies beyond it.
 //!
 //! The scan starts at the checkpoint's flushed offset (everything below it was synced, so it is
-//! never cut) and validates each record: magic, length bounds, header CRC, stored physical offset,
+//! never cut), or after a process crash at this boot's recovery point, and validates each record: magic, length bounds, header CRC, stored physical offset,
 //! body CRC. The first invalid record ends the log. A writer then zeroes the rest of that segment
 //! and removes later segments, so a stale record can never be accepted by a later scan.
 
@@ -13,6 +13,7 @@ use crate::error::{IoContext, Result};
 use crate::fs::remove_durably;
 use crate::record::{body_crc, decode, Slot, HEADER_LEN};
 use crate::segments::SegmentList;
+use crate::tail_hint::TailHint;
 
 /// Where a scan of the tail stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,11 +100,13 @@ pub fn find_end(list: &SegmentList, from: u64, max_body: usize) -> Result<Tail> 
 }
 
 /// Finds the end of the log: trusted from a clean checkpoint, else a scan of the tail from the
-/// flushed offset. A writer cuts what lies beyond. Returns the list, the end and the last
+/// flushed offset, or from this boot's recovery point when that is further (see
+/// [`crate::tail_hint`]). A writer cuts what lies beyond. Returns the list, the end and the last
 /// timestamp.
 pub(crate) fn recover(
     list: SegmentList,
     ckpt: Option<&Checkpoint>,
+    hint: Option<&TailHint>,
     writer: bool,
 ) -> Result<(SegmentList, u64, u64)> {
     let ckpt_ts = ckpt.map_or(0, |c| c.max_timestamp_ms);
@@ -122,11 +125,22 @@ pub(crate) fn recover(
     let Some(first) = list.first() else {
         return Ok((list, ckpt.map_or(0, |c| c.flushed_offset), ckpt_ts));
     };
-    let from = ckpt.map_or(first.start(), |c| c.flushed_offset);
+    let flushed = ckpt.map_or(first.start(), |c| c.flushed_offset);
+    // The hint must name a segment of this listing: then it is a record boundary.
+    let hint = hint.filter(|h| {
+        h.offset > flushed && list.find(h.offset).is_some_and(|s| s.start() == h.offset)
+    });
+    let from = hint.map_or(flushed, |h| h.offset);
+    let hint_ts = hint.map_or(0, |h| h.max_timestamp_ms);
     let tail = find_end(&list, from, u32::MAX as usize)?;
     log::info!(
-        "recovered the log end at {} (scanned from {from}: {})",
+        "recovered the log end at {} (scanned from {from}{}: {})",
         tail.end,
+        if hint.is_some() {
+            ", this boot's recovery point"
+        } else {
+            ""
+        },
         tail.stopped
     );
     let list = if writer {
@@ -134,7 +148,8 @@ pub(crate) fn recover(
     } else {
         list.truncated_before(tail.end + 1)
     };
-    Ok((list, tail.end, ckpt_ts.max(tail.last_timestamp_ms)))
+    let last_ts = ckpt_ts.max(hint_ts).max(tail.last_timestamp_ms);
+    Ok((list, tail.end, last_ts))
 }
 
 /// After a clean close the end is trusted; segments wholly past it can only be empty.

@@ -184,12 +184,16 @@ impl Segment {
             .open(&self.path)
             .ctx("opening segment", &self.path)?;
         let len = file.metadata().ctx("reading length of", &self.path)?.len();
-        if len < self.size {
-            // Mapping past the end of a file would SIGBUS on access: refuse instead.
+        if len != self.size {
+            // Mapping past the end of a file would SIGBUS on access, and a longer file overlaps
+            // the next segment (the listing took its length from the names): refuse both.
             return Err(Error::corruption(
                 Some(self.path.clone()),
                 Some(self.start),
-                format!("segment file shrank to {len} bytes, expected {}", self.size),
+                format!(
+                    "segment file has length {len}, expected {} (a truncated or foreign file?)",
+                    self.size
+                ),
             ));
         }
         let mut opts = MmapOptions::new();

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::log::CommitLog;
 use crate::record::{body_crc, decode, Slot, HEADER_LEN};
 use crate::segment::Segment;
@@ -36,7 +36,19 @@ fn valid_at(bytes: &[u8], offset: u64) -> Result<u64, &'static str> {
 
 /// Walks one segment's records in `[from, limit)` (relative), appending bad ranges.
 fn verify_segment(seg: &Segment, from: u64, limit: u64, out: &mut Vec<BadRange>) -> Result<()> {
-    let map = seg.map()?;
+    let map = match seg.map() {
+        Ok(map) => map,
+        // A file of the wrong length: the whole segment is damage (an I/O error is not).
+        Err(e @ Error::Corruption { .. }) => {
+            out.push(BadRange {
+                start: seg.start() + from,
+                end: seg.end(),
+                reason: e.to_string(),
+            });
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
     let size = seg.size() as usize;
     let mut pos = from;
     while pos < limit {

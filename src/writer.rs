@@ -1,5 +1,5 @@
 //! The append path: one header write, one copy of the body and one CRC into the map per record,
-//! no allocation and no syscall (outside segment rolls and sync mode).
+//! no allocation and no syscall (outside segment rolls, warming a chunk ahead and sync mode).
 //!
 //! Publication protocol: the body and the header from byte 8 on are written first, the
 //! length/magic word last; then the log's `max_offset` advances with Release ordering. In-process
@@ -19,6 +19,7 @@ use crate::placement;
 use crate::record::{body_crc, filler, Header, FILLER_LEN, HEADER_LEN};
 use crate::segment::{Mapping, Segment};
 use crate::stats::Stats;
+use crate::warm::Warmer;
 use std::collections::HashMap;
 
 /// The writer's position: the active segment and where the next record goes in it.
@@ -32,16 +33,29 @@ pub(crate) struct Writer {
     pub next_start: u64,
     /// Directories a custom strategy chose for upcoming segments, by start offset.
     pub hints: HashMap<u64, usize>,
+    /// The page-cache warming just ahead of `pos` in the active segment.
+    warm: Warmer,
 }
 
 impl Writer {
     pub fn new(active: Option<(Arc<Segment>, Arc<Mapping>)>, pos: u64, next_start: u64) -> Writer {
+        let warm = match &active {
+            Some((seg, _)) => Warmer::new(seg, pos),
+            None => Warmer::default(),
+        };
         Writer {
             active,
             pos,
             next_start,
             hints: HashMap::new(),
+            warm,
         }
+    }
+
+    /// Ends writing (the log closes): no active segment.
+    pub fn stop(&mut self) {
+        self.active = None;
+        self.warm = Warmer::default();
     }
 
     /// The end of the log: after the last record, or the next segment's start when too few
@@ -185,9 +199,11 @@ impl Shared {
                     seal(seg, map, w.pos);
                     sealed_any = true;
                 }
+                w.warm = Warmer::new(&next.0, 0);
                 w.active = Some(next);
                 w.pos = 0;
             }
+            w.warm.ensure(w.pos + len as u64);
             let Some((seg, map)) = &w.active else {
                 return unreachable_plan();
             };
@@ -221,9 +237,28 @@ impl Shared {
         Stats::add(&self.stats.appends, bodies.len() as u64);
         self.max_offset.store(end, Ordering::Release);
         if sealed_any {
+            self.record_tail_hint_at(&w.active, ts);
             log::debug!("rolled to a new segment; log end {end}");
         }
         Ok(end)
+    }
+
+    /// Records this boot's recovery point: the start of the writer's active segment, below which
+    /// every byte is in the maps (see [`crate::tail_hint`]).
+    pub(crate) fn record_tail_hint(&self) {
+        let Some(mutex) = self.writer.as_ref() else {
+            return;
+        };
+        let w = locked(mutex);
+        self.record_tail_hint_at(&w.active, self.last_timestamp_ms.load(Ordering::Relaxed));
+    }
+
+    fn record_tail_hint_at(&self, active: &Option<(Arc<Segment>, Arc<Mapping>)>, ts: u64) {
+        if let Some((seg, _)) = active {
+            self.tail.record(seg.start(), ts, |i| {
+                self.dirs[i].state().0 != DirState::Offline
+            });
+        }
     }
 
     /// Start offsets of the segments a batch will need.

@@ -179,13 +179,34 @@ fn a_never_written_duplicate_is_removed_by_a_writer() {
 fn a_truncated_segment_file_is_named() {
     let t = tempfile::tempdir().unwrap();
     let d = dirs(t.path(), 1);
-    fill(&d, 400);
+    let offs = fill(&d, 400);
     let victim = d[0].join("00000000000000008192");
     let f = OpenOptions::new().write(true).open(&victim).unwrap();
     f.set_len(5000).unwrap();
-    let err = CommitLog::open(&d, opts()).unwrap_err().to_string();
+    // A sealed segment's length is checked when it is first mapped (the listing takes lengths
+    // from the names): the open succeeds, reads there fail naming the file, the rest reads.
+    let log = CommitLog::open(&d, opts()).unwrap();
+    let inside = offs
+        .iter()
+        .copied()
+        .find(|&o| (8192..16384).contains(&o))
+        .unwrap();
+    let err = log.read(inside).unwrap_err().to_string();
     assert!(err.contains("00000000000000008192"), "{err}");
     assert!(err.contains("5000"), "{err}");
+    assert_eq!(&*log.read(offs[0]).unwrap(), body(0).as_slice());
+    assert_eq!(&*log.read(offs[399]).unwrap(), body(399).as_slice());
+    // The last segment's length is still checked at open.
+    drop(log);
+    let last = d[0].join("00000000000000024576");
+    OpenOptions::new()
+        .write(true)
+        .open(&last)
+        .unwrap()
+        .set_len(6000)
+        .unwrap();
+    let err = CommitLog::open(&d, opts()).unwrap_err().to_string();
+    assert!(err.contains("6000"), "{err}");
 }
 
 #[test]

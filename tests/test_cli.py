@@ -464,10 +464,28 @@ def test_verify_two_damaged_ranges(run, store):
     ]
 
 
+def _segment_files(dirs: list[str]) -> list[Path]:
+    found = [p for d in dirs for p in Path(d).iterdir() if re.fullmatch(r"\d{20}", p.name)]
+    return sorted(found, key=lambda p: p.name)
+
+
+def test_verify_a_truncated_sealed_segment(run, store):
+    dirs, _ = store
+    seg = _segment_files(dirs)[0]
+    os.truncate(seg, SEG // 2)  # shorter than every segment size in use
+    # The store opens (a sealed segment's length is checked when it is mapped); verify reports
+    # the whole segment as damage.
+    proc = run("verify", joined(dirs))
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    corrupt = [x for x in proc.stdout.splitlines() if x.startswith("CORRUPT: ")]
+    assert len(corrupt) == 1 and corrupt[0].startswith(f"CORRUPT: [0, {SEG}) "), corrupt
+    assert seg.name in corrupt[0] and f"length {SEG // 2}" in corrupt[0]
+
+
 def test_verify_store_that_does_not_open(run, store):
     dirs, _ = store
-    seg = sorted(p for p in Path(dirs[0]).iterdir() if re.fullmatch(r"\d{20}", p.name))[0]
-    os.truncate(seg, SEG // 2)  # a segment shorter than every segment size in use
+    seg = _segment_files(dirs)[-1]
+    os.truncate(seg, SEG // 2)  # the last segment's length is checked at open
     proc = run("verify", joined(dirs))
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     assert proc.stdout.startswith("CORRUPT: the store does not open: ")

@@ -2,7 +2,9 @@
 record boundary, corruption in the unflushed tail is cut and never comes back."""
 
 import os
+import platform
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -152,3 +154,38 @@ def test_corrupt_unflushed_tail_is_cut_and_never_returns(tmp_path):
             log.read(reported[k + 1][1])
         for i, off, size in reported[:k]:
             assert bytes(log.read(off)) == body(i, size)
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    m = re.match(r"(\d+)\.(\d+)", platform.release())
+    return bool(m) and (int(m[1]), int(m[2])) >= (major, minor)
+
+
+@pytest.mark.skipif(
+    not _kernel_at_least(6, 8), reason="the recovery point needs unique mount ids (Linux 6.8+)"
+)
+def test_reopen_after_a_crash_starts_at_this_boots_recovery_point(tmp_path):
+    """flush="none" never syncs, so flushed_offset stays 0; the reopen still scans only from the
+    last roll (rmqlog.tail): the page cache kept what the killed writer copied into its maps."""
+    dirs = dirs_of(tmp_path)
+    reported = run_to_done_and_kill(run_writer(dirs, "none", 3, count=3000))
+    script = textwrap.dedent(
+        f"""
+        import logging, sys
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+        from rmqlog import CommitLog
+        opts = dict(segment_size={SEGMENT}, max_message_size={MAX_SIZE}, flush="none")
+        with CommitLog({dirs!r}, **opts) as log:
+            print(len(log.segments()), log.segments()[-1].start_offset, log.flushed_offset)
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    nsegs, last_start, flushed = map(int, r.stdout.split())
+    assert nsegs >= 4 and last_start > 0
+    assert flushed == 0, "flush='none': nothing was synced, not even by the reopen"
+    line = [x for x in r.stderr.splitlines() if "recovered the log end" in x][-1]
+    assert "this boot's recovery point" in line, line
+    m = re.search(r"scanned from (\d+)", line)
+    assert m and int(m[1]) == last_start, line
+    check_log(dirs, reported)

@@ -313,7 +313,7 @@ def test_min_free_bytes_makes_a_directory_ineligible(mnt):
     # big refuses while it still has more than min_free_bytes left.
     assert info(log, big).state == "full"
     assert _mounts.free_bytes(big) >= MIB
-    assert _mounts.free_bytes(small) >= MIB - 4 * KIB
+    assert _mounts.free_bytes(small) >= MIB - 8 * KIB  # only rmqlog.meta and rmqlog.tail
     assert f"{big}: full" in str(err) and f"{small}: full" in str(err)
     assert placement(log).count("small") == 0
     assert_intact(log, written)

@@ -684,7 +684,8 @@ def test_unrelated_files_in_a_store_directory_are_never_touched(tmp_path):
     def ours(path: str) -> bool:
         name = os.path.basename(path)
         return os.path.dirname(path) == str(d) and (
-            (len(name) == 20 and name.isdigit()) or name in ("rmqlog.lock", "rmqlog.meta")
+            (len(name) == 20 and name.isdigit())
+            or name in ("rmqlog.lock", "rmqlog.meta", "rmqlog.tail")
         )
 
     def foreign() -> dict:
@@ -707,16 +708,38 @@ def test_unrelated_files_in_a_store_directory_are_never_touched(tmp_path):
 def test_a_truncated_segment_fails_closed_and_changes_nothing(tmp_path):
     dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
     with CommitLog(dirs, **OPTS) as log:
-        for i in range(10):
-            log.append(body(i, 1500))
-        victim = log.segments()[1].path
+        written = [(log.append(body(i, 1500)), body(i, 1500)) for i in range(10)]
+        segs = log.segments()
+    victim, last = segs[1].path, segs[-1].path
+
+    def segment_files() -> dict:
+        return {p: v for p, v in snapshot(*dirs).items() if os.path.basename(p).isdigit()}
+
+    # A sealed segment's length is checked when it is first mapped: the log opens, every read
+    # there fails naming the file, the others read.
     with open(victim, "r+b") as f:
+        f.truncate(SEG - 100)
+    before = segment_files()
+    inside = [(o, b) for o, b in written if segs[1].start_offset <= o < segs[2].start_offset]
+    outside = [(o, b) for o, b in written if o < segs[1].start_offset]
+    for ro in (False, True):
+        with CommitLog(dirs, read_only=ro, **OPTS) as log:
+            with pytest.raises(CorruptionError) as info:
+                log.read(inside[0][0])
+            assert victim in str(info.value) and f"length {SEG - 100}" in str(info.value)
+            assert [bytes(log.read(o)) for o, _ in outside] == [b for _, b in outside]
+            with pytest.raises(CorruptionError):
+                list(log.scan())
+    assert segment_files() == before
+
+    # The last segment's length is checked at open: the log does not open, nothing changes.
+    with open(last, "r+b") as f:
         f.truncate(SEG - 100)
     before = snapshot(*dirs)
     for ro in (False, True):
         with pytest.raises(CorruptionError) as info:
             CommitLog(dirs, read_only=ro, **OPTS)
-        assert victim in str(info.value)
+        assert last in str(info.value)
     assert snapshot(*dirs) == before
 
 

@@ -23,6 +23,7 @@ import pytest
 from rmqlog import CommitLog
 
 IMAGE_MB = 128
+ROUND_RECORDS = 30_000  # about 20 MB: four rounds fit in the image whatever the writer's speed
 
 
 def body(i: int) -> bytes:
@@ -89,17 +90,20 @@ def disk(tmp_path):
 
 WRITER = textwrap.dedent(
     """
-    import hashlib, sys
+    import hashlib, sys, time
     from rmqlog import CommitLog
-    store, flush, first = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    store, flush, first, cap = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     log = CommitLog(store, segment_size=1 << 20, flush=flush, flush_interval_ms=20,
                     clean_interval_ms=0)
     i = first
-    while True:
+    while i < first + cap:
         b = hashlib.sha256(b"%d" % i).digest() * (1 + i % 40)
         off = log.append(b)
         print(i, off, log.flushed_offset, flush=True)
         i += 1
+    print("done", flush=True)  # the image has room for a few rounds only; wait for the cut
+    while True:
+        time.sleep(1)
     """
 )
 
@@ -111,7 +115,7 @@ def test_power_loss_keeps_what_was_acknowledged(disk, flush):
     for cut in range(4):
         first = 1_000_000 * (cut + 1)
         proc = subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(store), flush, str(first)],
+            [sys.executable, "-c", WRITER, str(store), flush, str(first), str(ROUND_RECORDS)],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -119,7 +123,10 @@ def test_power_loss_keeps_what_was_acknowledged(disk, flush):
         lines = []
         deadline = time.monotonic() + 0.4 + 0.25 * cut
         while time.monotonic() < deadline:
-            lines.append(proc.stdout.readline())
+            line = proc.stdout.readline()
+            if line == "done\n":
+                break
+            lines.append(line)
         proc.send_signal(signal.SIGSTOP)  # frozen: nothing more reaches the page cache
         disk.power_cut(proc)
         reported = [tuple(map(int, ln.split())) for ln in lines if ln.endswith("\n")]

@@ -372,6 +372,39 @@ pub fn minor_faults() -> u64 {
     ru.ru_minflt as u64
 }
 
+/// A file of `len` bytes in `dir`, written in full through one shared map that stays mapped: every
+/// page is in the page cache and in the page tables, as a log's segments are after its writer
+/// filled them.
+pub fn filled_file_map(dir: &Path, len: usize) -> memmap2::MmapMut {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dir.join("filled"))
+        .expect("creating the reference file");
+    f.set_len(len as u64).expect("sizing the reference file");
+    // SAFETY: the file was just created in a private temporary directory, at its full length,
+    // and nothing else truncates it while the map lives.
+    let mut map = unsafe { memmap2::MmapMut::map_mut(&f) }.expect("mapping the reference file");
+    map.fill(1);
+    map
+}
+
+/// Reads every 8-byte word of the `record_len`-byte record at each offset: the memory traffic
+/// of a record read (header and body CRC) without any lookup or check.
+#[inline]
+pub fn touch_records(map: &[u8], offsets: impl Iterator<Item = u64>, record_len: usize) -> u64 {
+    let mut sum = 0u64;
+    for o in offsets {
+        let rec = &map[o as usize..o as usize + record_len];
+        for w in rec.chunks_exact(8) {
+            sum = sum.wrapping_add(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+        }
+    }
+    black_box(sum)
+}
+
 /// Times `f`.
 pub fn timed<T>(f: impl FnOnce() -> T) -> (Duration, T) {
     let t = Instant::now();

@@ -1,0 +1,25 @@
+//! The framing of rmqlog's small metadata files: one JSON line, then the CRC32 of that line in
+//! hex, padded with newlines to a fixed length so a rewrite in place never needs a new block.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// `value` framed and padded to at least `len` bytes.
+pub fn encode<T: Serialize>(value: &T, len: usize) -> Vec<u8> {
+    let json = serde_json::to_string(value).unwrap_or_default();
+    let mut bytes = format!("{json}\n{:08x}\n", crc32fast::hash(json.as_bytes())).into_bytes();
+    bytes.resize(bytes.len().max(len), b'\n');
+    bytes
+}
+
+/// The value in `bytes`, or why they do not hold one (torn, damaged, not ours).
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8".to_string())?;
+    let mut lines = text.lines();
+    let (json, crc) = (lines.next().unwrap_or(""), lines.next().unwrap_or(""));
+    let expected = u32::from_str_radix(crc.trim(), 16).map_err(|_| "no CRC line".to_string())?;
+    if crc32fast::hash(json.as_bytes()) != expected {
+        return Err("CRC mismatch".into());
+    }
+    serde_json::from_str(json).map_err(|e| e.to_string())
+}
