@@ -116,7 +116,11 @@ pub fn offset(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<i128> {
             type_name(obj)
         )));
     }
-    // Beyond i128 only the sign matters: such an offset is out of any log's range.
+    // Every real offset fits an i64 (one C call); beyond i128 only the sign matters: such an
+    // offset is out of any log's range.
+    if let Ok(v) = obj.extract::<i64>() {
+        return Ok(v.into());
+    }
     Ok(obj.extract::<i128>().unwrap_or_else(|_| {
         if obj.lt(0).unwrap_or(false) {
             i128::MIN

@@ -1,39 +1,27 @@
 //! The Python `CommitLog` class and the objects it hands out.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::VecDeque;
+use std::sync::Mutex;
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyMemoryView, PySlice, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyMemoryView, PyString, PyTuple};
 
 use super::args;
-use super::buffer::SegmentBuffer;
 use super::dirs::PyDirInfo;
 use super::errors;
 use super::options;
 use super::record::{PyRecord, PySegment};
 use super::scan::{PyScan, ScanState};
+use super::views::{self, ViewCache};
 use crate::{CommitLog, Error, RecordRef};
-
-/// Cached memoryviews over whole segments, keyed by segment start; bounded so that a long scan
-/// over many segments does not pin every map.
-const MAX_CACHED_VIEWS: usize = 64;
 
 /// A segmented, memory-mapped commit log over one or more directories.
 #[pyclass(name = "CommitLog", module = "rmqlog", frozen)]
 pub struct PyCommitLog {
     pub(super) log: CommitLog,
-    /// segment start -> (address of its map, memoryview over the whole map)
-    views: Mutex<HashMap<u64, (usize, Py<PyMemoryView>)>>,
-    /// `min_offset` when the cache was last pruned of deleted segments.
-    min_seen: AtomicU64,
-}
-
-fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    views: ViewCache,
 }
 
 /// A body as `bytes`: zero-copy for `bytes`, one copy for any other bytes-like object.
@@ -67,39 +55,24 @@ impl PyCommitLog {
         rec: &RecordRef,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (map, range) = rec.mapping();
-        let key = rec.segment_start();
         self.prune_views();
-        let id = Arc::as_ptr(map) as usize;
-        let cached = locked(&self.views)
-            .get(&key)
-            .filter(|(i, _)| *i == id)
-            .map(|(_, v)| v.clone_ref(py));
-        let whole = match cached {
-            Some(v) => v.into_bound(py),
-            None => {
-                let exporter = Bound::new(py, SegmentBuffer::new(Arc::clone(map)))?;
-                let view = PyMemoryView::from(exporter.as_any())?;
-                let mut views = locked(&self.views);
-                if views.len() >= MAX_CACHED_VIEWS {
-                    views.clear();
-                }
-                views.insert(key, (id, view.clone().unbind()));
-                view
-            }
-        };
-        let slice = PySlice::new(py, range.start as isize, range.end as isize, 1);
-        whole.get_item(slice)
+        let whole = self.views.segment_view(py, map, rec.segment_start())?;
+        views::slice(&whole, range)
     }
 
-    /// Drops cached views of deleted segments, so their maps (and disk space) can go once no
-    /// caller holds a view.
+    /// The view over the map of `rec`'s segment, for callers that slice many bodies from it.
+    pub(super) fn segment_view<'py>(
+        &self,
+        py: Python<'py>,
+        rec: &RecordRef,
+    ) -> PyResult<Bound<'py, PyMemoryView>> {
+        self.prune_views();
+        self.views
+            .segment_view(py, rec.mapping().0, rec.segment_start())
+    }
+
     fn prune_views(&self) {
-        // A load per call; the store and the pruning only when the head moved (rare).
-        let min = self.log.min_offset().unwrap_or(0);
-        if self.min_seen.load(Ordering::Relaxed) != min {
-            self.min_seen.store(min, Ordering::Relaxed);
-            locked(&self.views).retain(|&start, _| start >= min);
-        }
+        self.views.prune(self.log.min_offset().unwrap_or(0));
     }
 
     fn record(&self, py: Python<'_>, rec: &RecordRef) -> PyResult<PyRecord> {
@@ -204,15 +177,13 @@ impl PyCommitLog {
         let log = py.detach(|| CommitLog::open(&dirs, opts))?;
         Ok(PyCommitLog {
             log,
-            views: Mutex::new(HashMap::new()),
-            min_seen: AtomicU64::new(0),
+            views: ViewCache::default(),
         })
     }
 
     /// Appends one record; returns its physical offset.
     #[pyo3(signature = (body, /))]
     fn append(&self, py: Python<'_>, body: &Bound<'_, PyAny>) -> PyResult<u64> {
-        self.prune_views();
         let bytes = as_bytes(body, || "body".into())?;
         let data = bytes.as_bytes();
         // Fast path with the GIL held: no waiting, no I/O. Otherwise release the GIL.
@@ -298,6 +269,7 @@ impl PyCommitLog {
                 scan,
                 ready: VecDeque::new(),
                 failed: None,
+                view: None,
             }),
         })
     }
@@ -560,7 +532,7 @@ impl PyCommitLog {
     /// Flushes, stops the background thread, releases the lock. Views handed out stay valid.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let result = py.detach(|| self.log.close());
-        locked(&self.views).clear();
+        self.views.clear();
         Ok(result?)
     }
 
@@ -594,15 +566,10 @@ impl PyCommitLog {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        if let Ok(views) = self.views.try_lock() {
-            for (_, v) in views.values() {
-                visit.call(v)?;
-            }
-        }
-        Ok(())
+        self.views.traverse(&visit)
     }
 
     fn __clear__(&self) {
-        locked(&self.views).clear();
+        self.views.clear();
     }
 }

@@ -12,6 +12,7 @@ mod logging;
 mod options;
 mod record;
 mod scan;
+mod views;
 
 use pyo3::prelude::*;
 

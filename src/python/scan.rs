@@ -1,13 +1,15 @@
 //! `ScanIterator`: records in batches fetched without the GIL, handed out one by one.
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, TryLockError};
+use std::sync::{Arc, Mutex, TryLockError};
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
+use pyo3::types::PyMemoryView;
 
 use super::log::PyCommitLog;
+use super::views;
 use crate::{Error, RecordRef, Scan};
 
 /// A scan fetches up to this many records (or bytes) per release of the GIL.
@@ -18,6 +20,9 @@ pub(super) struct ScanState {
     pub(super) scan: Scan,
     pub(super) ready: VecDeque<RecordRef>,
     pub(super) failed: Option<Error>,
+    /// The view over the map the last body came from (address, view): consecutive records
+    /// share it without a trip through the log's cache.
+    pub(super) view: Option<(usize, Py<PyMemoryView>)>,
 }
 
 /// Iterator of `(offset, memoryview)` returned by `CommitLog.scan()`.
@@ -54,7 +59,19 @@ impl PyScan {
             py.detach(|| fill(&mut st.scan, &mut st.ready, &mut st.failed));
         }
         match st.ready.pop_front() {
-            Some(rec) => Ok(Some((rec.offset(), log.body_view(py, &rec)?))),
+            Some(rec) => {
+                let (map, range) = rec.mapping();
+                let id = Arc::as_ptr(map) as usize;
+                let whole = match &st.view {
+                    Some((at, v)) if *at == id => v.bind(py).clone(),
+                    _ => {
+                        let v = log.segment_view(py, &rec)?;
+                        st.view = Some((id, v.clone().unbind()));
+                        v
+                    }
+                };
+                Ok(Some((rec.offset(), views::slice(&whole, range)?)))
+            }
             None => match st.failed.take() {
                 Some(e) => Err(e.into()),
                 None => Ok(None),
@@ -63,7 +80,13 @@ impl PyScan {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.log)
+        visit.call(&self.log)?;
+        if let Ok(st) = self.state.try_lock() {
+            if let Some((_, v)) = &st.view {
+                visit.call(v)?;
+            }
+        }
+        Ok(())
     }
 }
 

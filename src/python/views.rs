@@ -1,0 +1,121 @@
+//! Memoryviews over whole segment maps, cached; record bodies are zero-copy slices of them.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use pyo3::gc::{PyTraverseError, PyVisit};
+use pyo3::prelude::*;
+use pyo3::types::{PyMemoryView, PySlice};
+
+use super::buffer::SegmentBuffer;
+use crate::Mapping;
+
+/// Bounded, so that a long scan over many segments does not pin every map.
+const MAX_CACHED_VIEWS: usize = 64;
+
+/// A view over one segment's map; `map` is the map's address (a moved or recreated segment gets
+/// another map at the same start).
+struct Entry {
+    start: u64,
+    map: usize,
+    view: Py<PyMemoryView>,
+}
+
+#[derive(Default)]
+struct Views {
+    /// The view used last: most reads land in the segment of the previous one.
+    last: Option<Entry>,
+    by_start: HashMap<u64, Entry>,
+}
+
+/// The views of one `CommitLog` object.
+#[derive(Default)]
+pub(super) struct ViewCache {
+    views: Mutex<Views>,
+    /// `min_offset` when the cache was last pruned of deleted segments.
+    min_seen: AtomicU64,
+}
+
+impl ViewCache {
+    fn locked(&self) -> MutexGuard<'_, Views> {
+        self.views.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The view over the map of the segment starting at `start`.
+    pub fn segment_view<'py>(
+        &self,
+        py: Python<'py>,
+        map: &Arc<Mapping>,
+        start: u64,
+    ) -> PyResult<Bound<'py, PyMemoryView>> {
+        let id = Arc::as_ptr(map) as usize;
+        let mut views = self.locked();
+        if let Some(e) = views
+            .last
+            .as_ref()
+            .filter(|e| e.start == start && e.map == id)
+        {
+            return Ok(e.view.clone_ref(py).into_bound(py));
+        }
+        let view = match views.by_start.get(&start).filter(|e| e.map == id) {
+            Some(e) => e.view.clone_ref(py).into_bound(py),
+            None => {
+                let exporter = Bound::new(py, SegmentBuffer::new(Arc::clone(map)))?;
+                let view = PyMemoryView::from(exporter.as_any())?;
+                if views.by_start.len() >= MAX_CACHED_VIEWS {
+                    views.by_start.clear();
+                }
+                let entry = Entry {
+                    start,
+                    map: id,
+                    view: view.clone().unbind(),
+                };
+                views.by_start.insert(start, entry);
+                view
+            }
+        };
+        views.last = Some(Entry {
+            start,
+            map: id,
+            view: view.clone().unbind(),
+        });
+        Ok(view)
+    }
+
+    /// Drops the views of segments below `min` (deleted), so their maps (and disk space) can go
+    /// once no caller holds a view. A load per call; the pruning only when the head moved.
+    pub fn prune(&self, min: u64) {
+        if self.min_seen.load(Ordering::Relaxed) != min {
+            self.min_seen.store(min, Ordering::Relaxed);
+            let mut views = self.locked();
+            views.by_start.retain(|&start, _| start >= min);
+            if views.last.as_ref().is_some_and(|e| e.start < min) {
+                views.last = None;
+            }
+        }
+    }
+
+    pub fn clear(&self) {
+        *self.locked() = Views::default();
+    }
+
+    pub fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Ok(views) = self.views.try_lock() {
+            for e in views.last.iter().chain(views.by_start.values()) {
+                visit.call(&e.view)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The bytes `range` of `whole` as a memoryview (no copy).
+pub(super) fn slice<'py>(
+    whole: &Bound<'py, PyMemoryView>,
+    range: Range<usize>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let slice = PySlice::new(whole.py(), range.start as isize, range.end as isize, 1);
+    whole.get_item(slice)
+}
