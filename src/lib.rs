@@ -29,6 +29,7 @@
 //!
 //! The on-disk format is described in `docs/format.md`, the guarantees in `docs/recovery.md`.
 
+mod active_file;
 mod background;
 mod batch;
 mod checkpoint;
@@ -56,7 +57,6 @@ mod segments;
 mod stats;
 mod tail_hint;
 mod verify;
-mod warm;
 mod writer;
 
 #[cfg(feature = "python")]

@@ -190,13 +190,15 @@ fn open_writer(
         Some(f) => f.clamp(min, end),
         None => min,
     };
+    let sync = opts.flush == FlushMode::Sync;
     let writer = match list.last() {
         Some(last) => Writer::new(
             Some((Arc::clone(last), last.map()?)),
             end - last.start(),
             end,
+            sync,
         ),
-        None => Writer::new(None, 0, end),
+        None => Writer::new(None, 0, end, sync),
     };
     let shared = Shared::new(SharedParts {
         opts,

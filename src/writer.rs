@@ -1,5 +1,6 @@
 //! The append path: one header write, one copy of the body and one CRC into the map per record,
-//! no allocation and no syscall (outside segment rolls, warming a chunk ahead and sync mode).
+//! no allocation and no syscall (outside segment rolls, warming a chunk ahead and sync mode);
+//! records of 16 KiB or more go to the file by `pwritev` instead (see [`crate::active_file`]).
 //!
 //! Publication protocol: the body and the header from byte 8 on are written first, the
 //! length/magic word last; then the log's `max_offset` advances with Release ordering. In-process
@@ -10,6 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, TryLockError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::active_file::{ActiveFile, DIRECT_MIN};
 use crate::dirs::{DirInfo, DirState};
 use crate::error::{Error, Result};
 use crate::fs::{create_preallocated, is_no_space, remove_durably, segment_name};
@@ -19,7 +21,6 @@ use crate::placement;
 use crate::record::{body_crc, filler, Header, FILLER_LEN, HEADER_LEN};
 use crate::segment::{Mapping, Segment};
 use crate::stats::Stats;
-use crate::warm::Warmer;
 use std::collections::HashMap;
 
 /// The writer's position: the active segment and where the next record goes in it.
@@ -33,29 +34,36 @@ pub(crate) struct Writer {
     pub next_start: u64,
     /// Directories a custom strategy chose for upcoming segments, by start offset.
     pub hints: HashMap<u64, usize>,
-    /// The page-cache warming just ahead of `pos` in the active segment.
-    warm: Warmer,
+    /// The active segment's file: page-cache warming ahead of `pos`, direct writes of large
+    /// records.
+    file: ActiveFile,
 }
 
 impl Writer {
-    pub fn new(active: Option<(Arc<Segment>, Arc<Mapping>)>, pos: u64, next_start: u64) -> Writer {
-        let warm = match &active {
-            Some((seg, _)) => Warmer::new(seg, pos),
-            None => Warmer::default(),
+    /// The writer at `pos` in `active`; `sync` for `FlushMode::Sync`.
+    pub fn new(
+        active: Option<(Arc<Segment>, Arc<Mapping>)>,
+        pos: u64,
+        next_start: u64,
+        sync: bool,
+    ) -> Writer {
+        let file = match &active {
+            Some((seg, _)) => ActiveFile::new(seg, pos, sync),
+            None => ActiveFile::default(),
         };
         Writer {
             active,
             pos,
             next_start,
             hints: HashMap::new(),
-            warm,
+            file,
         }
     }
 
     /// Ends writing (the log closes): no active segment.
     pub fn stop(&mut self) {
         self.active = None;
-        self.warm = Warmer::default();
+        self.file = ActiveFile::default();
     }
 
     /// The end of the log: after the last record, or the next segment's start when too few
@@ -199,16 +207,30 @@ impl Shared {
                     seal(seg, map, w.pos);
                     sealed_any = true;
                 }
-                w.warm = Warmer::new(&next.0, 0);
+                w.file = ActiveFile::new(&next.0, 0, self.opts.flush == FlushMode::Sync);
                 w.active = Some(next);
                 w.pos = 0;
             }
-            w.warm.ensure(w.pos + len as u64);
             let Some((seg, map)) = &w.active else {
                 return unreachable_plan();
             };
             let offset = seg.start() + w.pos;
             let pos = w.pos as usize;
+            if len >= DIRECT_MIN {
+                let header = Header {
+                    len: len as u32,
+                    body_crc: body_crc(body),
+                    offset,
+                    timestamp_ms: ts,
+                }
+                .encode();
+                if w.file.write_record(w.pos, &header, body) {
+                    w.pos += len as u64;
+                    sink(offset);
+                    continue;
+                }
+            }
+            w.file.warm(w.pos + len as u64);
             // SAFETY: we hold the writer mutex and write above the published end of the active
             // segment (pos >= seg.written()), inside the map (fits checked above).
             unsafe { map.write(pos + HEADER_LEN, body) };
