@@ -9,15 +9,17 @@
 //! records on ext4 here. RocketMQ warms a whole new file this way (`warmMappedFile`); a bounded
 //! chunk keeps the cost inline, small and paid only for what gets written.
 //!
-//! In `FlushMode::Sync` each warmed chunk (larger there) is also synced at once, as RocketMQ's
+//! In `FlushMode::Sync` each warmed chunk (up to 4 MiB there) is also synced at once, as RocketMQ's
 //! warm-up does for synchronous flushing: its unwritten extents become written ones in one go,
 //! so the sync after each append writes the record's pages and no extent-tree block (which on
 //! ext4 is one more synchronous write per sync once a file has more extents than its inode
 //! holds, as a 1 GiB segment does).
 //!
 //! Direct writes. A record of [`DIRECT_MIN`] bytes or more spans several pages: one `pwritev`
-//! costs less than a fault per page through the map (and, in sync mode, than the write-protect
-//! faults after each sync). The page cache is shared with the map, so readers see the same bytes.
+//! costs less than a fault per page through the map. In sync mode every record is written so:
+//! beside the sync a syscall costs nothing, while a page written through the map takes a
+//! write-protect fault after each sync. The page cache is shared with the map, so readers see
+//! the same bytes.
 //!
 //! Only bytes at or above the writer's position are ever written here: they hold no published
 //! record.
@@ -31,12 +33,16 @@ use crate::segment::Segment;
 
 /// Bytes warmed at a time.
 const CHUNK: usize = 256 * 1024;
-/// Bytes warmed and synced at a time in sync mode (written as `CHUNK`s).
+/// At most this many bytes are warmed and synced at a time in sync mode (written as `CHUNK`s):
+/// the amount grows with the segment's warm part, so the first append of a new segment pays for
+/// one `CHUNK` only.
 const SYNCED_CHUNK: u64 = 4 << 20;
 static ZEROS: [u8; CHUNK] = [0; CHUNK];
 
-/// Records (header included) at least this long are written with `pwritev`, not through the map.
-pub(crate) const DIRECT_MIN: usize = 16 * 1024;
+/// Records (header included) at least this long are written with `pwritev`, not through the map;
+/// in sync mode all are (a syscall is nothing beside the sync, and a page written through the map
+/// faults again after each sync has write-protected it).
+const DIRECT_MIN: usize = 16 * 1024;
 
 /// The active segment's file: `[.., upto)` is warm or written.
 #[derive(Debug, Default)]
@@ -80,7 +86,7 @@ impl ActiveFile {
     fn warm_to(&mut self, end: u64) {
         let Some(file) = &self.file else { return };
         let end = if self.sync {
-            end.max(self.upto + SYNCED_CHUNK)
+            end.max(self.upto + self.upto.clamp(CHUNK as u64, SYNCED_CHUNK))
         } else {
             end
         };
@@ -99,6 +105,12 @@ impl ActiveFile {
                 self.stop(e);
             }
         }
+    }
+
+    /// Whether a record of `len` bytes (header included) is for [`ActiveFile::write_record`].
+    #[inline]
+    pub fn takes(&self, len: usize) -> bool {
+        self.sync || len >= DIRECT_MIN
     }
 
     /// Writes a record at `pos` (the writer's position): the body and the header from byte 8

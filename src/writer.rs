@@ -1,6 +1,7 @@
 //! The append path: one header write, one copy of the body and one CRC into the map per record,
 //! no allocation and no syscall (outside segment rolls, warming a chunk ahead and sync mode);
-//! records of 16 KiB or more go to the file by `pwritev` instead (see [`crate::active_file`]).
+//! records of 16 KiB or more, and all in sync mode, go to the file by `pwritev` instead (see
+//! [`crate::active_file`]).
 //!
 //! Publication protocol: the body and the header from byte 8 on are written first, the
 //! length/magic word last; then the log's `max_offset` advances with Release ordering. In-process
@@ -11,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, TryLockError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::active_file::{ActiveFile, DIRECT_MIN};
+use crate::active_file::ActiveFile;
 use crate::dirs::{DirInfo, DirState};
 use crate::error::{Error, Result};
 use crate::fs::{create_preallocated, is_no_space, remove_durably, segment_name};
@@ -216,7 +217,7 @@ impl Shared {
             };
             let offset = seg.start() + w.pos;
             let pos = w.pos as usize;
-            if len >= DIRECT_MIN {
+            if w.file.takes(len) {
                 let header = Header {
                     len: len as u32,
                     body_crc: body_crc(body),
