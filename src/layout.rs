@@ -307,6 +307,24 @@ mod tests {
     }
 
     #[test]
+    fn lengths_come_from_names_when_the_sizes_are_known() {
+        let a = tempfile::tempdir().unwrap();
+        make(a.path(), 0, 4096, true);
+        make(a.path(), 4096, 1000, true); // truncated: its length is checked when mapped
+        make(a.path(), 8192, 3000, true); // the last file: its length is read
+        let dirs = [a.path().to_path_buf()];
+        let lens = |sizes: &[u64]| -> Vec<u64> {
+            let l = list(&dirs, &[true], None, sizes).unwrap();
+            l.segments.iter().map(|f| f.len).collect()
+        };
+        assert_eq!(lens(&[4096]), vec![4096, 4096, 3000]);
+        assert_eq!(lens(&[]), vec![4096, 1000, 3000]);
+        // A distance that is no known size (a gap) is read from the file instead.
+        std::fs::remove_file(a.path().join(segment_name(4096))).unwrap();
+        assert_eq!(lens(&[4096]), vec![4096, 3000]);
+    }
+
+    #[test]
     fn duplicates_gaps_and_overlaps_fail_closed() {
         let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let dirs = [a.path().to_path_buf(), b.path().to_path_buf()];

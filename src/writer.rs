@@ -35,8 +35,8 @@ pub(crate) struct Writer {
     pub next_start: u64,
     /// Directories a custom strategy chose for upcoming segments, by start offset.
     pub hints: HashMap<u64, usize>,
-    /// The active segment's file: page-cache warming ahead of `pos`, direct writes of large
-    /// records.
+    /// The active segment's file: page-cache warming ahead of `pos`, and direct writes (of large
+    /// records; of all in sync mode).
     file: ActiveFile,
 }
 
