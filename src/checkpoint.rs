@@ -1,8 +1,8 @@
 //! The store's metadata file, `rmqlog.meta`, kept in every directory of the store.
 //!
-//! Framed by [`crate::crc_line`] in 4 KiB. Written atomically (temp file, fsync,
-//! rename, fsync dir) and only after the data it covers is synced; a sequence number lets the
-//! newest copy win when directories disagree. It may lag behind the data, never run ahead of it.
+//! Framed by [`crate::crc_line`] in 4 KiB. Written atomically (temp file, fsync, rename, fsync
+//! dir) and only after the data it covers is synced; a sequence number lets the newest copy win
+//! when directories disagree. It may lag behind the data, never run ahead of it.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};

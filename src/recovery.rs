@@ -1,9 +1,10 @@
 //! Finding the end of a log after a crash, and cutting what lies beyond it.
 //!
 //! The scan starts at the checkpoint's flushed offset (everything below it was synced, so it is
-//! never cut), or after a process crash at this boot's recovery point, and validates each record: magic, length bounds, header CRC, stored physical offset,
-//! body CRC. The first invalid record ends the log. A writer then zeroes the rest of that segment
-//! and removes later segments, so a stale record can never be accepted by a later scan.
+//! never cut), or after a process crash at this boot's recovery point, and validates each record:
+//! magic, length bounds, header CRC, stored physical offset, body CRC. The first invalid record
+//! ends the log. A writer then zeroes the rest of that segment and removes later segments, so a
+//! stale record can never be accepted by a later scan.
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
