@@ -230,7 +230,8 @@ impl CommitLog {
     }
 
     /// Appends without waiting: `Ok(None)` when the writer is busy or the append needs slow work
-    /// (a new segment, a sync). Lets a caller holding another lock (Python's GIL) avoid blocking.
+    /// (a new segment, a sync, a record of 16 KiB or more). Lets a caller holding another lock
+    /// (Python's GIL) avoid blocking; at most it warms the next 256 KiB of the page cache.
     pub fn try_append(&self, body: &[u8]) -> Result<Option<u64>> {
         self.shared.try_append(body)
     }

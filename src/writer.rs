@@ -169,11 +169,13 @@ impl Shared {
             Err(TryLockError::WouldBlock) => return Ok(None),
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
         };
+        let len = HEADER_LEN + body.len();
         let fits = match &w.active {
-            Some((seg, _)) => w.pos + (HEADER_LEN + body.len()) as u64 <= seg.size(),
+            Some((seg, _)) => w.pos + len as u64 <= seg.size(),
             None => false,
         };
-        if !fits {
+        // A large record is a syscall of its own: the caller's slow path lets go of its lock.
+        if !fits || w.file.takes(len) {
             return Ok(None);
         }
         self.check_writable()?;
