@@ -43,7 +43,8 @@ impl ViewCache {
         self.views.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The view over the map of the segment starting at `start`.
+    /// The view over the map of the segment starting at `start`. The lock is never held while
+    /// Python allocates (a collection could run then).
     pub fn segment_view<'py>(
         &self,
         py: Python<'py>,
@@ -51,36 +52,46 @@ impl ViewCache {
         start: u64,
     ) -> PyResult<Bound<'py, PyMemoryView>> {
         let id = Arc::as_ptr(map) as usize;
-        let mut views = self.locked();
-        if let Some(e) = views
-            .last
-            .as_ref()
-            .filter(|e| e.start == start && e.map == id)
-        {
-            return Ok(e.view.clone_ref(py).into_bound(py));
-        }
-        let view = match views.by_start.get(&start).filter(|e| e.map == id) {
-            Some(e) => e.view.clone_ref(py).into_bound(py),
-            None => {
-                let exporter = Bound::new(py, SegmentBuffer::new(Arc::clone(map)))?;
-                let view = PyMemoryView::from(exporter.as_any())?;
-                if views.by_start.len() >= MAX_CACHED_VIEWS {
-                    views.by_start.clear();
-                }
-                let entry = Entry {
+        let hit = {
+            let mut views = self.locked();
+            if let Some(e) = views
+                .last
+                .as_ref()
+                .filter(|e| e.start == start && e.map == id)
+            {
+                return Ok(e.view.clone_ref(py).into_bound(py));
+            }
+            let hit = views
+                .by_start
+                .get(&start)
+                .filter(|e| e.map == id)
+                .map(|e| e.view.clone_ref(py));
+            if let Some(v) = &hit {
+                views.last = Some(Entry {
                     start,
                     map: id,
-                    view: view.clone().unbind(),
-                };
-                views.by_start.insert(start, entry);
-                view
+                    view: v.clone_ref(py),
+                });
             }
+            hit
         };
-        views.last = Some(Entry {
+        if let Some(v) = hit {
+            return Ok(v.into_bound(py));
+        }
+        let exporter = Bound::new(py, SegmentBuffer::new(Arc::clone(map)))?;
+        let view = PyMemoryView::from(exporter.as_any())?;
+        let entry = |v: &Bound<'py, PyMemoryView>| Entry {
             start,
             map: id,
-            view: view.clone().unbind(),
-        });
+            view: v.clone().unbind(),
+        };
+        let (for_map, for_last) = (entry(&view), entry(&view));
+        let mut views = self.locked();
+        if views.by_start.len() >= MAX_CACHED_VIEWS {
+            views.by_start.clear();
+        }
+        views.by_start.insert(start, for_map);
+        views.last = Some(for_last);
         Ok(view)
     }
 
