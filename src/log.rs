@@ -18,7 +18,6 @@ use crate::options::{FlushMode, Options};
 use crate::reader::{RecordRef, Scan};
 use crate::segments::SegmentList;
 use crate::stats::{Stats, StatsSnapshot};
-use crate::tail_hint::TailHints;
 use crate::writer::Writer;
 
 /// A segmented, memory-mapped commit log spread over one or more directories.
@@ -68,8 +67,6 @@ pub(crate) struct Shared {
     /// Serialises syncs; a sync covers everything published before it started (group commit).
     pub flush_lock: Mutex<()>,
     pub checkpoint: Mutex<Checkpoint>,
-    /// The writer's recovery point for this boot (empty for a read-only log).
-    pub tail: TailHints,
     /// Serialises `refresh` of a read-only log, and cleaning passes of a writer.
     pub refresh_lock: Mutex<()>,
     pub clean_lock: Mutex<()>,
@@ -99,7 +96,6 @@ pub(crate) struct SharedParts {
     pub last_ts: u64,
     pub writer: Option<Writer>,
     pub checkpoint: Checkpoint,
-    pub tail: TailHints,
     pub lock: Option<StoreLock>,
 }
 
@@ -125,7 +121,6 @@ impl Shared {
             poisoned: OnceLock::new(),
             flush_lock: Mutex::new(()),
             checkpoint: Mutex::new(p.checkpoint),
-            tail: p.tail,
             refresh_lock: Mutex::new(()),
             clean_lock: Mutex::new(()),
             clean_poison: Mutex::new(None),

@@ -197,8 +197,9 @@ fn open_writer(
             end - last.start(),
             end,
             sync,
+            tail,
         ),
-        None => Writer::new(None, 0, end, sync),
+        None => Writer::new(None, 0, end, sync, tail),
     };
     let shared = Shared::new(SharedParts {
         opts,
@@ -210,7 +211,6 @@ fn open_writer(
         last_ts,
         writer: Some(writer),
         checkpoint,
-        tail,
         lock: Some(lock),
     })?;
     // Sync what recovery kept (in `FlushMode::None` that is left to the OS, as for appends), then
@@ -298,7 +298,6 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
         last_ts,
         writer: None,
         checkpoint,
-        tail: TailHints::default(),
         lock: None,
     })
 }

@@ -22,6 +22,7 @@ use crate::placement;
 use crate::record::{body_crc, filler, Header, FILLER_LEN, HEADER_LEN};
 use crate::segment::{Mapping, Segment};
 use crate::stats::Stats;
+use crate::tail_hint::TailHints;
 use std::collections::HashMap;
 
 /// The writer's position: the active segment and where the next record goes in it.
@@ -38,6 +39,8 @@ pub(crate) struct Writer {
     /// The active segment's file: page-cache warming ahead of `pos`, and direct writes (of large
     /// records; of all in sync mode).
     file: ActiveFile,
+    /// Where this writer records its recovery point (`rmqlog.tail`).
+    tail: TailHints,
 }
 
 impl Writer {
@@ -47,6 +50,7 @@ impl Writer {
         pos: u64,
         next_start: u64,
         sync: bool,
+        tail: TailHints,
     ) -> Writer {
         let file = match &active {
             Some((seg, _)) => ActiveFile::new(seg, pos, sync),
@@ -58,13 +62,15 @@ impl Writer {
             next_start,
             hints: HashMap::new(),
             file,
+            tail,
         }
     }
 
-    /// Ends writing (the log closes): no active segment.
+    /// Ends writing (the log closes): no active segment, no open file.
     pub fn stop(&mut self) {
         self.active = None;
         self.file = ActiveFile::default();
+        self.tail = TailHints::default();
     }
 
     /// The end of the log: after the last record, or the next segment's start when too few
@@ -262,7 +268,7 @@ impl Shared {
         Stats::add(&self.stats.appends, bodies.len() as u64);
         self.max_offset.store(end, Ordering::Release);
         if sealed_any {
-            self.record_tail_hint_at(&w.active, ts);
+            self.record_tail_hint_at(w, ts);
             log::debug!("rolled to a new segment; log end {end}");
         }
         Ok(end)
@@ -275,12 +281,12 @@ impl Shared {
             return;
         };
         let w = locked(mutex);
-        self.record_tail_hint_at(&w.active, self.last_timestamp_ms.load(Ordering::Relaxed));
+        self.record_tail_hint_at(&w, self.last_timestamp_ms.load(Ordering::Relaxed));
     }
 
-    fn record_tail_hint_at(&self, active: &Option<(Arc<Segment>, Arc<Mapping>)>, ts: u64) {
-        if let Some((seg, _)) = active {
-            self.tail.record(seg.start(), ts, |i| {
+    fn record_tail_hint_at(&self, w: &Writer, ts: u64) {
+        if let Some((seg, _)) = &w.active {
+            w.tail.record(seg.start(), ts, |i| {
                 self.dirs[i].state().0 != DirState::Offline
             });
         }

@@ -510,6 +510,39 @@ def test_context_manager_closes_on_error_and_propagates(make_log):
     assert log.closed
 
 
+def _open_files_under(root: Path) -> list[str]:
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(root)):
+            out.append(target)
+    with open("/proc/self/maps") as maps:
+        out += [line.split()[-1] for line in maps if str(root) in line]
+    return out
+
+
+@pytest.mark.parametrize("flush", ["none", "async", "sync"])
+def test_close_leaves_no_file_open_or_mapped(tmp_path, flush):
+    """Once closed (and no view is held), nothing of the store stays open: the directories can
+    be deleted and their filesystem unmounted."""
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc/self/fd and /proc/self/maps (Linux)")
+    paths = [tmp_path / "a", tmp_path / "b"]
+    log = CommitLog(paths, segment_size=64 * 1024, flush=flush)
+    offs = [log.append(bytes([i]) * size) for i, size in enumerate([100, 20_000, 40_000] * 4)]
+    assert len(log.segments()) > 2
+    for off in offs[:3]:
+        log.read(off)
+    list(log.scan())
+    assert _open_files_under(tmp_path), "an open log holds its files"
+    log.close()
+    gc.collect()
+    assert _open_files_under(tmp_path) == []
+
+
 def test_close_twice(make_log):
     log = make_log()
     log.append(b"abc")
