@@ -107,10 +107,11 @@ impl ActiveFile {
         }
     }
 
-    /// Whether a record of `len` bytes (header included) is for [`ActiveFile::write_record`].
+    /// Whether a record of `len` bytes (header included) is for [`ActiveFile::write_record`]
+    /// (never once the file is unusable: the map takes everything then).
     #[inline]
     pub fn takes(&self, len: usize) -> bool {
-        self.sync || len >= DIRECT_MIN
+        self.file.is_some() && (self.sync || len >= DIRECT_MIN)
     }
 
     /// Writes a record at `pos` (the writer's position): the body and the header from byte 8

@@ -127,6 +127,12 @@ impl Dir {
         locked(&self.state).clone()
     }
 
+    /// Whether the store's own files (`rmqlog.meta`, `rmqlog.tail`) are kept here: a directory
+    /// that takes writes (read-only ones may be on a read-only filesystem; offline ones failed).
+    pub fn keeps_metadata(&self) -> bool {
+        !self.read_only && self.state().0 != DirState::Offline
+    }
+
     /// Sets the state; returns the event if it changed. Offline is final.
     pub fn set_state(&self, new: DirState, reason: Option<String>) -> Option<DirEvent> {
         let mut s = locked(&self.state);

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use crate::background::{Next, Periodic};
 use crate::checkpoint::Checkpoint;
-use crate::dirs::DirState;
 use crate::error::{Error, Result};
 use crate::log::{locked, Shared};
 use crate::stats::Stats;
@@ -98,12 +97,10 @@ impl Shared {
             }
         }
         c.seq += 1;
-        // Every directory that takes writes keeps a copy (read-only ones may be on a read-only
-        // filesystem; offline ones failed).
         let dirs: Vec<_> = self
             .dirs
             .iter()
-            .filter(|d| !d.read_only && d.state().0 != DirState::Offline)
+            .filter(|d| d.keeps_metadata())
             .map(|d| d.path.clone())
             .collect();
         c.write(&dirs, self.opts.file_mode)

@@ -179,7 +179,7 @@ fn open_writer(
     let hint_dirs: Vec<(usize, &Path)> = dirs
         .iter()
         .enumerate()
-        .filter(|(_, d)| !d.read_only && d.state().0 != DirState::Offline)
+        .filter(|(_, d)| d.keeps_metadata())
         .map(|(i, d)| (i, d.path.as_path()))
         .collect();
     let tail = TailHints::open(&checkpoint.store_id, &hint_dirs, &all, opts.file_mode);

@@ -54,11 +54,10 @@ pub struct CacheId {
 impl CacheId {
     /// The current one for `dirs`, if the platform can tell.
     fn of(dirs: &[PathBuf]) -> Option<CacheId> {
-        let mounts = dirs
+        let mut mounts: Vec<(String, u64)> = dirs
             .iter()
             .map(|d| Some((d.to_string_lossy().into_owned(), unique_mount_id(d)?)))
-            .collect::<Option<Vec<(String, u64)>>>()?;
-        let mut mounts = mounts;
+            .collect::<Option<_>>()?;
         mounts.sort();
         Some(CacheId {
             boot_id: boot_id()?.to_owned(),

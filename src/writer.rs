@@ -286,9 +286,8 @@ impl Shared {
 
     fn record_tail_hint_at(&self, w: &Writer, ts: u64) {
         if let Some((seg, _)) = &w.active {
-            w.tail.record(seg.start(), ts, |i| {
-                self.dirs[i].state().0 != DirState::Offline
-            });
+            w.tail
+                .record(seg.start(), ts, |i| self.dirs[i].keeps_metadata());
         }
     }
 
