@@ -28,7 +28,7 @@ use std::fs::{File, OpenOptions};
 use std::io::IoSlice;
 use std::os::unix::fs::FileExt;
 
-use crate::record::HEADER_LEN;
+use crate::record::{self, HEADER_LEN};
 use crate::segment::Segment;
 
 /// Bytes warmed at a time.
@@ -114,17 +114,21 @@ impl ActiveFile {
         self.file.is_some() && (self.sync || len >= DIRECT_MIN)
     }
 
-    /// Writes a record at `pos` (the writer's position): the body and the header from byte 8
-    /// on, then the length/magic word, as through the map. False when the file is not usable;
-    /// the caller then writes through the map, which rewrites every byte.
+    /// Writes a record at `pos` (the writer's position) in [`record::store`]'s order. False when
+    /// the file is not usable; the caller then writes through the map, which rewrites every byte.
     pub fn write_record(&mut self, pos: u64, header: &[u8; HEADER_LEN], body: &[u8]) -> bool {
         if self.sync {
             self.warm(pos + (HEADER_LEN + body.len()) as u64);
         }
         let Some(file) = &self.file else { return false };
-        let rest = [IoSlice::new(&header[8..]), IoSlice::new(body)];
-        let written = write_all_vectored_at(file, &rest, pos + 8)
-            .and_then(|()| file.write_all_at(&header[..8], pos));
+        let written = record::store(header, body, |at, parts| {
+            let mut slices = [IoSlice::new(&[]), IoSlice::new(&[])];
+            let n = parts.len().min(slices.len());
+            for (slice, part) in slices.iter_mut().zip(parts) {
+                *slice = IoSlice::new(part);
+            }
+            write_all_vectored_at(file, &slices[..n], pos + at as u64)
+        });
         match written {
             Ok(()) => {
                 self.upto = self.upto.max(pos + (HEADER_LEN + body.len()) as u64);

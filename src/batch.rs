@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::log::CommitLog;
-use crate::reader::{RecordRef, Scan};
+use crate::reader::{locate, next_boundary, RecordRef, Scan};
+use crate::state::State;
 
 /// Records `[start, next)` of a log as columns. `bodies` hold the records (and their maps); the
 /// byte columns are built by the caller from them, so the bodies are copied once, into the batch.
@@ -31,78 +31,68 @@ impl Batch {
     }
 }
 
-impl CommitLog {
-    /// Up to `max_records` records starting in `[start, end)` whose bodies total at most
-    /// `max_bytes` (at least one record if any is left; an Arrow `binary` column holds < 2 GiB).
-    /// `start` is a record start, or the end of a segment's records.
-    pub fn read_batch(
-        &self,
-        start: u64,
-        end: u64,
-        max_records: usize,
-        max_bytes: usize,
-    ) -> Result<Batch> {
-        let max_bytes = max_bytes.min(i32::MAX as usize);
-        let mut batch = Batch {
-            value_offsets: vec![0],
-            next: end,
-            ..Batch::default()
-        };
-        if start >= end {
-            batch.next = start;
+/// [`CommitLog::read_batch`](crate::CommitLog::read_batch).
+pub(crate) fn read_batch(
+    state: &Arc<State>,
+    start: u64,
+    end: u64,
+    max_records: usize,
+    max_bytes: usize,
+) -> Result<Batch> {
+    let max_bytes = max_bytes.min(i32::MAX as usize);
+    let mut batch = Batch {
+        value_offsets: vec![0],
+        next: end,
+        ..Batch::default()
+    };
+    if start >= end {
+        batch.next = start;
+        return Ok(batch);
+    }
+    let mut scan = Scan::new(Arc::clone(state), Some(start), Some(end))?;
+    let mut bytes = 0usize;
+    while batch.records.len() < max_records.max(1) {
+        let at = scan.position();
+        let Some(rec) = scan.next() else { break };
+        let rec = rec?;
+        if rec.len() > i32::MAX as usize {
+            return Err(Error::corruption(
+                None,
+                Some(rec.offset()),
+                "a body of 2 GiB or more does not fit an Arrow binary column",
+            ));
+        }
+        if !batch.records.is_empty() && bytes + rec.len() > max_bytes {
+            batch.next = at;
             return Ok(batch);
         }
-        let mut scan: Scan = self.scan(Some(start), Some(end))?;
-        let mut bytes = 0usize;
-        while batch.records.len() < max_records.max(1) {
-            let at = scan.position();
-            let Some(rec) = scan.next() else { break };
-            let rec = rec?;
-            if rec.len() > i32::MAX as usize {
-                return Err(Error::corruption(
-                    None,
-                    Some(rec.offset()),
-                    "a body of 2 GiB or more does not fit an Arrow binary column",
-                ));
-            }
-            if !batch.records.is_empty() && bytes + rec.len() > max_bytes {
-                batch.next = at;
-                return Ok(batch);
-            }
-            bytes += rec.len();
-            batch.offsets.push(rec.offset() as i64);
-            batch
-                .timestamps_us
-                .push((rec.timestamp_ms() as i64).saturating_mul(1000));
-            batch.segments.push(rec.segment_start() as i64);
-            batch.value_offsets.push(bytes as i32);
-            batch.records.push(rec);
-        }
-        batch.next = scan.position().min(end);
-        Ok(batch)
+        bytes += rec.len();
+        batch.offsets.push(rec.offset() as i64);
+        batch
+            .timestamps_us
+            .push((rec.timestamp_ms() as i64).saturating_mul(1000));
+        batch.segments.push(rec.segment_start() as i64);
+        batch.value_offsets.push(bytes as i32);
+        batch.records.push(rec);
     }
+    batch.next = scan.position().min(end);
+    Ok(batch)
+}
 
-    /// The first record boundary at or after `offset` (walking headers from the start of its
-    /// segment; bodies are not checked), or `max_offset`. Lets a reader split a segment at any byte
-    /// position without a scan at planning time.
-    pub fn record_start_at_or_after(&self, offset: u64) -> Result<u64> {
-        let max = self.max_offset()?;
-        let min = self.min_offset()?;
-        if offset <= min {
-            return Ok(min);
-        }
-        if offset >= max {
-            return Ok(max);
-        }
-        let shared = Arc::clone(self.shared());
-        let list = shared.segments.load_full();
-        let seg = list
-            .find(offset)
-            .ok_or_else(|| shared.range_error(offset.into()))?;
-        let mut at = seg.start().max(min);
-        while at < offset {
-            at = crate::reader::next_boundary(seg, at, max)?;
-        }
-        Ok(at.min(max))
+/// [`CommitLog::record_start_at_or_after`](crate::CommitLog::record_start_at_or_after).
+pub(crate) fn record_start_at_or_after(state: &State, offset: u64) -> Result<u64> {
+    let max = state.max_offset();
+    let min = state.min_offset();
+    if offset <= min {
+        return Ok(min);
     }
+    if offset >= max {
+        return Ok(max);
+    }
+    let (seg, map) = locate(state, &mut state.segments_full(), offset)?;
+    let mut at = seg.start().max(min);
+    while at < offset {
+        at = next_boundary(&seg, &map, at, max)?;
+    }
+    Ok(at.min(max))
 }

@@ -2,14 +2,13 @@
 //! background thread and through `clean()` (RocketMQ's `CleanCommitLogService`, with RIP-7's
 //! "any disk over its ratio" rule).
 //!
-//! Only a contiguous prefix of the log is ever deleted, never the active segment, so `min_offset`
-//! only moves forward and the log has no holes. Deleting a segment: drop it from the in-memory
-//! list (new reads of its offsets are out of range), record the new `min_offset` in the
-//! checkpoint, then unlink the file and sync the directory. Readers holding a record keep its map;
-//! the space comes back when they drop it.
+//! A pass plans from the sealed prefix of the segment list and deletes through
+//! [`State::change`], both under its lock, so concurrent passes and `truncate_before` calls each
+//! plan from the list the previous one left: only a contiguous prefix of sealed segments is ever
+//! deleted, never the active segment, `min_offset` only moves forward and the log has no holes.
+//! Readers holding a record keep its map; the space comes back when they drop it.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -18,10 +17,11 @@ use chrono::Timelike;
 use crate::background::{Next, Periodic};
 use crate::dirs::{usage, Usage};
 use crate::error::Result;
-use crate::fs::remove_durably;
-use crate::log::{locked, Shared};
+use crate::failpoint::fail_point;
 use crate::options::Options;
+use crate::state::{Change, Plan, State};
 use crate::stats::Stats;
+use crate::sync::locked;
 
 /// Why a segment is deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +70,12 @@ pub struct DirUsage {
 }
 
 /// How many of the oldest sealed segments one pass deletes, and why each. Pure.
+///
+/// Forced cleaning (a directory at or over its `force_clean_ratio`) frees a directory's space
+/// only by deleting segments on that directory: the oldest segments go while some directory
+/// still over its ratio holds one of the remaining candidates, until the bytes deleted there
+/// bring it back to its `max_used_ratio`. Space used by other programs is never a reason to
+/// delete more.
 pub fn plan(
     cands: &[Candidate],
     dirs: &[DirUsage],
@@ -89,22 +95,30 @@ pub fn plan(
     let retention = opts
         .retention_hours
         .map(|h| Duration::from_secs_f64(h * 3600.0));
-    // Bytes each directory over its force ratio still needs freed to get back to its max ratio.
+    // Bytes each directory at or over its force ratio still needs freed to get back to its max
+    // ratio (the same comparison that makes placement refuse it).
     let mut need: Vec<u64> = dirs
         .iter()
         .map(|d| match (d.usage, d.force_ratio) {
-            (Some(u), Some(force)) if u.used_ratio() > force => {
+            (Some(u), Some(force)) if u.used_ratio() >= force => {
                 let target = d.max_ratio * (u.used_bytes + u.free_bytes) as f64;
-                (u.used_bytes as f64 - target).max(0.0) as u64
+                (u.used_bytes as f64 - target).max(1.0) as u64
             }
             _ => 0,
         })
         .collect();
+    // Bytes of the log's candidates on each directory, from the current one on.
+    let mut held = vec![0u64; dirs.len()];
+    for c in cands {
+        if let Some(h) = held.get_mut(c.dir) {
+            *h += c.size;
+        }
+    }
     let mut left = total_bytes;
     let mut out = Vec::new();
     for c in cands.iter().take(opts.max_deletes_per_pass) {
         let expired = expire_now && retention.zip(c.age).is_some_and(|(r, age)| age >= r);
-        let forced = need.iter().any(|&n| n > 0);
+        let forced = need.iter().zip(&held).any(|(&n, &h)| n > 0 && h > 0);
         let sized = opts
             .retention_bytes
             .is_some_and(|keep| left.saturating_sub(c.size) >= keep);
@@ -120,27 +134,24 @@ pub fn plan(
         if let Some(n) = need.get_mut(c.dir) {
             *n = n.saturating_sub(c.size);
         }
+        if let Some(h) = held.get_mut(c.dir) {
+            *h -= c.size;
+        }
         left -= c.size;
         out.push(reason);
     }
     out
 }
 
-impl Shared {
-    /// One cleaning pass (the thread's, `clean()`, and a roll that found every disk full).
-    pub fn clean_pass(&self, force: bool) -> Result<usize> {
-        Stats::add(&self.stats.clean_passes, 1);
-        let result = self.clean_pass_inner(force);
-        *locked(&self.stats.clean_last_error) = result.as_ref().err().map(|e| e.to_string());
-        result
-    }
-
-    fn clean_pass_inner(&self, force: bool) -> Result<usize> {
-        let _guard = locked(&self.clean_lock);
-        let list = self.segments.load_full();
-        let sealed = &list.as_slice()[..list.as_slice().len().saturating_sub(1)];
+/// One cleaning pass (the thread's, `clean()`, and a roll that found every disk full); returns
+/// how many segments it deleted.
+pub(crate) fn clean_pass(state: &State, force: bool) -> Result<usize> {
+    Stats::add(&state.stats.clean_passes, 1);
+    let result = delete_head(state, |p| {
+        fail_point!("clean::planning");
         let now = SystemTime::now();
-        let cands: Vec<Candidate> = sealed
+        let cands: Vec<Candidate> = p
+            .sealed()
             .iter()
             .map(|s| Candidate {
                 size: if s.is_lost() { 0 } else { s.size() },
@@ -156,97 +167,73 @@ impl Shared {
                 },
             })
             .collect();
-        let dirs: Vec<DirUsage> = self
+        let dirs: Vec<DirUsage> = state
             .dirs
             .iter()
             .map(|d| DirUsage {
                 usage: usage(&d.path).ok(),
-                max_ratio: self.opts.max_used_ratio.get(&d.path),
-                force_ratio: self.opts.force_clean_ratio.get(&d.path),
+                max_ratio: state.opts.max_used_ratio.get(&d.path),
+                force_ratio: state.opts.force_clean_ratio.get(&d.path),
             })
             .collect();
-        let total = list.as_slice().iter().map(|s| s.size()).sum();
+        let total = p.list.as_slice().iter().map(|s| s.size()).sum();
         let hour = chrono::Local::now().hour();
-        let reasons = plan(&cands, &dirs, &self.opts, hour, force, total);
-        self.delete_prefix(&reasons)
-    }
+        plan(&cands, &dirs, &state.opts, hour, force, total)
+    });
+    *locked(&state.stats.clean_last_error) = result.as_ref().err().map(|e| e.to_string());
+    result
+}
 
-    /// [`CommitLog::truncate_before`](crate::CommitLog::truncate_before).
-    pub fn truncate_before(&self, offset: u64) -> Result<u64> {
-        let n = {
-            let list = self.segments.load();
-            let sealed = list.as_slice().len().saturating_sub(1);
-            list.as_slice()[..sealed]
-                .iter()
-                .take_while(|s| s.end() <= offset)
-                .count()
-        };
-        let _guard = locked(&self.clean_lock);
-        self.delete_prefix(&vec![Reason::Truncated; n])?;
-        Ok(self.min_offset.load(Ordering::Acquire))
-    }
+/// [`CommitLog::truncate_before`](crate::CommitLog::truncate_before): returns the new
+/// `min_offset`.
+pub(crate) fn truncate_before(state: &State, offset: u64) -> Result<u64> {
+    delete_head(state, |p| {
+        fail_point!("truncate::planning");
+        let n = p.sealed().iter().take_while(|s| s.end() <= offset).count();
+        vec![Reason::Truncated; n]
+    })?;
+    Ok(state.min_offset())
+}
 
-    /// Deletes the first `reasons.len()` segments (they must be sealed). Stops before a segment
-    /// whose directory refuses deletion (a read-only filesystem), so the log keeps no hole.
-    fn delete_prefix(&self, reasons: &[Reason]) -> Result<usize> {
-        if reasons.is_empty() {
-            return Ok(0);
-        }
-        let list = self.segments.load_full();
+/// Deletes the first segments of the log: `plan` sees the list as it is under the change lock and
+/// says why each of the first sealed segments goes. Deletion stops before a segment whose
+/// directory refuses it (a read-only filesystem), so the log keeps no hole.
+fn delete_head(state: &State, plan: impl FnOnce(&Plan<'_>) -> Vec<Reason>) -> Result<usize> {
+    state.change(|p| {
+        let sealed = p.sealed();
+        let reasons = plan(p);
         let mut n = 0;
-        for seg in list.as_slice().iter().take(reasons.len()) {
-            let Some(dir) = self.dirs.get(seg.dir()).map(|d| &d.path) else {
-                n += 1; // a hole: nothing on disk
-                continue;
-            };
-            if rustix::fs::access(dir, rustix::fs::Access::WRITE_OK).is_err() {
-                log::warn!(
-                    "cannot delete {}: its directory refuses writes; deletion stops there",
-                    seg.path().display()
+        for (seg, why) in sealed.iter().zip(&reasons) {
+            if let Some(dir) = state.dirs.get(seg.dir()) {
+                if rustix::fs::access(&dir.path, rustix::fs::Access::WRITE_OK).is_err() {
+                    log::warn!(
+                        "cannot delete {}: its directory refuses writes; deletion stops there",
+                        seg.path().display()
+                    );
+                    break;
+                }
+            }
+            if !seg.is_lost() {
+                log::info!(
+                    "deleting segment {} ({})",
+                    seg.path().display(),
+                    why.as_str()
                 );
-                break;
             }
             n += 1;
         }
-        let victims: Vec<_> = list.as_slice()[..n].to_vec();
-        let Some(last_victim) = victims.last() else {
-            return Ok(0);
-        };
-        let new_min = last_victim.end();
-        // 1. Out of the in-memory list: new reads of these offsets are out of range. The head
-        // moves first, so a reader never finds an offset at or above min_offset missing.
-        self.min_offset.fetch_max(new_min, Ordering::AcqRel);
-        self.segments.rcu(|l| l.without_head_before(new_min));
-        // 2. The new head is recorded before any file goes.
-        self.write_checkpoint(false)?;
-        // 3. The files.
-        for (seg, why) in victims.iter().zip(reasons) {
-            if seg.is_lost() {
-                continue;
-            }
-            log::info!(
-                "deleting segment {} ({})",
-                seg.path().display(),
-                why.as_str()
-            );
-            if let Err(e) = remove_durably(seg.path()) {
-                log::warn!("deleting {} failed: {e}", seg.path().display());
-                return Err(e);
-            }
-            Stats::add(&self.stats.segments_deleted, 1);
-            Stats::add(&self.stats.bytes_deleted, seg.size());
-        }
-        Ok(n)
-    }
+        let change = (n > 0).then(|| Change::DeleteHead(sealed[..n].to_vec()));
+        Ok((change, n))
+    })
 }
 
 /// The cleaner thread: one pass every `clean_interval`. A panic in a pass is caught, recorded
 /// and poisons only cleaning.
-pub(crate) fn start_cleaner(shared: &Arc<Shared>) -> Result<Periodic> {
-    let shared = Arc::clone(shared);
-    let interval = shared.opts.clean_interval;
+pub(crate) fn start_cleaner(state: &Arc<State>) -> Result<Periodic> {
+    let state = Arc::clone(state);
+    let interval = state.opts.clean_interval;
     Periodic::start("rmqlog-clean", interval, move || {
-        match catch_unwind(AssertUnwindSafe(|| shared.clean_pass(false))) {
+        match catch_unwind(AssertUnwindSafe(|| clean_pass(&state, false))) {
             Ok(Ok(_)) => Next::Continue,
             Ok(Err(e)) => {
                 log::warn!("cleaning pass failed: {e}");
@@ -255,8 +242,7 @@ pub(crate) fn start_cleaner(shared: &Arc<Shared>) -> Result<Periodic> {
             Err(_) => {
                 let cause = "the cleaner thread panicked".to_string();
                 log::error!("{cause}; cleaning stops, appends and reads go on");
-                *locked(&shared.stats.clean_last_error) = Some(cause.clone());
-                locked(&shared.clean_poison).get_or_insert(cause);
+                state.set_cleaner_failure(cause);
                 Next::Stop
             }
         }
@@ -318,6 +304,34 @@ mod tests {
         assert_eq!(r, vec![Reason::DiskUsage; 2]);
         let off = [dir(900, 100, None)];
         assert!(plan(&young, &off, &opts, 5, false, 2000).is_empty());
+    }
+
+    #[test]
+    fn forced_cleaning_starts_at_the_ratio_placement_refuses() {
+        // Exactly at force_clean_ratio: placement refuses the directory (>=), so cleaning must
+        // start there too, or a single directory at the ratio is full with nothing freed.
+        let young = cands(&[0; 20]);
+        let opts = Options::default().max_deletes_per_pass(100);
+        let d = [dir(850, 150, Some(0.85))];
+        assert_eq!(
+            plan(&young, &d, &opts, 5, false, 2000),
+            vec![Reason::DiskUsage; 1]
+        );
+    }
+
+    #[test]
+    fn a_needy_directory_without_the_logs_segments_deletes_nothing() {
+        // Directory 1 is over its force ratio because of other programs' files and holds none of
+        // the log's segments: deleting the log's segments on directory 0 cannot help it.
+        let young = cands(&[0; 5]);
+        let opts = Options::default().max_deletes_per_pass(100);
+        let d = [dir(100, 900, Some(0.85)), dir(950, 50, Some(0.85))];
+        assert!(plan(&young, &d, &opts, 5, false, 500).is_empty());
+        // Once it does hold some, the oldest go up to its last one there, and no further.
+        let mut mixed = cands(&[0; 5]);
+        mixed[2].dir = 1;
+        let r = plan(&mixed, &d, &opts, 5, false, 500);
+        assert_eq!(r, vec![Reason::DiskUsage; 3]);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::log::locked;
+use crate::sync::locked;
 
 /// State of one directory, as `DirInfo::state` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

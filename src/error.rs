@@ -58,6 +58,18 @@ pub enum Error {
     #[error("{0}")]
     Unsupported(String),
 
+    /// The log would pass [`MAX_OFFSET`](crate::MAX_OFFSET), the largest offset it can hold.
+    #[error(
+        "the log is full: a new segment at offset {start} would end at {end}, past {limit}, the \
+         largest offset rmqlog supports (offsets are signed 64-bit integers in Arrow, Spark and \
+         Java); nothing was written"
+    )]
+    OffsetLimit { start: u64, end: u128, limit: u64 },
+
+    /// A bug in rmqlog: an internal invariant does not hold (nothing was changed).
+    #[error("internal error (please report it): {0}")]
+    Internal(String),
+
     /// The cleaner thread failed; cleaning has stopped (appends and reads go on).
     #[error("cleaning has stopped: {cause}")]
     CleanerFailed { cause: String },
@@ -107,6 +119,12 @@ impl Error {
 
     pub(crate) fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidArgument(msg.into())
+    }
+
+    /// Whether this is the failure to open a file that no longer exists (a segment moved to
+    /// another directory or deleted since the caller's view of the log was taken).
+    pub(crate) fn is_not_found(&self) -> bool {
+        matches!(self, Error::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
     }
 }
 

@@ -8,8 +8,8 @@ use std::thread::JoinHandle;
 
 use crate::dirs::DirEvent;
 use crate::error::Result;
-use crate::log::locked;
 use crate::options::EventFn;
+use crate::sync::locked;
 
 /// The event queue and its delivery thread (started on the first event).
 pub(crate) struct Events {

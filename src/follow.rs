@@ -1,55 +1,48 @@
-//! Read-only followers: picking up what a writer in another process appended.
+//! Read-only followers: picking up what a writer in another process appended, deleted or moved.
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-
-use crate::checkpoint::read_newest;
 use crate::error::Result;
-use crate::layout::{self, Listing};
-use crate::log::{locked, Shared};
-use crate::open::{known_sizes, move_preference, paths_of, segment_list};
+use crate::layout;
+use crate::listing;
 use crate::recovery::find_end;
+use crate::state::{Change, State};
+use crate::sync::locked;
 
-/// Picks up records and segments a writer in another process appended since the last call.
-pub(crate) fn refresh(shared: &Arc<Shared>) -> Result<u64> {
-    let _guard = locked(&shared.refresh_lock);
-    let current = shared.segments.load_full();
-    let paths = paths_of(&shared.dirs);
-    // A move in progress shows its segment twice: keep the source.
-    let ckpt = read_newest(&paths).ok().flatten();
-    let prefer = move_preference(ckpt.as_ref(), &paths);
-    let named = known_sizes(ckpt.as_ref(), shared.opts.segment_size);
-    let mut listing: Listing = layout::list(&paths, &vec![true; paths.len()], prefer, &named)?;
-    let min = shared.min_offset.load(Ordering::Acquire);
-    listing.segments.retain(|f| f.end() > min);
-    listing.segments = layout::fill_holes(
-        listing.segments,
-        &shared.opts.accept_lost,
-        min,
-        0,
-        shared.opts.segment_size,
-    );
-    let sizes = known_sizes(None, shared.opts.segment_size);
-    // Segments deleted from the head (a cleaner) leave; new ones join if contiguous.
-    let n = layout::check(&listing.segments, &sizes, true)?;
-    listing.segments.truncate(n);
-    let list = segment_list(
-        listing.segments,
-        current.as_slice(),
-        shared.opts.segment_size,
-    );
-    let max = shared.max_offset.load(Ordering::Acquire);
-    let Some(first) = list.first() else {
-        return Ok(max);
+/// Lists the store again and takes the new view: segments deleted from the head leave, new ones
+/// join, moved ones are found in their new directory, and records appended since are validated.
+/// While the writer keeps changing the store under every listing, the current view stays (a later
+/// call picks up the rest). The log never ends below where it ended. Returns `max_offset`.
+pub(crate) fn refresh(state: &State) -> Result<u64> {
+    let _guard = locked(&state.refresh_lock);
+    let known = state.max_offset();
+    let paths: Vec<_> = state.dirs.iter().map(|d| d.path.clone()).collect();
+    let view = listing::consistent(
+        &paths,
+        state.opts.segment_size,
+        &state.opts.accept_lost,
+        known,
+    )?;
+    let Some(view) = view else {
+        log::debug!("the store kept changing while it was listed; the follower keeps its view");
+        return Ok(known);
     };
-    let from = max.max(first.start());
+    let min = state.min_offset();
+    let mut found = view.segments;
+    found.retain(|f| f.end() > min);
+    let current = state.segments_full();
+    let list = layout::to_list(found, current.as_slice(), state.opts.segment_size);
+    let Some(first) = list.first() else {
+        return Ok(known);
+    };
+    let from = known.max(first.start());
     let tail = find_end(&list, from, u32::MAX as usize)?;
     let list = list.truncated_before(tail.end + 1);
-    shared.min_offset.store(first.start(), Ordering::Release);
-    shared.segments.store(Arc::new(list));
-    shared
-        .last_timestamp_ms
-        .fetch_max(tail.last_timestamp_ms, Ordering::Relaxed);
-    shared.max_offset.store(tail.end, Ordering::Release);
+    state.change(|_| {
+        let reload = Change::Reload {
+            list,
+            end: tail.end,
+            last_timestamp_ms: tail.last_timestamp_ms,
+        };
+        Ok((Some(reload), ()))
+    })?;
     Ok(tail.end)
 }

@@ -7,10 +7,15 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
 use crate::error::{Error, IoContext, Result};
+use crate::failpoint::fail_point;
 use crate::fs::{is_temp_segment, parse_segment_name};
 use crate::options::SEGMENT_ALIGN;
 use crate::record::FILLER_LEN;
+use crate::segment::{Segment, MAX_OFFSET};
+use crate::segments::SegmentList;
 
 /// A segment file found on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +105,10 @@ pub fn list(
                 lost: false,
             });
         }
+        fail_point!("layout::dir_listed");
+    }
+    if let Some(f) = all.iter().find(|f| f.start >= MAX_OFFSET) {
+        return Err(beyond_limit(f, u128::from(f.start)));
     }
     all.sort_unstable_by_key(|f| (f.start, f.dir));
     let mut all = all.into_iter().peekable();
@@ -148,7 +157,26 @@ pub fn list(
         }
     }
     set_lengths(&mut listing.segments, sizes)?;
+    for f in &listing.segments {
+        let end = u128::from(f.start) + u128::from(f.len);
+        if end > u128::from(MAX_OFFSET) {
+            return Err(beyond_limit(f, end));
+        }
+    }
     Ok(listing)
+}
+
+/// A segment file the log cannot place: it would hold offsets past [`MAX_OFFSET`].
+fn beyond_limit(f: &Found, end: u128) -> Error {
+    Error::corruption(
+        Some(f.path.clone()),
+        Some(f.start),
+        format!(
+            "the file's name places it at offsets up to {end}, past {MAX_OFFSET}, the largest \
+             offset rmqlog supports (offsets are signed 64-bit integers in Arrow, Spark and Java); \
+             the file is left untouched"
+        ),
+    )
 }
 
 /// Fills in each file's length: from the next file's start where that gives a known size, else
@@ -220,6 +248,28 @@ pub fn fill_holes(
         out.push(hole(at, at + whole));
     }
     out
+}
+
+/// Builds the segment list, reusing `existing` segments (and their maps) where they match.
+/// Sealed segments are mapped read-only (their directory may be on a read-only filesystem).
+pub fn to_list(found: Vec<Found>, existing: &[Arc<Segment>], segment_size: u64) -> SegmentList {
+    let segs = found
+        .into_iter()
+        .map(|f| {
+            // `existing` is a segment list: sorted by start.
+            let reuse = existing
+                .binary_search_by_key(&f.start, |s| s.start())
+                .ok()
+                .map(|i| &existing[i])
+                .filter(|s| s.path() == f.path && s.size() == f.len);
+            match reuse {
+                Some(s) => Arc::clone(s),
+                None if f.lost => Arc::new(Segment::hole(f.start, f.len, f.path)),
+                None => Arc::new(Segment::new(f.start, f.len, f.path, f.dir, false)),
+            }
+        })
+        .collect();
+    SegmentList::new(segs, segment_size)
 }
 
 /// Checks that `segments` are contiguous and of known sizes. Returns how many of them form the

@@ -8,23 +8,30 @@ use std::sync::Arc;
 use crate::checkpoint::{read_newest, Checkpoint};
 use crate::dirs::{Dir, DirState};
 use crate::error::{Error, Result};
+use crate::flusher::flush_data;
 use crate::fs::remove_durably;
 use crate::layout::{self, Found};
+use crate::listing::{self, check_covers, known_sizes, with_holes};
 use crate::lock::StoreLock;
-use crate::log::{Shared, SharedParts};
-use crate::options::{FlushMode, Options};
+use crate::mover::finish_interrupted_move;
+use crate::options::Options;
 use crate::paths::{absolute_overrides, check_paths, create_dir_durably, to_strings};
 use crate::recovery::recover;
 use crate::segment::Segment;
 use crate::segments::SegmentList;
+use crate::state::{Parts, State};
 use crate::tail_hint::{self, TailHints};
 use crate::writer::Writer;
 
-/// How often a read-only open lists the directories again when it sees a gap (a writer creating
-/// a segment between two listings).
-const LIST_ATTEMPTS: usize = 3;
+/// An open store: its state, and for a writer its writer and lock.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    pub state: Arc<State>,
+    pub writer: Option<Writer>,
+    pub lock: Option<StoreLock>,
+}
 
-pub(crate) fn open<P: AsRef<Path>>(paths: &[P], mut opts: Options) -> Result<Arc<Shared>> {
+pub(crate) fn open<P: AsRef<Path>>(paths: &[P], mut opts: Options) -> Result<Opened> {
     opts.validate()?;
     let given = check_paths(paths)?;
     let read_only = if opts.read_only_paths.is_empty() {
@@ -87,15 +94,11 @@ fn warn_shared_devices(dirs: &[Dir]) {
     }
 }
 
-pub(crate) fn paths_of(dirs: &[Dir]) -> Vec<PathBuf> {
+fn paths_of(dirs: &[Dir]) -> Vec<PathBuf> {
     dirs.iter().map(|d| d.path.clone()).collect()
 }
 
-fn open_writer(
-    writable: Vec<PathBuf>,
-    read_only: Vec<PathBuf>,
-    opts: Options,
-) -> Result<Arc<Shared>> {
+fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> Result<Opened> {
     let configured_writable = to_strings(&writable);
     let (mut dirs, lock) = prepare_writable(writable)?;
     for path in &read_only {
@@ -117,7 +120,7 @@ fn open_writer(
     let on_disk = read_newest(&all)?;
     let mut ckpt = on_disk.clone();
     if let Some(c) = ckpt.as_mut() {
-        crate::mover::finish_interrupted_move(c, &all)?;
+        finish_interrupted_move(c)?;
     }
     let sizes = known_sizes(ckpt.as_ref(), opts.segment_size);
     let mut listing = layout::list(&all, &online, None, &sizes)?;
@@ -150,9 +153,9 @@ fn open_writer(
     }
     listing.segments = with_holes(listing.segments, &lost, ckpt.as_ref(), opts.segment_size);
     layout::check(&listing.segments, &sizes, false)?;
-    check_against_checkpoint(&listing.segments, ckpt.as_ref(), &all)?;
+    check_covers(&listing.segments, ckpt.as_ref(), 0, &all)?;
 
-    let list = segment_list(listing.segments, &[], opts.segment_size);
+    let list = layout::to_list(listing.segments, &[], opts.segment_size);
     let hint = ckpt
         .as_ref()
         .and_then(|c| tail_hint::read(&all, &c.store_id));
@@ -190,41 +193,43 @@ fn open_writer(
         Some(f) => f.clamp(min, end),
         None => min,
     };
-    let sync = opts.flush == FlushMode::Sync;
+    let sync = opts.flush.policy().each_append;
     let writer = match list.last() {
         Some(last) => Writer::new(
+            sync,
             Some((Arc::clone(last), last.map()?)),
             end - last.start(),
             end,
-            sync,
             tail,
         ),
-        None => Writer::new(None, 0, end, sync, tail),
+        None => Writer::new(sync, None, 0, end, tail),
     };
-    let shared = Shared::new(SharedParts {
+    let state = State::new(Parts {
         opts,
         dirs,
+        read_only: false,
         list,
         end,
         min,
         flushed,
         last_ts,
-        writer: Some(writer),
         checkpoint,
-        lock: Some(lock),
     })?;
     // Sync what recovery kept (in `FlushMode::None` that is left to the OS, as for appends), then
     // mark the store not clean until `close` says otherwise.
-    if shared.opts.flush != FlushMode::None {
-        shared.flush_data()?;
+    if state.opts.flush.policy().on_open {
+        flush_data(&state)?;
     }
-    shared.refresh_checkpoint(on_disk.as_ref())?;
-    shared.record_tail_hint();
-    shared.start_threads()?;
-    Ok(shared)
+    state.refresh_checkpoint(on_disk.as_ref())?;
+    writer.record_tail_hint(&state);
+    Ok(Opened {
+        state,
+        writer: Some(writer),
+        lock: Some(lock),
+    })
 }
 
-fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> Result<Arc<Shared>> {
+fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> Result<Opened> {
     for d in given.iter().chain(&read_only) {
         if !d.is_dir() {
             return Err(Error::io(
@@ -236,10 +241,9 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
     }
     let mut paths = given.clone();
     paths.extend(read_only.iter().cloned());
-    let ckpt = read_newest(&paths)?;
     // Any one directory of the store finds the others through the checkpoint.
     let mut dirs: Vec<Dir> = paths.iter().map(|p| Dir::new(p.clone(), false)).collect();
-    if let Some(c) = &ckpt {
+    if let Some(c) = read_newest(&paths)? {
         for (d, ro) in c
             .dirs
             .iter()
@@ -253,34 +257,16 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
             }
         }
     }
-    let sizes = known_sizes(ckpt.as_ref(), opts.segment_size);
-    let online = vec![true; paths.len()];
-    let min_recorded = ckpt.as_ref().map_or(0, |c| c.min_offset);
-    // During a move both copies exist; the source is the one in use until the move completes.
-    let prefer = move_preference(ckpt.as_ref(), &paths);
-    let mut segments = Vec::new();
-    for attempt in 1..=LIST_ATTEMPTS {
-        let mut listing = layout::list(&paths, &online, prefer, &sizes)?;
-        listing.segments.retain(|f| f.end() > min_recorded);
-        listing.segments = with_holes(
-            listing.segments,
-            &opts.accept_lost,
-            ckpt.as_ref(),
-            opts.segment_size,
-        );
-        let last = attempt == LIST_ATTEMPTS;
-        match layout::check(&listing.segments, &sizes, last) {
-            Ok(n) => {
-                listing.segments.truncate(n);
-                segments = listing.segments;
-                break;
-            }
-            Err(Error::Corruption { .. }) if !last => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    check_against_checkpoint(&segments, ckpt.as_ref(), &paths)?;
-    let list = segment_list(segments, &[], opts.segment_size);
+    let view = listing::consistent(&paths, opts.segment_size, &opts.accept_lost, 0)?;
+    let Some(view) = view else {
+        return Err(Error::Unsupported(format!(
+            "the store in {} kept changing while it was listed (a writer moving or deleting \
+             segments without pause); try again",
+            paths[0].display()
+        )));
+    };
+    let ckpt = view.ckpt;
+    let list = layout::to_list(view.segments, &[], opts.segment_size);
     let hint = ckpt
         .as_ref()
         .and_then(|c| tail_hint::read(&paths, &c.store_id));
@@ -288,32 +274,22 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
     let min = list.first().map_or(end, |s| s.start());
     let flushed = ckpt.as_ref().map_or(0, |c| c.flushed_offset.min(end));
     let checkpoint = ckpt.unwrap_or_else(|| Checkpoint::new(Vec::new(), Vec::new(), 0));
-    Shared::new(SharedParts {
+    let state = State::new(Parts {
         opts,
         dirs,
+        read_only: true,
         list,
         end,
         min,
         flushed,
         last_ts,
-        writer: None,
         checkpoint,
+    })?;
+    Ok(Opened {
+        state,
+        writer: None,
         lock: None,
     })
-}
-
-pub(crate) fn known_sizes(ckpt: Option<&Checkpoint>, configured: u64) -> Vec<u64> {
-    match ckpt {
-        Some(c) => {
-            let mut s = c.segment_sizes.clone();
-            if !s.contains(&configured) {
-                s.push(configured);
-            }
-            s
-        }
-        // Without metadata, any page-aligned length is accepted; contiguity still has to hold.
-        None => Vec::new(),
-    }
 }
 
 /// A directory the store's metadata lists but the caller left out must not hold segments the log
@@ -349,74 +325,6 @@ fn check_left_out_dirs(c: &Checkpoint, given: &[PathBuf], have: &[Found]) -> Res
     ))
 }
 
-/// The segments must cover what the metadata says exists: from `min_offset` to the flushed
-/// offset (or the clean end).
-fn check_against_checkpoint(
-    segments: &[Found],
-    ckpt: Option<&Checkpoint>,
-    dirs: &[PathBuf],
-) -> Result<()> {
-    let Some(c) = ckpt else { return Ok(()) };
-    let must_reach = if c.clean {
-        c.max_offset.max(c.flushed_offset)
-    } else {
-        c.flushed_offset
-    };
-    let missing = |what: String| {
-        let known: Vec<&String> = c.all_dirs().collect();
-        Error::corruption(
-            None,
-            None,
-            format!(
-                "{what}; the store's metadata lists directories {known:?}, the open searched {:?} \
-                 (a directory left out?)",
-                dirs
-            ),
-        )
-    };
-    match (segments.first(), segments.last()) {
-        (None, _) | (_, None) if must_reach > c.min_offset => Err(missing(format!(
-            "no segment files found, but the log holds offsets [{}, {must_reach})",
-            c.min_offset
-        ))),
-        (Some(first), _) if first.start > c.min_offset => Err(missing(format!(
-            "the head of the log is missing: offsets [{}, {}) are in no segment",
-            c.min_offset, first.start
-        ))),
-        (_, Some(last)) if last.end() < must_reach => Err(missing(format!(
-            "the tail of the log is missing: offsets [{}, {must_reach}) are in no segment",
-            last.end()
-        ))),
-        _ => Ok(()),
-    }
-}
-
-/// Builds the segment list, reusing `existing` segments (and their maps) where they match.
-/// Sealed segments are mapped read-only (their directory may be on a read-only filesystem).
-pub(crate) fn segment_list(
-    found: Vec<Found>,
-    existing: &[Arc<Segment>],
-    segment_size: u64,
-) -> SegmentList {
-    let segs = found
-        .into_iter()
-        .map(|f| {
-            // `existing` is a segment list: sorted by start.
-            let reuse = existing
-                .binary_search_by_key(&f.start, |s| s.start())
-                .ok()
-                .map(|i| &existing[i])
-                .filter(|s| s.path() == f.path);
-            match reuse {
-                Some(s) => Arc::clone(s),
-                None if f.lost => Arc::new(Segment::hole(f.start, f.len, f.path)),
-                None => Arc::new(Segment::new(f.start, f.len, f.path, f.dir, false)),
-            }
-        })
-        .collect();
-    SegmentList::new(segs, segment_size)
-}
-
 /// The writer's last segment, mapped for writing.
 fn writable_last(list: SegmentList) -> SegmentList {
     let Some(last) = list.last().filter(|l| !l.is_lost()) else {
@@ -431,45 +339,5 @@ fn writable_last(list: SegmentList) -> SegmentList {
     );
     seg.set_written(last.written());
     list.truncated_before(last.start())
-        .with_pushed(Arc::new(seg))
-}
-
-/// With `accept_lost`, the offsets lost directories held become holes instead of errors.
-fn with_holes(
-    found: Vec<Found>,
-    lost: &[PathBuf],
-    ckpt: Option<&Checkpoint>,
-    segment_size: u64,
-) -> Vec<Found> {
-    if lost.is_empty() {
-        return found;
-    }
-    let (min, must_reach) = ckpt.map_or((0, 0), |c| {
-        let reach = if c.clean {
-            c.max_offset.max(c.flushed_offset)
-        } else {
-            c.flushed_offset
-        };
-        (c.min_offset, reach)
-    });
-    let holes = layout::fill_holes(found, lost, min, must_reach, segment_size);
-    for h in holes.iter().filter(|f| f.lost) {
-        log::warn!(
-            "offsets [{}, {}) are lost with {} (accept_lost): reads there fail, scans skip them",
-            h.start,
-            h.end(),
-            h.path.display()
-        );
-    }
-    holes
-}
-
-/// The copy to keep of a segment being moved: the source, as the newest checkpoint says.
-pub(crate) fn move_preference(
-    ckpt: Option<&Checkpoint>,
-    paths: &[PathBuf],
-) -> Option<(u64, usize)> {
-    let m = ckpt?.moving.as_ref()?;
-    let from = PathBuf::from(&m.from);
-    paths.iter().position(|p| *p == from).map(|i| (m.start, i))
+        .with_appended(vec![Arc::new(seg)])
 }

@@ -29,7 +29,48 @@ pub enum FlushMode {
     None,
 }
 
+/// What a flush mode asks of the log: the one place the modes are told apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FlushPolicy {
+    /// A background thread syncs every `flush_interval` and keeps the checkpoint fresh.
+    pub background: bool,
+    /// `append` returns only once its bytes are synced; records go by `pwritev` (see
+    /// `active_file`), and warmed chunks are synced ahead of them.
+    pub each_append: bool,
+    /// A writer's open syncs what recovery kept before the first append.
+    pub on_open: bool,
+}
+
 impl FlushMode {
+    pub(crate) fn policy(self) -> FlushPolicy {
+        match self {
+            FlushMode::Async => FlushPolicy {
+                background: true,
+                each_append: false,
+                on_open: true,
+            },
+            FlushMode::Sync => FlushPolicy {
+                background: true,
+                each_append: true,
+                on_open: true,
+            },
+            FlushMode::None => FlushPolicy {
+                background: false,
+                each_append: false,
+                on_open: false,
+            },
+        }
+    }
+
+    /// The mode's name, as `parse` takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlushMode::Async => "async",
+            FlushMode::Sync => "sync",
+            FlushMode::None => "none",
+        }
+    }
+
     /// Parses `"async"`, `"sync"` or `"none"`.
     pub fn parse(s: &str) -> Result<Self> {
         match s {

@@ -1,16 +1,27 @@
 //! Reads: one record by offset, ordered scans, and the timestamp search.
+//!
+//! Readers work on a snapshot of the segment list and never wait for the writer. A segment's
+//! file can go while a reader holds an older snapshot, before it mapped the file: moved to
+//! another directory or deleted (by this writer, or, for a follower, by the writer it follows).
+//! [`locate`] then looks the offset up again: in the current list, which a writer keeps up to
+//! date itself and a follower refreshes from the store first. The record is read from the moved
+//! copy, or reported out of range if it was deleted; only a file that vanished with nothing to
+//! explain it is an error.
 
 use std::ops::Deref;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::log::Shared;
+use crate::follow;
 use crate::record::{
-    body_crc, decode, has_record_magic, Slot, FILLER_LEN, FILLER_MAGIC, HEADER_LEN,
+    decode, has_record_magic, validate, Slot, FILLER_LEN, FILLER_MAGIC, HEADER_LEN,
 };
 use crate::segment::{Mapping, Segment};
 use crate::segments::SegmentList;
+use crate::state::State;
+
+/// Bodies of any length written before a `max_message_size` change stay readable.
+const MAX_BODY: usize = u32::MAX as usize;
 
 /// A validated record. Derefs to the body; keeps the segment's map alive (also past `close()` and
 /// past the deletion of the file).
@@ -65,6 +76,45 @@ impl Deref for RecordRef {
     }
 }
 
+/// How many times one lookup follows a segment whose file went away.
+const LOCATE_ATTEMPTS: usize = 8;
+
+/// The segment holding `offset` in `list`, mapped. When its file is gone (see the module docs),
+/// `list` is replaced by the current one (refreshed first in a follower) and the lookup repeats:
+/// the caller's snapshot is then newer, never older.
+pub(crate) fn locate(
+    state: &State,
+    list: &mut Arc<SegmentList>,
+    offset: u64,
+) -> Result<(Arc<Segment>, Arc<Mapping>)> {
+    let mut attempt = 0;
+    loop {
+        let seg = Arc::clone(
+            list.find(offset)
+                .ok_or_else(|| state.range_error(offset.into()))?,
+        );
+        let err = match seg.map() {
+            Ok(map) => return Ok((seg, map)),
+            Err(e) if e.is_not_found() && attempt < LOCATE_ATTEMPTS => e,
+            Err(e) => return Err(e),
+        };
+        attempt += 1;
+        if state.read_only {
+            follow::refresh(state)?;
+        }
+        let current = state.segments_full();
+        if offset < state.min_offset() {
+            return Err(state.range_error(offset.into()));
+        }
+        match current.find(offset) {
+            Some(now) if !Arc::ptr_eq(now, &seg) => *list = current,
+            // Still the same file, and it is gone: a follower may have raced one more move.
+            _ if state.read_only && attempt < LOCATE_ATTEMPTS => *list = current,
+            _ => return Err(err),
+        }
+    }
+}
+
 /// What a validated position holds.
 enum At {
     Record(RecordRef),
@@ -78,36 +128,29 @@ enum At {
     },
 }
 
-/// Decodes the record at `offset` in `seg`, reading no byte at or past `max` (the published end).
-fn record_at(seg: &Segment, offset: u64, max: u64, max_body: usize) -> Result<At> {
-    let map = seg.map()?;
+/// Decodes the record at `offset` in `seg` (mapped by `map`), reading no byte at or past `max`
+/// (the published end).
+fn record_at(seg: &Segment, map: &Arc<Mapping>, offset: u64, max: u64) -> At {
     let pos = (offset - seg.start()) as usize;
     let limit = (max.min(seg.end()) - seg.start()) as usize;
     let size = seg.size() as usize;
     if pos >= limit {
-        return Ok(At::EndOfSegment);
+        return At::EndOfSegment;
     }
-    let h = match decode(map.bytes(pos, limit), offset, max_body) {
+    let h = match validate(map.bytes(pos, limit), offset, MAX_BODY) {
         Slot::Record(h) => h,
-        Slot::EndOfSegment => return Ok(At::EndOfSegment),
+        Slot::EndOfSegment => return At::EndOfSegment,
+        Slot::BadBody { stored, actual } => return At::BadBody { stored, actual },
         // A filler is checked against the whole segment, not the published part.
         Slot::Invalid(why) => {
-            return Ok(match decode(map.bytes(pos, size), offset, max_body) {
+            return match decode(map.bytes(pos, size), offset, MAX_BODY) {
                 Slot::EndOfSegment if limit == size => At::EndOfSegment,
                 _ if has_record_magic(map.bytes(pos, limit)) => At::Damaged(why),
                 _ => At::Invalid(why),
-            });
+            };
         }
     };
     let body_start = pos + HEADER_LEN;
-    let body_len = h.body_len();
-    let actual = body_crc(map.bytes(body_start, body_start + body_len));
-    if actual != h.body_crc {
-        return Ok(At::BadBody {
-            stored: h.body_crc,
-            actual,
-        });
-    }
     let npos = pos + h.len as usize;
     let next_is_filler = size - npos < FILLER_LEN
         || (npos + FILLER_LEN <= limit
@@ -117,194 +160,172 @@ fn record_at(seg: &Segment, offset: u64, max: u64, max_body: usize) -> Result<At
     } else {
         offset + u64::from(h.len)
     };
-    Ok(At::Record(RecordRef {
-        map,
+    At::Record(RecordRef {
+        map: Arc::clone(map),
         body_start,
-        body_len,
+        body_len: h.body_len(),
         offset,
         timestamp_ms: h.timestamp_ms,
         next_offset,
         segment_start: seg.start(),
-    }))
+    })
 }
 
 /// The offset after the record (or filler) at `offset` in `seg`, from its header alone.
-pub(crate) fn next_boundary(seg: &Segment, offset: u64, max: u64) -> Result<u64> {
-    let map = seg.map()?;
+pub(crate) fn next_boundary(seg: &Segment, map: &Mapping, offset: u64, max: u64) -> Result<u64> {
     let pos = (offset - seg.start()) as usize;
     let limit = (max.min(seg.end()) - seg.start()) as usize;
     if pos >= limit {
         return Ok(seg.end());
     }
-    match decode(
-        map.bytes(pos, seg.size() as usize),
-        offset,
-        u32::MAX as usize,
-    ) {
+    match decode(map.bytes(pos, seg.size() as usize), offset, MAX_BODY) {
         Slot::Record(h) => Ok(offset + u64::from(h.len)),
         Slot::EndOfSegment => Ok(seg.end()),
-        Slot::Invalid(why) => Err(Error::corruption(
+        other => Err(Error::corruption(
             Some(seg.path().to_path_buf()),
             Some(offset),
-            format!("no valid record header while walking the segment: {why}"),
+            format!(
+                "no valid record header while walking the segment: {}",
+                other.defect().unwrap_or("?")
+            ),
         )),
     }
 }
 
-fn body_corruption(seg: &Segment, offset: u64, stored: u32, actual: u32) -> Error {
-    Error::corruption(
-        Some(seg.path().to_path_buf()),
-        Some(offset),
-        format!("body CRC mismatch: stored {stored:#010x}, computed {actual:#010x}"),
-    )
+/// The error for what a position holds when a record was expected there; `None` for a record.
+fn unexpected(seg: &Segment, offset: u64, at: &At, scanning: bool) -> Option<Error> {
+    let path = || Some(seg.path().to_path_buf());
+    Some(match *at {
+        At::Record(_) => return None,
+        At::BadBody { stored, actual } => Error::corruption(
+            path(),
+            Some(offset),
+            format!("body CRC mismatch: stored {stored:#010x}, computed {actual:#010x}"),
+        ),
+        At::Invalid(why) | At::Damaged(why) if scanning => Error::corruption(
+            path(),
+            Some(offset),
+            format!("no valid record where the scan expected one: {why}"),
+        ),
+        At::Damaged(why) => Error::corruption(
+            path(),
+            Some(offset),
+            format!("damaged record header: {why}"),
+        ),
+        At::Invalid(why) => Error::InvalidOffset {
+            offset,
+            reason: why.into(),
+        },
+        At::EndOfSegment => Error::InvalidOffset {
+            offset,
+            reason: "it lies in the unused end of a segment".into(),
+        },
+    })
 }
 
-impl Shared {
-    fn max_body(&self) -> usize {
-        // Records written before a `max_message_size` change stay readable.
-        u32::MAX as usize
+/// [`CommitLog::read`](crate::CommitLog::read).
+pub(crate) fn read(state: &State, offset: u64) -> Result<RecordRef> {
+    let max = state.max_offset();
+    if offset < state.min_offset() || offset >= max {
+        return Err(state.range_error(offset.into()));
     }
-
-    /// [`CommitLog::read`](crate::CommitLog::read).
-    pub fn read(&self, offset: u64) -> Result<RecordRef> {
-        let max = self.max_offset.load(Ordering::Acquire);
-        if offset < self.min_offset.load(Ordering::Acquire) || offset >= max {
-            return Err(self.range_error(offset.into()));
-        }
-        let list = self.segments.load();
-        let seg = list
-            .find(offset)
-            .ok_or_else(|| self.range_error(offset.into()))?;
-        let at = record_at(seg, offset, max, self.max_body()).map_err(|e| {
-            // Deleted by the cleaner between the range check and the mapping.
-            if offset < self.min_offset.load(Ordering::Acquire) {
-                self.range_error(offset.into())
-            } else {
-                e
-            }
-        })?;
-        match at {
-            At::Record(r) => Ok(r),
-            At::BadBody { stored, actual } => Err(body_corruption(seg, offset, stored, actual)),
-            At::EndOfSegment => Err(Error::InvalidOffset {
-                offset,
-                reason: "it lies in the unused end of a segment".into(),
-            }),
-            At::Invalid(why) => Err(Error::InvalidOffset {
-                offset,
-                reason: why.into(),
-            }),
-            At::Damaged(why) => Err(Error::corruption(
-                Some(seg.path().to_path_buf()),
-                Some(offset),
-                format!("damaged record header: {why}"),
-            )),
-        }
+    let list = state.segments();
+    // The common case: the segment is mapped already; no `Arc` of the list is taken.
+    let (seg, map) = match list.find(offset).map(|s| (s, s.map())) {
+        Some((seg, Ok(map))) => (Arc::clone(seg), map),
+        _ => locate(state, &mut state.segments_full(), offset)?,
+    };
+    match record_at(&seg, &map, offset, max) {
+        At::Record(r) => Ok(r),
+        other => Err(unexpected(&seg, offset, &other, false)
+            .unwrap_or(Error::Internal("a record read as no record".into()))),
     }
+}
 
-    /// [`CommitLog::offset_for_timestamp`](crate::CommitLog::offset_for_timestamp).
-    pub fn offset_for_timestamp(self: &Arc<Self>, timestamp_ms: u64) -> Result<u64> {
-        let max = self.max_offset.load(Ordering::Acquire);
-        let list = self.segments.load_full();
-        let segs = list.as_slice();
-        // Segments whose first record is older than the target: the answer is in the last of them
-        // or at the start of the next one.
-        let mut lo = 0;
-        let mut hi = segs.len();
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            let older = match record_at(&segs[mid], segs[mid].start(), max, self.max_body()) {
-                Ok(At::Record(r)) => r.timestamp_ms < timestamp_ms,
+/// [`CommitLog::offset_for_timestamp`](crate::CommitLog::offset_for_timestamp).
+pub(crate) fn offset_for_timestamp(state: &Arc<State>, timestamp_ms: u64) -> Result<u64> {
+    let max = state.max_offset();
+    let mut list = state.segments_full();
+    // Segments whose first record is older than the target: the answer is in the last of them or
+    // at the start of the next one.
+    let starts: Vec<u64> = list.as_slice().iter().map(|s| s.start()).collect();
+    let mut lo = 0;
+    let mut hi = starts.len();
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        let older = match locate(state, &mut list, starts[mid]) {
+            Ok((seg, map)) if !seg.is_lost() => match record_at(&seg, &map, starts[mid], max) {
+                At::Record(r) => r.timestamp_ms < timestamp_ms,
                 _ => false,
-            };
-            if older {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        let from = match lo.checked_sub(1) {
-            Some(i) => segs[i].start(),
-            None => self.min_offset.load(Ordering::Acquire),
+            },
+            _ => false,
         };
-        let from = from.max(self.min_offset.load(Ordering::Acquire));
-        for rec in Scan::over(Arc::clone(self), list, from, max, max) {
-            let rec = rec?;
-            if rec.timestamp_ms >= timestamp_ms {
-                return Ok(rec.offset);
-            }
+        if older {
+            lo = mid + 1;
+        } else {
+            hi = mid;
         }
-        Ok(max)
     }
+    let min = state.min_offset();
+    let from = lo.checked_sub(1).map_or(min, |i| starts[i]).max(min);
+    for rec in Scan::over(Arc::clone(state), list, from, max, max) {
+        let rec = rec?;
+        if rec.timestamp_ms >= timestamp_ms {
+            return Ok(rec.offset);
+        }
+    }
+    Ok(max)
 }
 
 /// Records in offset order over a fixed range; yields an error and stops at a corrupt record.
 #[derive(Debug)]
 pub struct Scan {
-    shared: Arc<Shared>,
+    state: Arc<State>,
     list: Arc<SegmentList>,
     next: u64,
     /// Records starting at or after this are not yielded.
     end: u64,
     /// The published end when the scan began: no byte at or past it is read.
     max: u64,
-    seg: usize,
+    /// The segment the scan is in, and its map.
+    current: Option<(Arc<Segment>, Arc<Mapping>)>,
     done: bool,
 }
 
 impl Scan {
-    pub(crate) fn new(shared: Arc<Shared>, start: Option<u64>, end: Option<u64>) -> Result<Scan> {
-        let max = shared.max_offset.load(Ordering::Acquire);
-        let min = shared.min_offset.load(Ordering::Acquire);
+    pub(crate) fn new(state: Arc<State>, start: Option<u64>, end: Option<u64>) -> Result<Scan> {
+        let max = state.max_offset();
+        let min = state.min_offset();
         let end = end.map_or(max, |e| e.min(max));
         let start = start.unwrap_or(min);
         if start < min {
-            return Err(shared.range_error(start.into()));
+            return Err(state.range_error(start.into()));
         }
-        let list = shared.segments.load_full();
-        if start < end {
-            // `start` must be a record start, or the end of a segment's records (an earlier
-            // `max_offset`, since sealed by a filler): the scan then goes on in the next segment.
-            let seg = list
-                .find(start)
-                .ok_or_else(|| shared.range_error(start.into()))?;
-            let at = if seg.is_lost() {
-                At::EndOfSegment // a hole: the scan skips it
-            } else {
-                record_at(seg, start, max, shared.max_body())?
-            };
-            match at {
-                At::Record(_) | At::EndOfSegment => {}
-                At::BadBody { stored, actual } => {
-                    return Err(body_corruption(seg, start, stored, actual))
-                }
-                At::Damaged(why) => {
-                    return Err(Error::corruption(
-                        Some(seg.path().to_path_buf()),
-                        Some(start),
-                        format!("damaged record header: {why}"),
-                    ))
-                }
-                At::Invalid(why) => {
-                    return Err(Error::InvalidOffset {
-                        offset: start,
-                        reason: why.into(),
-                    })
+        let mut list = state.segments_full();
+        // `start` must be a record start, or the end of a segment's records (an earlier
+        // `max_offset`, since sealed by a filler): the scan then goes on in the next segment. A
+        // hole (accept_lost) is skipped by the scan.
+        let lost = list.find(start).is_some_and(|s| s.is_lost());
+        if start < end && !lost {
+            let (seg, map) = locate(&state, &mut list, start)?;
+            let at = record_at(&seg, &map, start, max);
+            if !matches!(at, At::EndOfSegment) {
+                if let Some(e) = unexpected(&seg, start, &at, false) {
+                    return Err(e);
                 }
             }
         }
-        Ok(Scan::over(shared, list, start, end, max))
+        Ok(Scan::over(state, list, start, end, max))
     }
 
-    fn over(shared: Arc<Shared>, list: Arc<SegmentList>, start: u64, end: u64, max: u64) -> Scan {
-        let seg = list.index_of(start).unwrap_or(0);
+    fn over(state: Arc<State>, list: Arc<SegmentList>, start: u64, end: u64, max: u64) -> Scan {
         Scan {
-            shared,
+            state,
             list,
             next: start,
             end: end.min(max),
             max,
-            seg,
+            current: None,
             done: start >= end,
         }
     }
@@ -315,48 +336,34 @@ impl Scan {
     }
 
     fn step(&mut self) -> Result<Option<RecordRef>> {
-        let max_body = self.shared.max_body();
         loop {
             if self.next >= self.end {
                 return Ok(None);
             }
-            let segs = self.list.as_slice();
-            while self.seg < segs.len() && segs[self.seg].end() <= self.next {
-                self.seg += 1;
-            }
-            let Some(seg) = segs.get(self.seg) else {
-                return Ok(None);
-            };
-            if !seg.contains(self.next) {
-                return Err(self.shared.range_error(self.next.into()));
-            }
-            if seg.is_lost() {
-                self.next = seg.end();
-                continue;
-            }
-            let next = self.next;
-            let at = record_at(seg, next, self.max, max_body).map_err(|e| {
-                if next < self.shared.min_offset.load(Ordering::Acquire) {
-                    self.shared.range_error(next.into())
-                } else {
-                    e
+            if !self
+                .current
+                .as_ref()
+                .is_some_and(|(s, _)| s.contains(self.next))
+            {
+                if let Some(hole) = self.list.find(self.next).filter(|s| s.is_lost()) {
+                    // A hole left by a lost directory: skip it.
+                    self.next = hole.end();
+                    continue;
                 }
-            })?;
-            match at {
+                self.current = Some(locate(&self.state, &mut self.list, self.next)?);
+            }
+            let Some((seg, map)) = &self.current else {
+                return Err(Error::Internal("a scan lost its segment".into()));
+            };
+            match record_at(seg, map, self.next, self.max) {
                 At::Record(r) => {
                     self.next = r.next_offset;
                     return Ok(Some(r));
                 }
                 At::EndOfSegment => self.next = seg.end(),
-                At::BadBody { stored, actual } => {
-                    return Err(body_corruption(seg, self.next, stored, actual))
-                }
-                At::Invalid(why) | At::Damaged(why) => {
-                    return Err(Error::corruption(
-                        Some(seg.path().to_path_buf()),
-                        Some(self.next),
-                        format!("no valid record where the scan expected one: {why}"),
-                    ))
+                other => {
+                    return Err(unexpected(seg, self.next, &other, true)
+                        .unwrap_or(Error::Internal("a record read as no record".into())))
                 }
             }
         }

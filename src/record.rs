@@ -55,12 +55,30 @@ impl Header {
 /// What sits at a position inside a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Slot {
-    /// A record whose header validates (the body CRC is checked separately).
+    /// A record whose header validates ([`validate`] has checked its body CRC too).
     Record(Header),
     /// The end of the segment's data: a filler, or too few bytes left for one.
     EndOfSegment,
     /// Nothing valid: zeros (never written) or damaged bytes.
     Invalid(&'static str),
+    /// A valid header whose body fails its CRC (only from [`validate`]).
+    BadBody {
+        /// The CRC the header stores.
+        stored: u32,
+        /// The CRC of the bytes found.
+        actual: u32,
+    },
+}
+
+impl Slot {
+    /// Why the position holds no valid record (`None` for a record or the end of the segment).
+    pub fn defect(&self) -> Option<&'static str> {
+        match self {
+            Slot::Record(_) | Slot::EndOfSegment => None,
+            Slot::Invalid(why) => Some(why),
+            Slot::BadBody { .. } => Some("body CRC mismatch"),
+        }
+    }
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -121,6 +139,37 @@ pub fn decode(rest: &[u8], offset: u64, max_body: usize) -> Slot {
         return Slot::Invalid("stored physical offset differs from the record's position");
     }
     Slot::Record(header)
+}
+
+/// [`decode`], then the body CRC: the one check of a record that readers, recovery and `verify`
+/// share. A [`Slot::Record`] from here is a record to trust.
+pub fn validate(rest: &[u8], offset: u64, max_body: usize) -> Slot {
+    match decode(rest, offset, max_body) {
+        Slot::Record(h) => {
+            let actual = body_crc(&rest[HEADER_LEN..h.len as usize]);
+            if actual == h.body_crc {
+                Slot::Record(h)
+            } else {
+                Slot::BadBody {
+                    stored: h.body_crc,
+                    actual,
+                }
+            }
+        }
+        other => other,
+    }
+}
+
+/// Stores a record by calling `write(position in the record, parts)` twice: first the header from
+/// byte 8 on and the body, then the length/magic word (bytes 0..8). A reader that finds the magic
+/// finds the rest of the header behind it (and checks both CRCs before trusting the record).
+pub fn store<E>(
+    header: &[u8; HEADER_LEN],
+    body: &[u8],
+    mut write: impl FnMut(usize, &[&[u8]]) -> Result<(), E>,
+) -> Result<(), E> {
+    write(8, &[&header[8..], body])?;
+    write(0, &[&header[..8]])
 }
 
 /// Whether `rest` starts with a record's magic (its header may still fail validation).

@@ -12,7 +12,7 @@ use std::os::unix::fs::FileExt;
 use crate::checkpoint::Checkpoint;
 use crate::error::{IoContext, Result};
 use crate::fs::remove_durably;
-use crate::record::{body_crc, decode, Slot, HEADER_LEN};
+use crate::record::{validate, Slot};
 use crate::segments::SegmentList;
 use crate::tail_hint::TailHint;
 
@@ -65,17 +65,13 @@ pub fn find_end(list: &SegmentList, from: u64, max_body: usize) -> Result<Tail> 
         let size = seg.size() as usize;
         let stopped = loop {
             let rest = map.bytes(pos as usize, size);
-            match decode(rest, seg.start() + pos, max_body) {
+            match validate(rest, seg.start() + pos, max_body) {
                 Slot::Record(h) => {
-                    let body = &rest[HEADER_LEN..h.len as usize];
-                    if body_crc(body) != h.body_crc {
-                        break Some("body CRC mismatch");
-                    }
                     tail.last_timestamp_ms = tail.last_timestamp_ms.max(h.timestamp_ms);
                     pos += u64::from(h.len);
                 }
                 Slot::EndOfSegment => break None,
-                Slot::Invalid(why) => break Some(why),
+                other => break other.defect(),
             }
         };
         match stopped {

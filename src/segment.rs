@@ -18,6 +18,11 @@ use memmap2::{MmapOptions, MmapRaw};
 
 use crate::error::{Error, IoContext, Result};
 
+/// The largest offset a log holds: `i64::MAX`. Offsets are unsigned in the file format, but signed
+/// 64-bit integers in Arrow, Spark and Java, so no segment may end past this; a store whose files
+/// would is refused at open, and an append that would need such a segment fails.
+pub const MAX_OFFSET: u64 = i64::MAX as u64;
+
 /// A whole segment file mapped into memory.
 #[derive(Debug)]
 pub struct Mapping {

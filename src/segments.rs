@@ -56,11 +56,11 @@ impl SegmentList {
         self.segments.last()
     }
 
-    /// A copy with `segment` appended at the end.
-    pub fn with_pushed(&self, segment: Arc<Segment>) -> SegmentList {
-        let mut segments = Vec::with_capacity(self.segments.len() + 1);
+    /// A copy with `new` appended at the end.
+    pub fn with_appended(&self, new: Vec<Arc<Segment>>) -> SegmentList {
+        let mut segments = Vec::with_capacity(self.segments.len() + new.len());
         segments.extend(self.segments.iter().cloned());
-        segments.push(segment);
+        segments.extend(new);
         self.derive(segments)
     }
 
@@ -114,6 +114,12 @@ impl SegmentList {
     /// The segment holding `offset`.
     pub fn find(&self, offset: u64) -> Option<&Arc<Segment>> {
         self.index_of(offset).map(|i| &self.segments[i])
+    }
+
+    /// Whether `segment` (this very one, not a copy of it) is in the list.
+    pub fn holds(&self, segment: &Arc<Segment>) -> bool {
+        self.index_of(segment.start())
+            .is_some_and(|i| Arc::ptr_eq(&self.segments[i], segment))
     }
 }
 

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::log::locked;
+use crate::sync::locked;
 
 /// Live counters, updated with relaxed atomics.
 #[derive(Debug, Default)]

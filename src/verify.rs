@@ -1,11 +1,13 @@
 //! `verify`: a full CRC walk of the log that modifies nothing and reports every bad range.
 
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::log::CommitLog;
-use crate::record::{body_crc, decode, Slot, HEADER_LEN};
+use crate::reader::locate;
+use crate::record::{validate, Slot};
 use crate::segment::Segment;
+use crate::segments::SegmentList;
+use crate::state::State;
 
 /// A damaged range: from the first bad byte to where valid records resume, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,23 +22,23 @@ pub struct BadRange {
 
 /// The record at `pos` validates completely (header, stored offset, body CRC); its length.
 fn valid_at(bytes: &[u8], offset: u64) -> Result<u64, &'static str> {
-    match decode(bytes, offset, u32::MAX as usize) {
-        Slot::Record(h) => {
-            let body = &bytes[HEADER_LEN..h.len as usize];
-            if body_crc(body) == h.body_crc {
-                Ok(u64::from(h.len))
-            } else {
-                Err("body CRC mismatch")
-            }
-        }
+    match validate(bytes, offset, u32::MAX as usize) {
+        Slot::Record(h) => Ok(u64::from(h.len)),
         Slot::EndOfSegment => Ok(0),
-        Slot::Invalid(why) => Err(why),
+        other => Err(other.defect().unwrap_or("invalid")),
     }
 }
 
 /// Walks one segment's records in `[from, limit)` (relative), appending bad ranges.
-fn verify_segment(seg: &Segment, from: u64, limit: u64, out: &mut Vec<BadRange>) -> Result<()> {
-    let map = match seg.map() {
+fn verify_segment(
+    state: &State,
+    list: &mut Arc<SegmentList>,
+    seg: &Segment,
+    from: u64,
+    limit: u64,
+    out: &mut Vec<BadRange>,
+) -> Result<()> {
+    let map = match locate(state, list, seg.start()).map(|(_, map)| map) {
         Ok(map) => map,
         // A file of the wrong length: the whole segment is damage (an I/O error is not).
         Err(e @ Error::Corruption { .. }) => {
@@ -80,34 +82,29 @@ fn verify_segment(seg: &Segment, from: u64, limit: u64, out: &mut Vec<BadRange>)
     Ok(())
 }
 
-impl CommitLog {
-    /// Checks every record from `min_offset` to `max_offset` (headers, stored offsets, body CRCs)
-    /// without changing anything. Returns one entry per damaged range; empty when clean.
-    pub fn verify(&self) -> Result<Vec<BadRange>> {
-        self.verify_with(|_, _| {})
-    }
-
-    /// [`CommitLog::verify`], calling `progress(bytes_done, bytes_total)` after each segment.
-    pub fn verify_with(&self, mut progress: impl FnMut(u64, u64)) -> Result<Vec<BadRange>> {
-        let shared = self.shared();
-        shared.check_open()?;
-        let max = shared.max_offset.load(Ordering::Acquire);
-        let min = shared.min_offset.load(Ordering::Acquire);
-        let list = shared.segments.load_full();
-        let total = max.saturating_sub(min);
-        let mut out = Vec::new();
-        for seg in list.as_slice() {
-            if seg.start() >= max {
-                break;
-            }
-            if seg.is_lost() {
-                continue; // a known hole (accept_lost), listed by holes()
-            }
-            let from = min.saturating_sub(seg.start()).min(seg.size());
-            let limit = (max.min(seg.end()) - seg.start()).max(from);
-            verify_segment(seg, from, limit, &mut out)?;
-            progress(max.min(seg.end()).saturating_sub(min), total);
+/// [`CommitLog::verify_with`](crate::CommitLog::verify_with).
+pub(crate) fn verify(state: &State, mut progress: impl FnMut(u64, u64)) -> Result<Vec<BadRange>> {
+    let max = state.max_offset();
+    let min = state.min_offset();
+    let mut list = state.segments_full();
+    let segs = list.as_slice().to_vec();
+    let total = max.saturating_sub(min);
+    let mut out = Vec::new();
+    for seg in &segs {
+        if seg.start() >= max {
+            break;
         }
-        Ok(out)
+        if seg.is_lost() {
+            continue; // a known hole (accept_lost), listed by holes()
+        }
+        let from = min.saturating_sub(seg.start()).min(seg.size());
+        let limit = (max.min(seg.end()) - seg.start()).max(from);
+        match verify_segment(state, &mut list, seg, from, limit, &mut out) {
+            // Deleted by retention during the walk: nothing left to check there.
+            Err(Error::OffsetOutOfRange { .. }) => continue,
+            other => other?,
+        }
+        progress(max.min(seg.end()).saturating_sub(min), total);
     }
+    Ok(out)
 }

@@ -161,7 +161,10 @@ fn to_py(e: Error) -> PyErr {
             Error::ReadOnly(_) => &t.read_only,
             Error::Closed => &t.closed,
             Error::WriterPoisoned { .. } => &t.poisoned,
-            Error::CleanerFailed { .. } | Error::Unsupported(_) => &t.base,
+            Error::CleanerFailed { .. }
+            | Error::Unsupported(_)
+            | Error::OffsetLimit { .. }
+            | Error::Internal(_) => &t.base,
         };
         PyErr::from_type(ty.bind(py).clone(), (msg,))
     })

@@ -355,10 +355,7 @@ impl PyCommitLog {
         d.set_item("clean_last_error", s.clean_last_error)?;
         d.set_item("fallback_lookups", self.log.fallback_lookups())?;
         d.set_item("strategy", self.log.options().strategy.name())?;
-        d.set_item(
-            "flush",
-            format!("{:?}", self.log.options().flush).to_lowercase(),
-        )?;
+        d.set_item("flush", self.log.options().flush.as_str())?;
         Ok(d)
     }
 

@@ -1,0 +1,200 @@
+//! The one path by which the segment list changes: [`State::change`].
+//!
+//! A change is planned and applied under one lock, by a planner that sees the list it will apply
+//! to, and is checked against that list before it is applied. The invariants kept here:
+//! - the list stays sorted and contiguous;
+//! - new segments join only at the end, wholly above the published end (a roll);
+//! - deletion takes a prefix only, of sealed segments: each wholly below the published end and
+//!   never the last of the list (the writer's active segment). `min_offset` moves first, then the
+//!   list, then the new head is recorded in the checkpoint, and only then are files unlinked;
+//! - a moved segment replaces the very segment it was copied from (the same `Arc`), still sealed;
+//! - a writer's list never reloads; a follower's (read-only) list changes only by reloading.
+//!
+//! A plan that breaks one of these is refused with [`Error::Internal`] and changes nothing.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::State;
+use crate::error::{Error, Result};
+use crate::failpoint::fail_point;
+use crate::fs::remove_durably;
+use crate::segment::Segment;
+use crate::segments::SegmentList;
+use crate::stats::Stats;
+use crate::sync::locked;
+
+/// A change of the segment list.
+#[derive(Debug)]
+pub(crate) enum Change {
+    /// New segments after the last one (created and mapped, nothing published in them yet).
+    Roll(Vec<Arc<Segment>>),
+    /// The first segments of the list go, files included (retention, `truncate_before`).
+    DeleteHead(Vec<Arc<Segment>>),
+    /// A sealed segment's file was copied to another directory: the copy replaces it.
+    Replace {
+        old: Arc<Segment>,
+        new: Arc<Segment>,
+    },
+    /// A follower's new view of the store, and the end of the records in it.
+    Reload {
+        list: SegmentList,
+        end: u64,
+        last_timestamp_ms: u64,
+    },
+    /// The log closes: every segment leaves (maps go with their last reader).
+    Clear,
+}
+
+/// What a planner sees, fixed while it plans: the list and the published end.
+#[derive(Debug)]
+pub(crate) struct Plan<'a> {
+    pub list: &'a SegmentList,
+    pub end: u64,
+}
+
+impl Plan<'_> {
+    /// The segments a deletion or a move may take: a prefix of the list, each wholly below the
+    /// published end, never the last one (records are written into it, or will be once the end
+    /// reaches it).
+    pub fn sealed(&self) -> &[Arc<Segment>] {
+        let all = self.list.as_slice();
+        let below = all.partition_point(|s| s.end() <= self.end);
+        &all[..below.min(all.len().saturating_sub(1))]
+    }
+}
+
+impl State {
+    /// Plans a change with `plan`, from the list it applies to, and applies it; both under the
+    /// list lock. `plan` returns the change (or none) and a result for the caller.
+    pub fn change<T>(
+        &self,
+        plan: impl FnOnce(&Plan<'_>) -> Result<(Option<Change>, T)>,
+    ) -> Result<T> {
+        fail_point!("list::lock");
+        let _guard = locked(&self.list_lock);
+        let list = self.segments.load_full();
+        let view = Plan {
+            list: &list,
+            end: self.max_offset(),
+        };
+        let (change, out) = plan(&view)?;
+        if let Some(change) = change {
+            fail_point!("list::planned");
+            self.check(&view, &change).map_err(|why| {
+                Error::Internal(format!("refused change of the segment list: {why}"))
+            })?;
+            self.apply(&list, change)?;
+        }
+        Ok(out)
+    }
+
+    fn check(&self, p: &Plan<'_>, change: &Change) -> std::result::Result<(), String> {
+        let segs = p.list.as_slice();
+        match change {
+            Change::Roll(new) => {
+                if self.read_only {
+                    return Err("a read-only log does not roll".into());
+                }
+                let mut at = segs.last().map_or(p.end, |s| s.end());
+                for s in new {
+                    if s.start() != at || s.start() < p.end {
+                        return Err(format!(
+                            "new segment at {} does not follow the list (expected {at}, end {})",
+                            s.start(),
+                            p.end
+                        ));
+                    }
+                    at = s.end();
+                }
+                Ok(())
+            }
+            Change::DeleteHead(victims) => {
+                let sealed = p.sealed();
+                if self.read_only || victims.len() > sealed.len() {
+                    return Err(format!(
+                        "deleting {} segments, {} are sealed",
+                        victims.len(),
+                        sealed.len()
+                    ));
+                }
+                match victims.iter().zip(sealed).all(|(v, s)| Arc::ptr_eq(v, s)) {
+                    true => Ok(()),
+                    false => Err("the segments to delete are not the head of the list".into()),
+                }
+            }
+            Change::Replace { old, new } => {
+                let live = p.sealed().iter().any(|s| Arc::ptr_eq(s, old));
+                if self.read_only || !live {
+                    return Err(format!("segment {} is not a sealed segment", old.start()));
+                }
+                match (new.start(), new.size()) == (old.start(), old.size()) {
+                    true => Ok(()),
+                    false => Err(format!("the copy of {} has another range", old.start())),
+                }
+            }
+            Change::Reload { list, end, .. } => {
+                let contiguous = list
+                    .as_slice()
+                    .windows(2)
+                    .all(|w| w[0].end() == w[1].start());
+                if !self.read_only || !contiguous || list.last().is_some_and(|s| s.end() < *end) {
+                    return Err("a reload must be a follower's contiguous list".into());
+                }
+                Ok(())
+            }
+            Change::Clear => Ok(()),
+        }
+    }
+
+    fn apply(&self, list: &SegmentList, change: Change) -> Result<()> {
+        match change {
+            Change::Roll(new) => {
+                Stats::add(&self.stats.segments_created, new.len() as u64);
+                self.segments.store(Arc::new(list.with_appended(new)));
+            }
+            Change::DeleteHead(victims) => self.delete_head(list, &victims)?,
+            Change::Replace { new, .. } => {
+                self.segments.store(Arc::new(list.with_replaced(new)));
+            }
+            Change::Reload {
+                list,
+                end,
+                last_timestamp_ms,
+            } => {
+                let min = list.first().map_or(end, |s| s.start());
+                self.min_offset.store(min, Ordering::Release);
+                self.segments.store(Arc::new(list));
+                self.last_timestamp_ms
+                    .fetch_max(last_timestamp_ms, Ordering::Relaxed);
+                self.max_offset.store(end, Ordering::Release);
+            }
+            Change::Clear => self.segments.store(Arc::new(list.truncated_before(0))),
+        }
+        Ok(())
+    }
+
+    fn delete_head(&self, list: &SegmentList, victims: &[Arc<Segment>]) -> Result<()> {
+        let Some(last) = victims.last() else {
+            return Ok(());
+        };
+        // 1. Out of the list: new reads of these offsets are out of range. The head moves first,
+        // so a reader never finds an offset at or above `min_offset` missing from the list.
+        self.min_offset.fetch_max(last.end(), Ordering::AcqRel);
+        self.segments
+            .store(Arc::new(list.without_head_before(last.end())));
+        // 2. The new head is durable before any file goes.
+        self.write_checkpoint(false)?;
+        fail_point!("delete::recorded");
+        // 3. The files.
+        for seg in victims.iter().filter(|s| !s.is_lost()) {
+            if let Err(e) = remove_durably(seg.path()) {
+                log::warn!("deleting {} failed: {e}", seg.path().display());
+                return Err(e);
+            }
+            Stats::add(&self.stats.segments_deleted, 1);
+            Stats::add(&self.stats.bytes_deleted, seg.size());
+        }
+        Ok(())
+    }
+}

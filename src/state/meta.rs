@@ -1,0 +1,63 @@
+//! Writing the store's checkpoint (`rmqlog.meta`) from the state: the counters it covers, the
+//! directories it goes to, the move intent it carries.
+
+use super::State;
+use crate::checkpoint::{Checkpoint, Move};
+use crate::error::Result;
+use crate::sync::locked;
+
+impl State {
+    /// Rewrites the checkpoint in every directory that keeps metadata. Covers only synced data;
+    /// `clean` (a close) also vouches for the end of the log when everything is synced.
+    pub fn write_checkpoint(&self, clean: bool) -> Result<()> {
+        self.update_checkpoint(clean, None, |_| {})
+    }
+
+    /// Rewrites the checkpoint unless it would say what `on_disk` says (the same store state;
+    /// the timestamp floor may lag, as it covers only `flushed_offset`): a reopen after a crash
+    /// in `FlushMode::None` changes nothing and so syncs nothing.
+    pub fn refresh_checkpoint(&self, on_disk: Option<&Checkpoint>) -> Result<()> {
+        self.update_checkpoint(false, on_disk, |_| {})
+    }
+
+    /// Records (or, with `None`, clears) the intent of a segment move, durably.
+    pub fn set_move_intent(&self, intent: Option<Move>) -> Result<()> {
+        self.update_checkpoint(false, None, |c| c.moving = intent)
+    }
+
+    fn update_checkpoint(
+        &self,
+        clean: bool,
+        on_disk: Option<&Checkpoint>,
+        edit: impl FnOnce(&mut Checkpoint),
+    ) -> Result<()> {
+        let mut c = locked(&self.checkpoint);
+        edit(&mut c);
+        let flushed = self.flushed_offset();
+        let max = self.max_offset();
+        c.flushed_offset = flushed;
+        c.min_offset = self.min_offset();
+        c.max_timestamp_ms = self.last_timestamp_ms();
+        // A clean checkpoint vouches for the end of the log, so it needs everything synced.
+        c.clean = clean && flushed == max;
+        c.max_offset = if c.clean { max } else { 0 };
+        if let Some(old) = on_disk {
+            let same = Checkpoint {
+                seq: old.seq,
+                max_timestamp_ms: old.max_timestamp_ms,
+                ..c.clone()
+            };
+            if same == *old {
+                return Ok(());
+            }
+        }
+        c.seq += 1;
+        let dirs: Vec<_> = self
+            .dirs
+            .iter()
+            .filter(|d| d.keeps_metadata())
+            .map(|d| d.path.clone())
+            .collect();
+        c.write(&dirs, self.opts.file_mode)
+    }
+}

@@ -1,0 +1,264 @@
+//! The log's shared state and its one owner: options, directories, the segment list, the offsets,
+//! poison, the checkpoint, events and counters.
+//!
+//! Every part of the log (writer, readers, flusher, cleaner, mover, follower) works on a `&State`.
+//! The segment list and `min_offset` change only through [`State::change`] (`changes.rs`); the
+//! checkpoint is written only here (`meta.rs`); the published end only by [`State::publish`]
+//! (the writer) and a follower's reload.
+//!
+//! Locks, in the order they may be taken (never the other way round):
+//! 1. the writer's cursor (held by an append, and by a roll's cleaning pass on a full disk);
+//! 2. `move_lock` (one move at a time, for its whole copy) and `refresh_lock` (one follower
+//!    refresh at a time);
+//! 3. the list lock inside [`State::change`];
+//! 4. `checkpoint`, `flush_lock`, directory states, events: leaves, held briefly.
+
+mod changes;
+mod meta;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use arc_swap::{ArcSwap, Guard};
+
+pub(crate) use self::changes::{Change, Plan};
+use crate::checkpoint::Checkpoint;
+use crate::dirs::{usage, Dir, DirInfo, DirState};
+use crate::error::{Error, Result};
+use crate::events::Events;
+use crate::lock::fork_generation;
+use crate::options::Options;
+use crate::segments::SegmentList;
+use crate::stats::Stats;
+use crate::sync::locked;
+
+/// What every part of one open log shares.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub opts: Options,
+    /// Every directory of the store: the writable ones in configuration order, then the
+    /// read-only ones.
+    pub dirs: Vec<Dir>,
+    /// Opened with `read_only`: a follower, which never writes.
+    pub read_only: bool,
+    segments: ArcSwap<SegmentList>,
+    /// Serialises [`State::change`]: a change is planned and applied under it.
+    list_lock: Mutex<()>,
+    /// End of the published records (Release by the writer, Acquire by readers).
+    max_offset: AtomicU64,
+    min_offset: AtomicU64,
+    flushed_offset: AtomicU64,
+    /// Largest timestamp published so far.
+    last_timestamp_ms: AtomicU64,
+    closed: AtomicBool,
+    /// Fork generation at open: in a forked child the log counts as closed.
+    generation: u64,
+    /// Set once a sync of written data failed (or the flusher died); appends refuse from then on.
+    poisoned: OnceLock<String>,
+    /// Set when the cleaner thread panicked: cleaning stops, `clean()` reports it.
+    clean_poison: OnceLock<String>,
+    checkpoint: Mutex<Checkpoint>,
+    /// Serialises syncs; a sync covers everything published before it started (group commit).
+    pub flush_lock: Mutex<()>,
+    /// One segment move at a time (the checkpoint holds one move intent).
+    pub move_lock: Mutex<()>,
+    /// One follower refresh at a time.
+    pub refresh_lock: Mutex<()>,
+    pub events: Events,
+    pub stats: Stats,
+}
+
+/// What an open hands to [`State::new`].
+pub(crate) struct Parts {
+    pub opts: Options,
+    pub dirs: Vec<Dir>,
+    pub read_only: bool,
+    pub list: SegmentList,
+    pub end: u64,
+    pub min: u64,
+    pub flushed: u64,
+    pub last_ts: u64,
+    pub checkpoint: Checkpoint,
+}
+
+impl State {
+    pub fn new(p: Parts) -> Result<Arc<State>> {
+        let events = Events::start(p.opts.on_dir_event.clone())?;
+        Ok(Arc::new(State {
+            opts: p.opts,
+            dirs: p.dirs,
+            read_only: p.read_only,
+            segments: ArcSwap::from_pointee(p.list),
+            list_lock: Mutex::new(()),
+            max_offset: AtomicU64::new(p.end),
+            min_offset: AtomicU64::new(p.min),
+            flushed_offset: AtomicU64::new(p.flushed),
+            last_timestamp_ms: AtomicU64::new(p.last_ts),
+            closed: AtomicBool::new(false),
+            generation: fork_generation(),
+            poisoned: OnceLock::new(),
+            clean_poison: OnceLock::new(),
+            checkpoint: Mutex::new(p.checkpoint),
+            flush_lock: Mutex::new(()),
+            move_lock: Mutex::new(()),
+            refresh_lock: Mutex::new(()),
+            events,
+            stats: Stats::default(),
+        }))
+    }
+
+    /// The segment list as of now (cheap; for one lookup).
+    pub fn segments(&self) -> Guard<Arc<SegmentList>> {
+        self.segments.load()
+    }
+
+    /// The segment list as of now, to keep (a scan, a plan).
+    pub fn segments_full(&self) -> Arc<SegmentList> {
+        self.segments.load_full()
+    }
+
+    /// End of the published records: readers never look at or past it.
+    pub fn max_offset(&self) -> u64 {
+        self.max_offset.load(Ordering::Acquire)
+    }
+
+    /// First offset of the log.
+    pub fn min_offset(&self) -> u64 {
+        self.min_offset.load(Ordering::Acquire)
+    }
+
+    /// Every byte below this offset is durable.
+    pub fn flushed_offset(&self) -> u64 {
+        self.flushed_offset.load(Ordering::Acquire)
+    }
+
+    /// Largest record timestamp published so far.
+    pub fn last_timestamp_ms(&self) -> u64 {
+        self.last_timestamp_ms.load(Ordering::Relaxed)
+    }
+
+    /// The writer publishes records up to `end` (written before this call), stamped `ts`.
+    pub fn publish(&self, end: u64, ts: u64) {
+        self.last_timestamp_ms.fetch_max(ts, Ordering::Relaxed);
+        self.max_offset.store(end, Ordering::Release);
+    }
+
+    /// A sync made every byte below `offset` durable.
+    pub fn set_flushed(&self, offset: u64) {
+        self.flushed_offset.fetch_max(offset, Ordering::AcqRel);
+    }
+
+    pub fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) || self.generation != fork_generation() {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    /// Marks the log closed; true for the first caller only.
+    pub fn mark_closed(&self) -> bool {
+        !self.closed.swap(true, Ordering::AcqRel)
+    }
+
+    /// Whether this process is a child forked after the log was opened.
+    pub fn inherited_by_fork(&self) -> bool {
+        self.generation != fork_generation()
+    }
+
+    /// Appends may go on: the log is open and no sync has failed.
+    pub fn check_writable(&self) -> Result<()> {
+        self.check_open()?;
+        self.check_not_poisoned()
+    }
+
+    /// No sync has failed. Once one has, no later sync may vouch for anything: the kernel may
+    /// have dropped the pages that failed to write and counts them as clean, so a retry would
+    /// succeed without writing them (the fsync-failure research fjall and PostgreSQL cite).
+    pub fn check_not_poisoned(&self) -> Result<()> {
+        match self.poisoned.get() {
+            Some(cause) => Err(Error::WriterPoisoned {
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses every later append: written data may not be durable (a failed sync), or the
+    /// thread that makes it durable is gone. Returns the error to report.
+    pub fn poison(&self, cause: String) -> Error {
+        log::error!("the writer is poisoned: {cause}");
+        let cause = self.poisoned.get_or_init(|| cause).clone();
+        Error::WriterPoisoned { cause }
+    }
+
+    /// Why cleaning stopped, if the cleaner thread panicked.
+    pub fn cleaner_failure(&self) -> Option<&str> {
+        self.clean_poison.get().map(String::as_str)
+    }
+
+    pub fn set_cleaner_failure(&self, cause: String) {
+        *locked(&self.stats.clean_last_error) = Some(cause.clone());
+        let _ = self.clean_poison.set(cause);
+    }
+
+    pub fn range_error(&self, offset: i128) -> Error {
+        Error::OffsetOutOfRange {
+            offset,
+            min: self.min_offset(),
+            max: self.max_offset(),
+        }
+    }
+
+    /// Index of the directory `path` (made absolute) names.
+    pub fn dir_index(&self, path: &Path) -> Option<usize> {
+        let abs = crate::paths::normalize(&std::path::absolute(path).ok()?);
+        self.dirs.iter().position(|d| d.path == abs)
+    }
+
+    /// Sets a directory's state and reports the change.
+    pub fn set_dir_state(&self, idx: usize, state: DirState, reason: Option<String>) {
+        if let Some(ev) = self.dirs[idx].set_state(state, reason) {
+            self.events.send(ev);
+        }
+    }
+
+    /// A snapshot of every directory: usage read now, state as last judged, segment counts
+    /// (plus `pending`: segments being created, not yet listed).
+    pub fn dir_infos_with(&self, pending: &[usize]) -> Vec<DirInfo> {
+        let list = self.segments();
+        let mut counts = vec![0usize; self.dirs.len()];
+        for dir in list
+            .as_slice()
+            .iter()
+            .map(|s| s.dir())
+            .chain(pending.iter().copied())
+        {
+            if let Some(c) = counts.get_mut(dir) {
+                *c += 1;
+            }
+        }
+        self.dirs
+            .iter()
+            .zip(counts)
+            .map(|(d, segments)| {
+                let (state, error) = d.state();
+                let usage = usage(&d.path).ok();
+                DirInfo {
+                    path: d.path.clone(),
+                    state,
+                    total_bytes: usage.map_or(0, |u| u.total_bytes),
+                    free_bytes: usage.map_or(0, |u| u.free_bytes),
+                    used_ratio: usage.map(|u| u.used_ratio()),
+                    segments,
+                    error,
+                }
+            })
+            .collect()
+    }
+
+    /// [`State::dir_infos_with`] nothing pending.
+    pub fn dir_infos(&self) -> Vec<DirInfo> {
+        self.dir_infos_with(&[])
+    }
+}

@@ -1,0 +1,61 @@
+//! Helpers shared by the integration tests: stores in temporary directories, recognisable bodies.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use rmqlog::{CommitLog, FlushMode, Options};
+
+/// `n` store directories under one temporary directory (kept alive by the returned guard).
+pub fn dirs(n: usize) -> (tempfile::TempDir, Vec<PathBuf>) {
+    let root = tempfile::tempdir().expect("temporary directory");
+    let dirs = (0..n).map(|i| root.path().join(format!("d{i}"))).collect();
+    (root, dirs)
+}
+
+/// A writer's options for tests: 4 KiB segments, no background thread (syncs and cleaning happen
+/// only when a test calls them), nothing expires by age.
+pub fn quiet() -> Options {
+    Options::default()
+        .segment_size(4096)
+        .flush(FlushMode::None)
+        .clean_interval(Duration::ZERO)
+        .retention_hours(None)
+}
+
+/// The body of record `i`: its number, then bytes derived from it; `len` bytes in all (>= 8).
+pub fn body(i: u64, len: usize) -> Vec<u8> {
+    let mut b = i.to_le_bytes().to_vec();
+    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    while b.len() < len.max(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        b.push(x as u8);
+    }
+    b
+}
+
+/// Whether `bytes` is the body of some record (`Some(its number)`), checked byte for byte.
+pub fn check_body(bytes: &[u8]) -> Option<u64> {
+    let i = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+    (body(i, bytes.len()) == bytes).then_some(i)
+}
+
+/// Appends records `0..n` of `len` bytes; returns `(offset, number)` of each.
+pub fn fill(log: &CommitLog, n: u64, len: usize) -> Vec<(u64, u64)> {
+    (0..n)
+        .map(|i| (log.append(&body(i, len)).expect("append"), i))
+        .collect()
+}
+
+/// Every record in `acked` at or above the log's `min_offset` reads back with its content.
+pub fn assert_readable(log: &CommitLog, acked: &[(u64, u64)]) {
+    let min = log.min_offset().expect("min_offset");
+    for &(offset, i) in acked.iter().filter(|(o, _)| *o >= min) {
+        let rec = log
+            .read(offset)
+            .unwrap_or_else(|e| panic!("record {i} at {offset}: {e}"));
+        assert_eq!(check_body(&rec), Some(i), "record {i} at {offset}");
+    }
+}

@@ -1,0 +1,413 @@
+//! Interleavings of maintenance calls, the writer and followers, made deterministic by fail points
+//! (`cargo test --features failpoints`): one operation is paused at its critical step while
+//! another runs, so each race of issue 12 happens on every run, not by luck.
+#![cfg(feature = "failpoints")]
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use common::{assert_readable, body, dirs, quiet};
+use rmqlog::{CommitLog, Error, FlushMode, Options};
+
+/// Pauses the first thread that reaches fail point `name`, until released.
+struct Pause {
+    name: &'static str,
+    reached: Receiver<()>,
+    release: Sender<()>,
+}
+
+impl Pause {
+    fn at(name: &'static str) -> Pause {
+        let (reached_tx, reached) = channel();
+        let (release, release_rx) = channel::<()>();
+        let (reached_tx, release_rx) = (Mutex::new(reached_tx), Mutex::new(release_rx));
+        let first = AtomicBool::new(true);
+        fail::cfg_callback(name, move || {
+            if first.swap(false, Ordering::SeqCst) {
+                let _ = reached_tx.lock().unwrap().send(());
+                let _ = release_rx.lock().unwrap().recv();
+            }
+        })
+        .unwrap();
+        Pause {
+            name,
+            reached,
+            release,
+        }
+    }
+
+    /// Returns once a thread is paused here.
+    fn wait(&self) {
+        self.reached
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no thread reached fail point {}", self.name));
+    }
+
+    fn release(self) {
+        let _ = self.release.send(());
+        fail::remove(self.name);
+    }
+}
+
+/// Reports the first time a thread reaches fail point `name` (without stopping it).
+fn signal_at(name: &'static str) -> Receiver<()> {
+    let (tx, rx) = channel();
+    let tx = Mutex::new(Some(tx));
+    fail::cfg_callback(name, move || {
+        if let Some(tx) = tx.lock().unwrap().take() {
+            let _ = tx.send(());
+        }
+    })
+    .unwrap();
+    rx
+}
+
+fn wait_for(rx: &Receiver<()>, what: &str) {
+    rx.recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+}
+
+/// A writer over `dirs` with about `segments` full 4 KiB segments of 100-byte records.
+fn writer_with_segments(
+    dirs: &[PathBuf],
+    opts: Options,
+    segments: usize,
+) -> (Arc<CommitLog>, Vec<(u64, u64)>) {
+    let log = Arc::new(CommitLog::open(dirs, opts).unwrap());
+    let mut acked = Vec::new();
+    let mut i = 0;
+    while log.segments().unwrap().len() < segments {
+        acked.push((log.append(&body(i, 100)).unwrap(), i));
+        i += 1;
+    }
+    (log, acked)
+}
+
+/// End offset of the `i`th segment.
+fn seg_end(log: &CommitLog, i: usize) -> u64 {
+    let s = &log.segments().unwrap()[i];
+    s.start_offset + s.size
+}
+
+/// After the maintenance of a test: the active segment is intact, the log goes on, and every
+/// acknowledged record at or above the head reads back, also after a reopen.
+fn assert_intact(log: Arc<CommitLog>, dirs: &[PathBuf], opts: Options, mut acked: Vec<(u64, u64)>) {
+    let (min, max) = (log.min_offset().unwrap(), log.max_offset().unwrap());
+    assert!(min < max, "the log lost its active segment: [{min}, {max})");
+    let last = acked.last().unwrap().0;
+    log.read(last).expect("the last acknowledged record");
+    for i in 1_000_000..1_000_003 {
+        acked.push((log.append(&body(i, 100)).unwrap(), i));
+    }
+    assert_readable(&log, &acked);
+    drop(Arc::try_unwrap(log).expect("the test's threads are done"));
+    let log = CommitLog::open(dirs, opts).unwrap();
+    assert_eq!(log.min_offset().unwrap(), min);
+    assert_readable(&log, &acked);
+    assert!(log.verify().unwrap().is_empty());
+}
+
+/// Defect 1: two `truncate_before` calls at once delete past their targets, up to the active
+/// segment. Call A is paused while it plans; call B starts; A goes on.
+#[test]
+fn concurrent_truncates_delete_exactly_to_the_furthest_target() {
+    let _scenario = fail::FailScenario::setup();
+    let (_root, dirs) = dirs(2);
+    let (log, acked) = writer_with_segments(&dirs, quiet(), 10);
+    let (t1, t2) = (seg_end(&log, 3), seg_end(&log, 5));
+    let pause = Pause::at("truncate::planning");
+    let a = thread::spawn({
+        let log = Arc::clone(&log);
+        move || log.truncate_before(t1)
+    });
+    pause.wait();
+    let b_locking = signal_at("list::lock");
+    let b = thread::spawn({
+        let log = Arc::clone(&log);
+        move || log.truncate_before(t2)
+    });
+    wait_for(&b_locking, "the second truncate to reach the list lock");
+    pause.release();
+    a.join().unwrap().unwrap();
+    b.join().unwrap().unwrap();
+    fail::remove("list::lock");
+    assert_eq!(
+        log.min_offset().unwrap(),
+        t2,
+        "deleted past the furthest target"
+    );
+    assert_eq!(log.segments().unwrap().len(), 4);
+    assert_intact(log, &dirs, quiet(), acked);
+}
+
+/// Defect 2: `truncate_before` racing `clean(force=True)` deletes more than either asked:
+/// `retention_bytes` no longer holds.
+#[test]
+fn truncate_racing_a_forced_clean_keeps_retention_bytes() {
+    let _scenario = fail::FailScenario::setup();
+    let (_root, dirs) = dirs(2);
+    let keep = 5 * 4096;
+    let opts = quiet().retention_bytes(Some(keep));
+    let (log, acked) = writer_with_segments(&dirs, opts.clone(), 10);
+    let t = seg_end(&log, 2);
+    let pause = Pause::at("truncate::planning");
+    let a = thread::spawn({
+        let log = Arc::clone(&log);
+        move || log.truncate_before(t)
+    });
+    pause.wait();
+    let b_locking = signal_at("list::lock");
+    let b = thread::spawn({
+        let log = Arc::clone(&log);
+        move || log.clean(true)
+    });
+    wait_for(&b_locking, "the cleaning pass to reach the list lock");
+    pause.release();
+    a.join().unwrap().unwrap();
+    b.join().unwrap().unwrap();
+    fail::remove("list::lock");
+    let held: u64 = log.segments().unwrap().iter().map(|s| s.size).sum();
+    assert_eq!(
+        held, keep,
+        "retention_bytes is {keep}, the log holds {held}"
+    );
+    assert_intact(log, &dirs, opts, acked);
+}
+
+/// The directory of `dirs` the segment at `start` is not in.
+fn other_dir(log: &CommitLog, dirs: &[PathBuf], start: u64) -> PathBuf {
+    let seg = log
+        .segments()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.start_offset == start)
+        .unwrap();
+    let now = std::path::absolute(seg.path.parent().unwrap()).unwrap();
+    dirs.iter()
+        .find(|d| std::path::absolute(d).unwrap() != now)
+        .unwrap()
+        .clone()
+}
+
+/// Defect 3: a sync that began before two moves of an unflushed segment found the file of the
+/// first copy gone, took that for a failed sync and poisoned the writer.
+#[test]
+fn a_sync_racing_moves_does_not_poison_the_writer() {
+    let _scenario = fail::FailScenario::setup();
+    let (_root, dirs) = dirs(2);
+    let (log, acked) = writer_with_segments(&dirs, quiet(), 3);
+    assert_eq!(log.flushed_offset().unwrap(), 0, "nothing synced yet");
+    let there = other_dir(&log, &dirs, 0);
+    log.move_segment(0, &there).unwrap();
+    let pause = Pause::at("flush::listed");
+    let flush = thread::spawn({
+        let log = Arc::clone(&log);
+        move || log.flush()
+    });
+    pause.wait();
+    let back = other_dir(&log, &dirs, 0);
+    log.move_segment(0, &back).unwrap();
+    pause.release();
+    let flushed = flush.join().unwrap().expect("a sync that raced a move");
+    assert_eq!(flushed, log.max_offset().unwrap());
+    log.append(b"after the race")
+        .expect("the writer is not poisoned");
+    assert_intact(log, &dirs, quiet(), acked);
+}
+
+/// A move whose segment retention deletes during the copy reports it, and leaves no copy.
+#[test]
+fn a_segment_deleted_during_its_move_leaves_no_copy() {
+    let _scenario = fail::FailScenario::setup();
+    let (_root, dirs) = dirs(2);
+    let (log, acked) = writer_with_segments(&dirs, quiet(), 4);
+    let there = other_dir(&log, &dirs, 0);
+    let pause = Pause::at("move::copied");
+    let mover = thread::spawn({
+        let (log, there) = (Arc::clone(&log), there.clone());
+        move || log.move_segment(0, there)
+    });
+    pause.wait();
+    let end = seg_end(&log, 0);
+    assert_eq!(log.truncate_before(end).unwrap(), end);
+    pause.release();
+    let err = mover.join().unwrap().expect_err("the segment went away");
+    assert!(matches!(err, Error::OffsetOutOfRange { .. }), "{err}");
+    let name = format!("{:020}", 0);
+    for d in &dirs {
+        assert!(
+            !d.join(&name).exists(),
+            "a copy of segment 0 is left in {}",
+            d.display()
+        );
+    }
+    assert_intact(log, &dirs, quiet(), acked);
+}
+
+/// A panic in the background flush thread poisons the writer (appends would otherwise go on
+/// with nothing making them durable); reads go on.
+#[test]
+fn a_panic_in_the_flusher_poisons_the_writer() {
+    let _scenario = fail::FailScenario::setup();
+    let (_root, dirs) = dirs(1);
+    let opts = quiet()
+        .flush(FlushMode::Async)
+        .flush_interval(Duration::from_millis(5));
+    let log = CommitLog::open(&dirs, opts).unwrap();
+    let first = log.append(b"before").unwrap();
+    fail::cfg("flush::pass", "panic").unwrap();
+    let mut waited = 0;
+    let err = loop {
+        match log.append(b"more") {
+            Err(e) => break e,
+            Ok(_) if waited < 6000 => {
+                thread::sleep(Duration::from_millis(5));
+                waited += 1;
+            }
+            Ok(_) => panic!("appends still succeed 30 s after the flusher panicked"),
+        }
+    };
+    fail::remove("flush::pass");
+    assert!(
+        matches!(&err, Error::WriterPoisoned { cause } if cause.contains("panicked")),
+        "{err}"
+    );
+    assert_eq!(&*log.read(first).unwrap(), b"before");
+}
+
+/// A follower opened before the writer's changes, that has mapped no segment yet.
+fn follower(dirs: &[PathBuf]) -> CommitLog {
+    CommitLog::open(dirs, Options::default().segment_size(4096).read_only(true)).unwrap()
+}
+
+fn assert_follows(f: &CommitLog, w: &CommitLog, acked: &[(u64, u64)]) {
+    let starts = |l: &CommitLog| -> Vec<u64> {
+        l.segments()
+            .unwrap()
+            .iter()
+            .map(|s| s.start_offset)
+            .collect()
+    };
+    assert_eq!(starts(f), starts(w), "the follower's segments");
+    assert_readable(f, acked);
+}
+
+/// Defect 7: a follower's refresh that read the metadata before a move's intent, and lists both
+/// copies of the segment, reported corruption.
+#[test]
+fn a_refresh_racing_a_move_sees_no_corruption() {
+    let _scenario = fail::FailScenario::setup();
+    let (_root, dirs) = dirs(2);
+    let (log, acked) = writer_with_segments(&dirs, quiet(), 4);
+    let f = Arc::new(follower(&dirs));
+    let read_meta = Pause::at("listing::metadata_read");
+    let refresh = thread::spawn({
+        let f = Arc::clone(&f);
+        move || f.refresh()
+    });
+    read_meta.wait();
+    let copied = Pause::at("move::copied");
+    let there = other_dir(&log, &dirs, 0);
+    let mover = thread::spawn({
+        let log = Arc::clone(&log);
+        move || log.move_segment(0, there)
+    });
+    copied.wait();
+    read_meta.release();
+    let refreshed = refresh.join().unwrap();
+    copied.release();
+    mover.join().unwrap().unwrap();
+    assert_eq!(
+        refreshed.expect("a refresh during a move"),
+        log.max_offset().unwrap()
+    );
+    f.refresh().unwrap();
+    assert_follows(&f, &log, &acked);
+}
+
+/// Defect 7, for a read-only open.
+#[test]
+fn a_read_only_open_racing_a_move_sees_no_corruption() {
+    let _scenario = fail::FailScenario::setup();
+    let (_root, dirs) = dirs(2);
+    let (log, acked) = writer_with_segments(&dirs, quiet(), 4);
+    let read_meta = Pause::at("listing::metadata_read");
+    let opening = thread::spawn({
+        let dirs = dirs.clone();
+        move || CommitLog::open(&dirs, Options::default().segment_size(4096).read_only(true))
+    });
+    read_meta.wait();
+    let copied = Pause::at("move::copied");
+    let there = other_dir(&log, &dirs, 0);
+    let mover = thread::spawn({
+        let log = Arc::clone(&log);
+        move || log.move_segment(0, there)
+    });
+    copied.wait();
+    read_meta.release();
+    let opened = opening.join().unwrap();
+    copied.release();
+    mover.join().unwrap().unwrap();
+    let f = opened.expect("a read-only open during a move");
+    assert_readable(&f, &acked);
+}
+
+/// Defect 7: a listing that read one directory before a move and the other after it missed the
+/// segment, and the follower's log became shorter than it was.
+#[test]
+fn a_refresh_that_misses_a_moving_segment_keeps_the_log_whole() {
+    let _scenario = fail::FailScenario::setup();
+    let (_root, dirs) = dirs(2);
+    let (log, acked) = writer_with_segments(&dirs, quiet(), 4);
+    // Round robin: segment 1 is in the second directory; it moves to the first, which the
+    // listing has read already.
+    let seg1 = log.segments().unwrap()[1].start_offset;
+    assert_eq!(other_dir(&log, &dirs, seg1), dirs[0]);
+    let f = Arc::new(follower(&dirs));
+    let known = f.max_offset().unwrap();
+    let listed_first = Pause::at("layout::dir_listed");
+    let refresh = thread::spawn({
+        let f = Arc::clone(&f);
+        move || f.refresh()
+    });
+    listed_first.wait();
+    log.move_segment(seg1, &dirs[0]).unwrap();
+    listed_first.release();
+    refresh.join().unwrap().expect("a refresh during a move");
+    assert!(
+        f.max_offset().unwrap() >= known,
+        "the follower's log became shorter"
+    );
+    assert_follows(&f, &log, &acked);
+}
+
+/// Defect 6, between two refreshes: the follower has not mapped a segment the writer then moves,
+/// and another it then deletes. The moved records read from the new copy; the deleted ones are
+/// out of range.
+#[test]
+fn a_follower_reads_moved_records_and_reports_deleted_ones_out_of_range() {
+    let _scenario = fail::FailScenario::setup();
+    let (_root, dirs) = dirs(2);
+    let (log, acked) = writer_with_segments(&dirs, quiet(), 5);
+    let f = follower(&dirs);
+    let seg1 = log.segments().unwrap()[1].start_offset;
+    log.move_segment(seg1, other_dir(&log, &dirs, seg1))
+        .unwrap();
+    let in_seg1: Vec<_> = acked
+        .iter()
+        .filter(|(o, _)| (seg1..seg1 + 4096).contains(o))
+        .copied()
+        .collect();
+    assert_readable(&f, &in_seg1);
+    let end0 = seg_end(&log, 0);
+    log.truncate_before(end0).unwrap();
+    let err = f.read(0).expect_err("segment 0 was deleted");
+    assert!(matches!(err, Error::OffsetOutOfRange { .. }), "{err}");
+    assert_follows(&f, &log, &acked);
+}
