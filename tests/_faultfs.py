@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -196,34 +197,47 @@ class FaultFS:
                 self._conn.close()
             self._conn = None
 
-    def _unmount(self) -> None:
-        """Unmounts, waiting a little for users to go; lazily as a last resort."""
+    def _unmount(self) -> bool:
+        """Unmounts, waiting a little for users to go; as a last resort detaches the mount
+        (``umount -l``: its daemon serves it until the last user goes). False if it had to."""
         gc.collect()  # memoryviews over maps of files there
         tool = ["fusermount3", "-u"] if shutil.which("fusermount3") else ["umount"]
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 3
         while _mounted(self.path):
-            r = _run(*tool, str(self.path), timeout=60)
-            if r.returncode == 0 or not _mounted(self.path):
-                return
+            if _run(*tool, str(self.path), timeout=60).returncode == 0:
+                break
             if time.monotonic() > deadline:
                 _run("umount", "-l", str(self.path), timeout=60)
-                return
+                return False
             time.sleep(0.1)
+        return True
 
-    def _stop_daemon(self) -> None:
+    def _stop_daemon(self, detached: bool = False) -> None:
+        """Waits for the daemon to exit (it does once the kernel lets the mount go); stops it
+        otherwise, unless the mount was ``detached`` while in use: killing the daemon then would
+        make the last users' maps fault (SIGBUS), so it is left to exit when they go."""
         self._drop_conn()
         proc, self._proc = self._proc, None
         if proc is None:
             return
         try:
+            proc.wait(timeout=1 if detached else 5)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        if detached:
+            warnings.warn(
+                f"faultfs at {self.path} was detached while in use; its daemon (pid {proc.pid}) "
+                "exits when the last user goes",
+                stacklevel=3,
+            )
+            return
+        proc.terminate()
+        try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            proc.kill()
+            proc.wait()
 
     # -- the API for tests -----------------------------------------------------------------
 
@@ -261,8 +275,8 @@ class FaultFS:
         """Closes the logs opened with :meth:`log`, unmounts, and mounts ``backing`` again with
         a new daemon (fault rules and counters start empty; lazy mode is kept)."""
         self._close_logs()
-        self._unmount()
-        self._stop_daemon()
+        detached = not self._unmount()
+        self._stop_daemon(detached)
         self.start()
 
     def power_cut(self, *procs: subprocess.Popen[Any]) -> None:
@@ -291,12 +305,13 @@ class FaultFS:
 
     def close(self) -> None:
         """Closes the logs, unmounts and stops the daemon (always; idempotent)."""
+        detached = False
         try:
             self._close_logs()
             if _mounted(self.path):
-                self._unmount()
+                detached = not self._unmount()
         finally:
-            self._stop_daemon()
+            self._stop_daemon(detached)
 
     def __enter__(self) -> FaultFS:
         self.start()
