@@ -108,7 +108,6 @@ OPS = (
     "readdir",
 )
 FUSE_CAP_AUTO_INVAL_DATA = 1 << 12  # libfuse 3's fuse_common.h
-FALLOC_FL_KEEP_SIZE = 0x01
 FALLOC_FL_PUNCH_HOLE = 0x02
 FALLOC_FL_ZERO_RANGE = 0x10
 
