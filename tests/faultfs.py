@@ -13,8 +13,10 @@ utimens, chmod, chown, readdir. ``flock`` is not implemented, so the kernel emul
 filesystem, and shared writable maps work. Nothing but the daemon changes BACKING while it is
 mounted, so cached pages are kept as a local filesystem keeps them: files are opened with
 ``kernel_cache`` (an open does not drop them) and ``auto_inval_data`` is off (a changed mtime does
-not drop them either; they leave the page cache under memory pressure or at unmount). In
-particular a page whose write-back failed stays cached, as on ext4. Files are removed with
+not drop them either; they leave the page cache under memory pressure or at unmount). A page
+whose write-back failed stays cached, as on ext4; but the pages a failed ``write(2)`` covered are
+marked not up to date by the kernel's FUSE code, so the next fault or read there reads them from
+BACKING again. Files are removed with
 ``hard_remove`` (no ``.fuse_hidden`` files). ``rename`` flags (``RENAME_NOREPLACE``,
 ``RENAME_EXCHANGE``) are refused with EINVAL.
 
