@@ -123,7 +123,7 @@ def test_failed_sync_in_flush_poisons_the_writer(faultfs, err):
     strerror = os.strerror(getattr(errno, err))
     dirs = store(faultfs)
     log = faultfs.log(dirs, segment_size=SEG, flush="none")
-    acked = append(log, 0, 300)  # about 4 segments, in both directories
+    acked = append(log, 0, 300)  # about 5 segments, in both directories
     assert log.flush() == log.max_offset
     durable = log.flushed_offset
     follower = faultfs.log(dirs, read_only=True)
@@ -153,6 +153,34 @@ def test_failed_sync_in_flush_poisons_the_writer(faultfs, err):
     reopened = faultfs.log(dirs, segment_size=SEG)
     assert_survivors(reopened, acked, in_doubt)
     reopened.append(b"the reopened writer writes")
+
+
+@pytest.mark.parametrize("err", ["EIO", "ENOSPC"])
+def test_failed_sync_of_a_sync_append_poisons_the_writer(faultfs, err):
+    """flush="sync": the append whose sync fails raises (its record is in doubt)."""
+    strerror = os.strerror(getattr(errno, err))
+    dirs = store(faultfs)
+    log = faultfs.log(dirs, segment_size=SEG, flush="sync")
+    acked = append(log, 0, 100)
+    durable = log.flushed_offset
+    assert durable == log.max_offset
+    faultfs.fail("fsync", SEGMENTS, err)
+    in_doubt = {next_offset(log, 700): body(100, 700)}
+    with pytest.raises(WriterPoisonedError) as e:
+        log.append(body(100, 700))
+    assert strerror in str(e.value)
+    assert faultfs.count("fsync", SEGMENTS, kind="faults") >= 1
+    assert log.flushed_offset == durable
+    assert_poisoned(log, strerror)
+    faultfs.clear()
+    assert_poisoned(log, strerror)
+    assert_reads(log, {**acked, **in_doubt})
+    assert_reads(faultfs.log(dirs, read_only=True), {**acked, **in_doubt})
+
+    close_poisoned(log)
+    faultfs.remount()
+    reopened = faultfs.log(dirs, segment_size=SEG)
+    assert_survivors(reopened, acked, in_doubt)
 
 
 @pytest.mark.parametrize("err", ["EIO", "ENOSPC"])
