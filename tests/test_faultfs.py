@@ -84,6 +84,29 @@ def test_fault_rules_and_counters(faultfs):
         faultfs.fail("nosuchop", "*", "EIO")
 
 
+def test_create_fallocate_and_close_faults(faultfs):
+    faultfs.fail("create", "/new*", "EIO", times=1)
+    with pytest.raises(OSError) as e:
+        os.open(faultfs.path / "new", os.O_RDWR | os.O_CREAT, 0o644)
+    assert e.value.errno == errno.EIO
+    fd = os.open(faultfs.path / "new", os.O_RDWR | os.O_CREAT, 0o644)
+    faultfs.fail("fallocate", "/new", "ENOSPC")
+    faultfs.fail("flush", "/new", "EIO")
+    try:
+        with pytest.raises(OSError) as e:
+            os.posix_fallocate(fd, 0, 1 << 20)
+        assert e.value.errno == errno.ENOSPC
+    finally:
+        with pytest.raises(OSError) as e:
+            os.close(fd)  # close(2) reports the failed FUSE flush; the descriptor is gone
+        assert e.value.errno == errno.EIO
+    assert faultfs.stats()["faults"] == {
+        "create": {"/new": 1},
+        "fallocate": {"/new": 1},
+        "flush": {"/new": 1},
+    }
+
+
 def test_lazy_model_and_power_cut(faultfs):
     faultfs.lazy()
     synced, unsynced = faultfs.path / "synced", faultfs.path / "unsynced"
