@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
+import _faultfs
 import _mounts
 import pytest
 
@@ -61,3 +62,25 @@ def mnt(mount_allowed, tmp_path):
     """Mounts for one test; logs opened with ``mnt.log`` are closed before the unmounts."""
     with _mounts.Mounts(tmp_path) as m:
         yield m
+
+
+@pytest.fixture(scope="session")
+def faultfs_available(tmp_path_factory):
+    """Skips (with the reason) where a FUSE filesystem cannot be mounted; installs fuse3 first
+    where ``fusermount3`` is missing (see ``_faultfs.unavailable``)."""
+    reason = _faultfs.unavailable(tmp_path_factory.mktemp("faultfs-probe"))
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def faultfs(faultfs_available, tmp_path):
+    """A faultfs mount for one test (``tests/faultfs.py``, ``tests/_faultfs.py``): ``.path`` is
+    the mount point; ``fail()``, ``clear()``, ``stats()``, ``lazy()``, ``power_cut()``. Logs opened
+    with ``faultfs.log`` are closed before it unmounts, which it always does."""
+    fs = _faultfs.FaultFS(tmp_path / "faultfs")
+    fs.start()
+    try:
+        yield fs
+    finally:
+        fs.close()
