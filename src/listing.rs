@@ -2,12 +2,13 @@
 //! newest metadata and the segment files, consistent with each other although the writer may be
 //! rolling, deleting or moving segments while they are read.
 //!
-//! A listing is accepted when the metadata read before it and after it is the same (the same
-//! sequence number: no deletion recorded and no move intent set or cleared in between), no file
-//! vanished while it was read, and its segments run without a gap from the recorded head to
-//! everything known to exist (the metadata's durable end, and what the reader already holds). A
-//! move in flight shows its segment in two directories: the source is kept, as the intent says.
-//! Otherwise the listing is taken again after a short pause. So a move or a deletion in
+//! A listing is accepted when no file vanished while it was read, its segments run from the
+//! recorded head to everything known to exist (the metadata's durable end, and what the reader
+//! already holds), and either it has no gap or the metadata read before and after it is the same
+//! (the same sequence number: no deletion recorded and no move intent set or cleared in between;
+//! a gap then ends the log, as a segment being created at the end does). A move in flight shows
+//! its segment in two directories: the source is kept, as the intent says. Otherwise the listing
+//! is taken again after a short pause. So a move or a deletion in
 //! progress never reads as damage, and never makes a follower's log shorter.
 
 use std::path::PathBuf;
@@ -158,14 +159,18 @@ pub(crate) fn consistent(
             let mut segments = listing.segments;
             segments.retain(|f| f.end() > min);
             let mut segments = with_holes(segments, accept_lost, after.as_ref(), segment_size);
-            // A gap ends the log there; a file being created at the end is not there yet.
+            // A gap ends the log there (a file being created at the end is not there yet).
             let n = layout::check(&segments, &sizes, true)?;
+            let whole = n == segments.len();
             segments.truncate(n);
             check_covers(&segments, after.as_ref(), floor, paths)?;
-            Ok(segments)
+            Ok((segments, whole))
         });
         match checked {
-            Ok(segments) if unchanged => {
+            // Without a gap, and covering what the metadata says exists, a listing is right even
+            // if the store changed meanwhile: a segment it missed would leave a gap or a missing
+            // head, one it saw twice fails as a duplicate.
+            Ok((segments, whole)) if unchanged || whole => {
                 return Ok(Some(View {
                     ckpt: after,
                     segments,

@@ -85,15 +85,20 @@ impl PyCommitLog {
         })
     }
 
-    fn read_checked(&self, offset: &Bound<'_, PyAny>) -> PyResult<RecordRef> {
+    /// An offset argument as `u64`; a negative one (or one past 2^64) is out of range.
+    fn offset_in_range(&self, offset: &Bound<'_, PyAny>) -> PyResult<u64> {
         let off = args::offset(offset, "offset")?;
-        let Ok(off) = u64::try_from(off) else {
+        u64::try_from(off).or_else(|_| {
             let (min, max) = (self.log.min_offset()?, self.log.max_offset()?);
-            return Err(errors::out_of_range(format!(
+            Err(errors::out_of_range(format!(
                 "offset {} is out of range: the log holds [{min}, {max})",
                 offset.repr()?
-            )));
-        };
+            )))
+        })
+    }
+
+    fn read_checked(&self, offset: &Bound<'_, PyAny>) -> PyResult<RecordRef> {
+        let off = self.offset_in_range(offset)?;
         Ok(self.log.read(off)?)
     }
 }
@@ -442,7 +447,7 @@ impl PyCommitLog {
     /// Deletes the sealed segments that end at or before `offset`; returns the new `min_offset`.
     #[pyo3(signature = (offset, /))]
     fn truncate_before(&self, py: Python<'_>, offset: &Bound<'_, PyAny>) -> PyResult<u64> {
-        let off = args::offset(offset, "offset")?.clamp(0, u64::MAX as i128) as u64;
+        let off = self.offset_in_range(offset)?;
         let min = py.detach(|| self.log.truncate_before(off))?;
         self.prune_views();
         Ok(min)

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from rmqlog import CommitLog
+from rmqlog import CommitLog, OffsetOutOfRangeError
 from rmqlog.spark.errors import _data_loss
 from rmqlog.spark.options import Options
 from rmqlog.spark.schema import _TIMESTAMP, ARROW_SCHEMA
@@ -91,29 +91,50 @@ def _record_batch(
     )
 
 
+def _start_at(log: CommitLog, opts: Options, pos: int, hi: int) -> int | None:
+    """The first record boundary at or after ``pos``; where retention deleted records from
+    ``pos`` on (before this task read them), the data-loss policy applies and the read resumes at
+    the head (None: nothing of ``[pos, hi)`` is left)."""
+    while True:
+        min_off = log.min_offset
+        if pos < min_off:
+            _data_loss(opts, f"offsets [{pos}, {min(hi, min_off)}) are below min_offset={min_off}")
+            if hi <= min_off:
+                return None
+            pos = min_off
+        try:
+            return log._record_start_at_or_after(pos)
+        except OffsetOutOfRangeError:
+            if log.min_offset <= pos:
+                raise  # out of range for another reason than retention
+
+
 def read_range(opts: Options, part: InputPartition) -> Iterator[pa.RecordBatch]:
-    """Reads one partition: opens the log read-only, yields Arrow batches, closes the log."""
+    """Reads one partition: opens the log read-only, yields Arrow batches, closes the log.
+    Records deleted by retention before this task read them (planned when they were there)
+    follow ``fail_on_data_loss``."""
     if not isinstance(part, RangePartition):  # Spark's placeholder for an empty plan
         return
     log = _open(opts.paths)
     try:
-        lo, hi = part.lo, part.hi
-        min_off = log.min_offset
-        if lo < min_off:  # planned when it was there: deleted since
-            _data_loss(opts, f"offsets [{lo}, {min(hi, min_off)}) are below min_offset={min_off}")
-            if hi <= min_off:
-                return
-        pos = log._record_start_at_or_after(max(lo, min_off))
-        while pos < hi:
-            nxt, n, offs, ts, segs, value_offsets, data = log._read_batch(
-                pos, hi, opts.batch_records, opts.batch_bytes
-            )
+        hi = part.hi
+        pos = _start_at(log, opts, part.lo, hi)
+        while pos is not None and pos < hi:
+            try:
+                nxt, n, offs, ts, segs, value_offsets, data = log._read_batch(
+                    pos, hi, opts.batch_records, opts.batch_bytes
+                )
+            except OffsetOutOfRangeError:
+                if log.min_offset <= pos:
+                    raise
+                pos = _start_at(log, opts, pos, hi)
+                continue
             if n:
                 yield _record_batch(n, offs, ts, segs, value_offsets, data)
             if nxt <= pos:
                 break
             pos = nxt
-        if pos < hi and log.max_offset < hi:
+        if pos is not None and pos < hi and log.max_offset < hi:
             raise RuntimeError(
                 f"rmqlog: the log ends at {log.max_offset}, before the end of this partition "
                 f"({hi}) that the planner saw: was the tail cut by a writer's recovery?"
