@@ -7,6 +7,9 @@ use crate::recovery::find_end;
 use crate::state::{Change, State};
 use crate::sync::locked;
 
+/// Listings and tail scans a refresh takes before keeping its view for now.
+const ATTEMPTS: usize = 8;
+
 /// Lists the store again and takes the new view: segments deleted from the head leave, new ones
 /// join, moved ones are found in their new directory, and records appended since are validated.
 /// While the writer keeps changing the store under every listing, the current view stays (a later
@@ -15,34 +18,42 @@ pub(crate) fn refresh(state: &State) -> Result<u64> {
     let _guard = locked(&state.refresh_lock);
     let known = state.max_offset();
     let paths: Vec<_> = state.dirs.iter().map(|d| d.path.clone()).collect();
-    let view = listing::consistent(
-        &paths,
-        state.opts.segment_size,
-        &state.opts.accept_lost,
-        known,
-    )?;
-    let Some(view) = view else {
-        log::debug!("the store kept changing while it was listed; the follower keeps its view");
-        return Ok(known);
-    };
-    let min = state.min_offset();
-    let mut found = view.segments;
-    found.retain(|f| f.end() > min);
-    let current = state.segments_full();
-    let list = layout::to_list(found, current.as_slice(), state.opts.segment_size);
-    let Some(first) = list.first() else {
-        return Ok(known);
-    };
-    let from = known.max(first.start());
-    let tail = find_end(&list, from, u32::MAX as usize)?;
-    let list = list.truncated_before(tail.end + 1);
-    state.change(|_| {
-        let reload = Change::Reload {
-            list,
-            end: tail.end,
-            last_timestamp_ms: tail.last_timestamp_ms,
+    for _ in 0..ATTEMPTS {
+        let view = listing::consistent(
+            &paths,
+            state.opts.segment_size,
+            &state.opts.accept_lost,
+            known,
+        )?;
+        let Some(view) = view else {
+            break;
         };
-        Ok((Some(reload), ()))
-    })?;
-    Ok(tail.end)
+        let min = state.min_offset();
+        let mut found = view.segments;
+        found.retain(|f| f.end() > min);
+        let current = state.segments_full();
+        let list = layout::to_list(found, current.as_slice(), state.opts.segment_size);
+        let Some(first) = list.first() else {
+            return Ok(known);
+        };
+        let from = known.max(first.start());
+        let tail = match find_end(&list, from, u32::MAX as usize) {
+            Ok(tail) => tail,
+            // A segment of the listing moved or went before the scan mapped it: list again.
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => return Err(e),
+        };
+        let list = list.truncated_before(tail.end + 1);
+        state.change(|_| {
+            let reload = Change::Reload {
+                list,
+                end: tail.end,
+                last_timestamp_ms: tail.last_timestamp_ms,
+            };
+            Ok((Some(reload), ()))
+        })?;
+        return Ok(tail.end);
+    }
+    log::debug!("the store kept changing while it was listed; the follower keeps its view");
+    Ok(known)
 }

@@ -23,6 +23,9 @@ use crate::state::{Parts, State};
 use crate::tail_hint::{self, TailHints};
 use crate::writer::Writer;
 
+/// Listings (with their tail scans) a read-only open takes while a writer changes the store.
+const LIST_ATTEMPTS: usize = 8;
+
 /// An open store: its state, and for a writer its writer and lock.
 #[derive(Debug)]
 pub(crate) struct Opened {
@@ -257,20 +260,7 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
             }
         }
     }
-    let view = listing::consistent(&paths, opts.segment_size, &opts.accept_lost, 0)?;
-    let Some(view) = view else {
-        return Err(Error::Unsupported(format!(
-            "the store in {} kept changing while it was listed (a writer moving or deleting \
-             segments without pause); try again",
-            paths[0].display()
-        )));
-    };
-    let ckpt = view.ckpt;
-    let list = layout::to_list(view.segments, &[], opts.segment_size);
-    let hint = ckpt
-        .as_ref()
-        .and_then(|c| tail_hint::read(&paths, &c.store_id));
-    let (list, end, last_ts) = recover(list, ckpt.as_ref(), hint.as_ref(), false)?;
+    let (ckpt, list, end, last_ts) = recovered_view(&paths, &opts)?;
     let min = list.first().map_or(end, |s| s.start());
     let flushed = ckpt.as_ref().map_or(0, |c| c.flushed_offset.min(end));
     let checkpoint = ckpt.unwrap_or_else(|| Checkpoint::new(Vec::new(), Vec::new(), 0));
@@ -290,6 +280,38 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
         writer: None,
         lock: None,
     })
+}
+
+/// A consistent listing of the store (see [`listing`]) and the end of its records. A segment
+/// that moves or goes between the listing and the scan of the tail makes it list again.
+fn recovered_view(
+    paths: &[PathBuf],
+    opts: &Options,
+) -> Result<(Option<Checkpoint>, SegmentList, u64, u64)> {
+    let mut gone = None;
+    for _ in 0..LIST_ATTEMPTS {
+        let view = listing::consistent(paths, opts.segment_size, &opts.accept_lost, 0)?;
+        let Some(view) = view else {
+            break;
+        };
+        let list = layout::to_list(view.segments, &[], opts.segment_size);
+        let hint = view
+            .ckpt
+            .as_ref()
+            .and_then(|c| tail_hint::read(paths, &c.store_id));
+        match recover(list, view.ckpt.as_ref(), hint.as_ref(), false) {
+            Ok((list, end, last_ts)) => return Ok((view.ckpt, list, end, last_ts)),
+            Err(e) if e.is_not_found() => gone = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(gone.unwrap_or_else(|| {
+        Error::Unsupported(format!(
+            "the store in {} kept changing while it was listed (a writer moving or deleting \
+             segments without pause); try again",
+            paths[0].display()
+        ))
+    }))
 }
 
 /// A directory the store's metadata lists but the caller left out must not hold segments the log

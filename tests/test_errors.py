@@ -110,12 +110,12 @@ def test_offset_out_of_range(make_log, body):
 def test_offset_below_min_offset(make_log, dirs, body):
     writer = make_log()
     written = fill(writer, body, 12)
-    writer.close()
     reader = make_log([dirs[0]], read_only=True)
     assert reader.min_offset == 0
-    # a cleaner deletes the head segment; the follower's refresh drops it
+    # the writer deletes the head segment; the follower's refresh drops it
     head = reader.segments()[0]
-    os.remove(head.path)
+    writer.truncate_before(head.start_offset + head.size)
+    assert not os.path.exists(head.path)
     reader.refresh()
     assert reader.min_offset == head.start_offset + head.size
     for bad in (0, head.start_offset + 1, reader.min_offset - 1):

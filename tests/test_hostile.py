@@ -232,8 +232,9 @@ def test_scan_end_at_or_below_the_start_is_empty(store, value):
 
 @pytest.mark.parametrize("value", NEGATIVE, ids=int_id)
 def test_truncate_before_a_negative_offset_deletes_nothing(store, value):
-    """No segment ends at or before a negative offset: nothing may be deleted."""
-    assert store.log.truncate_before(value) == store.segs[0][0]
+    """A negative offset is out of range, as for read(); nothing is deleted."""
+    with pytest.raises(OffsetOutOfRangeError):
+        store.log.truncate_before(value)
     store.check()
 
 

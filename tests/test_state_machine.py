@@ -291,6 +291,14 @@ class LogMachine(RuleBasedStateMachine):
             gone += 1
         expected_min = before[gone].start_offset if gone else self.model.min_offset
 
+        if x < 0:
+            event("truncate_before a negative offset")
+            with pytest.raises(OffsetOutOfRangeError):
+                self.log.truncate_before(x)
+            assert [(s.start_offset, s.path) for s in self.log.segments()] == [
+                (s.start_offset, s.path) for s in before
+            ]
+            return
         event(f"truncate_before deletes {min(gone, 2)}+ segments")
         new_min = self.log.truncate_before(x)
         assert new_min == expected_min == self.log.min_offset

@@ -447,7 +447,11 @@ impl PyCommitLog {
     /// Deletes the sealed segments that end at or before `offset`; returns the new `min_offset`.
     #[pyo3(signature = (offset, /))]
     fn truncate_before(&self, py: Python<'_>, offset: &Bound<'_, PyAny>) -> PyResult<u64> {
-        let off = self.offset_in_range(offset)?;
+        // Past 2^64 is past every segment: all sealed segments go, as for any offset past the end.
+        let off = match args::offset(offset, "offset")? {
+            o if o > i128::from(u64::MAX) => u64::MAX,
+            _ => self.offset_in_range(offset)?,
+        };
         let min = py.detach(|| self.log.truncate_before(off))?;
         self.prune_views();
         Ok(min)

@@ -1,0 +1,406 @@
+//! Chaos: real threads appending (single and batched, small and large records), reading and
+//! holding records, scanning, cleaning, truncating, moving and rebalancing at once, while a
+//! follower in another process refreshes and checks every record's content. At the end every
+//! acknowledged record at or above the head reads back, before and after a reopen, and `verify`
+//! finds nothing.
+//!
+//! Runs `RMQLOG_CHAOS_SECS` seconds (5 by default; `.ci/run` sets 30; longer on demand), with
+//! the seed in `RMQLOG_CHAOS_SEED` (the time by default; printed, to replay a failure).
+
+mod common;
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use common::{body, check_body, Rng};
+use rmqlog::{CommitLog, Error, FlushMode, Options, RecordRef};
+
+/// Set in the follower process: the store's directories, joined by ':'.
+const FOLLOW_ENV: &str = "RMQLOG_CHAOS_FOLLOW";
+/// The file whose existence tells the follower to finish.
+const STOP_ENV: &str = "RMQLOG_CHAOS_STOP";
+const SEGMENT: u64 = 64 * 1024;
+
+fn writer_options() -> Options {
+    Options::default()
+        .segment_size(SEGMENT)
+        .flush(FlushMode::Async)
+        .flush_interval(Duration::from_millis(20))
+        .clean_interval(Duration::from_millis(50))
+        .retention_hours(None)
+        .retention_bytes(Some(24 * SEGMENT))
+        .max_message_size(64 * 1024)
+}
+
+fn reader_options() -> Options {
+    Options::default().segment_size(SEGMENT).read_only(true)
+}
+
+/// What the threads did, to check that the run exercised every operation.
+#[derive(Debug, Default)]
+struct Counts {
+    appended: AtomicU64,
+    reads: AtomicU64,
+    out_of_range: AtomicU64,
+    scans: AtomicU64,
+    truncates: AtomicU64,
+    cleans: AtomicU64,
+    moves: AtomicU64,
+    rebalances: AtomicU64,
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Checks a read's outcome: the right body, or out of range because the head moved past it.
+fn check_read(
+    log: &CommitLog,
+    offset: u64,
+    id: u64,
+    got: Result<RecordRef, Error>,
+) -> Option<RecordRef> {
+    match got {
+        Ok(rec) => {
+            assert_eq!(check_body(&rec), Some(id), "record {id} at {offset}");
+            Some(rec)
+        }
+        Err(Error::OffsetOutOfRange { .. }) => {
+            let min = log.min_offset().unwrap();
+            assert!(
+                offset < min,
+                "record {id} at {offset} out of range above the head {min}"
+            );
+            None
+        }
+        Err(e) => panic!("reading record {id} at {offset}: {e}"),
+    }
+}
+
+/// Checks that a maintenance call failed only because of another one: its segment was deleted
+/// or is not sealed.
+fn expected_refusal(what: &str, r: Result<impl Sized, Error>) -> bool {
+    match r {
+        Ok(_) => true,
+        Err(Error::OffsetOutOfRange { .. } | Error::InvalidOffset { .. }) => false,
+        Err(e) => panic!("{what}: {e}"),
+    }
+}
+
+fn run_threads(log: &Arc<CommitLog>, dirs: &[PathBuf], secs: u64, seed: u64) -> Vec<(u64, u64)> {
+    let acked: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
+    let counts: Arc<Counts> = Arc::default();
+    let next_id = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::new();
+    let spawn =
+        |handles: &mut Vec<thread::JoinHandle<()>>, name: &str, f: Box<dyn FnOnce() + Send>| {
+            handles.push(thread::Builder::new().name(name.into()).spawn(f).unwrap());
+        };
+    for t in 0..2u64 {
+        let (log, acked, counts, next_id, stop) = (
+            log.clone(),
+            acked.clone(),
+            counts.clone(),
+            next_id.clone(),
+            stop.clone(),
+        );
+        spawn(
+            &mut handles,
+            "appender",
+            Box::new(move || {
+                let mut rng = Rng::new(seed ^ (t + 1));
+                while !stop.load(Ordering::Relaxed) {
+                    let len = |rng: &mut Rng| match rng.range(0, 20) {
+                        0 => rng.range(16 * 1024, 40 * 1024) as usize, // direct write
+                        1..=5 => rng.range(400, 4000) as usize,
+                        _ => rng.range(8, 400) as usize,
+                    };
+                    let n = if rng.one_in(5) { rng.range(2, 30) } else { 1 };
+                    let ids: Vec<u64> = (0..n)
+                        .map(|_| next_id.fetch_add(1, Ordering::Relaxed))
+                        .collect();
+                    let bodies: Vec<Vec<u8>> =
+                        ids.iter().map(|&i| body(i, len(&mut rng))).collect();
+                    let offsets = if n == 1 {
+                        vec![log.append(&bodies[0]).expect("append")]
+                    } else {
+                        log.append_batch(&bodies).expect("append_batch")
+                    };
+                    add(&counts.appended, n);
+                    acked.lock().unwrap().extend(offsets.into_iter().zip(ids));
+                }
+            }),
+        );
+    }
+    for t in 0..2u64 {
+        let (log, acked, counts, stop) = (log.clone(), acked.clone(), counts.clone(), stop.clone());
+        spawn(
+            &mut handles,
+            "reader",
+            Box::new(move || {
+                let mut rng = Rng::new(seed ^ (t + 100));
+                let mut held: VecDeque<(u64, RecordRef)> = VecDeque::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let pick = {
+                        let a = acked.lock().unwrap();
+                        // Mostly the newest records (retention keeps them), sometimes any.
+                        let n = a.len() as u64;
+                        let from = if rng.one_in(5) {
+                            0
+                        } else {
+                            n.saturating_sub(n / 50 + 1)
+                        };
+                        (n > 0).then(|| a[rng.range(from, n) as usize])
+                    };
+                    let Some((offset, id)) = pick else {
+                        thread::yield_now();
+                        continue;
+                    };
+                    add(&counts.reads, 1);
+                    match check_read(&log, offset, id, log.read(offset)) {
+                        Some(rec) => held.push_back((id, rec)),
+                        None => add(&counts.out_of_range, 1),
+                    }
+                    if held.len() > 64 {
+                        held.pop_front();
+                    }
+                    // A held record never changes, whatever happened to its segment since.
+                    for (id, rec) in &held {
+                        assert_eq!(check_body(rec), Some(*id), "a held record changed");
+                    }
+                    if rng.one_in(200) {
+                        add(&counts.scans, 1);
+                        let start = log.min_offset().unwrap();
+                        match log.scan(Some(start), None) {
+                            Ok(scan) => {
+                                for rec in scan {
+                                    match rec {
+                                        Ok(rec) => assert!(
+                                            check_body(&rec).is_some(),
+                                            "scanned a bad record at {}",
+                                            rec.offset()
+                                        ),
+                                        // The head moved past the scan: it ends there.
+                                        Err(Error::OffsetOutOfRange { .. }) => break,
+                                        Err(e) => panic!("scan: {e}"),
+                                    }
+                                }
+                            }
+                            Err(Error::OffsetOutOfRange { .. }) => {}
+                            Err(e) => panic!("scan: {e}"),
+                        }
+                    }
+                }
+            }),
+        );
+    }
+    {
+        let (log, counts, stop) = (log.clone(), counts.clone(), stop.clone());
+        spawn(
+            &mut handles,
+            "truncator",
+            Box::new(move || {
+                let mut rng = Rng::new(seed ^ 200);
+                while !stop.load(Ordering::Relaxed) {
+                    thread::sleep(Duration::from_millis(rng.range(5, 40)));
+                    let (min, max) = (log.min_offset().unwrap(), log.max_offset().unwrap());
+                    // Keep about ten segments: the cleaner does the rest.
+                    let target = min + rng.range(0, max.saturating_sub(min + 10 * SEGMENT).max(1));
+                    log.truncate_before(target).expect("truncate_before");
+                    assert!(
+                        log.min_offset().unwrap() < log.max_offset().unwrap(),
+                        "the active segment went"
+                    );
+                    add(&counts.truncates, 1);
+                    if rng.one_in(3) {
+                        log.clean(true).expect("clean");
+                        add(&counts.cleans, 1);
+                    }
+                    if rng.one_in(4) {
+                        log.flush().expect("flush");
+                    }
+                }
+            }),
+        );
+    }
+    {
+        let (log, counts, stop, dirs) = (log.clone(), counts.clone(), stop.clone(), dirs.to_vec());
+        spawn(
+            &mut handles,
+            "mover",
+            Box::new(move || {
+                let mut rng = Rng::new(seed ^ 300);
+                while !stop.load(Ordering::Relaxed) {
+                    let segs = log.segments().unwrap();
+                    if segs.len() > 2 {
+                        let seg = &segs[rng.range(0, segs.len() as u64 - 1) as usize];
+                        let dest = &dirs[rng.range(0, dirs.len() as u64) as usize];
+                        if expected_refusal(
+                            "move_segment",
+                            log.move_segment(seg.start_offset, dest),
+                        ) {
+                            add(&counts.moves, 1);
+                        }
+                    }
+                    if rng.one_in(20) {
+                        // The directories share one filesystem: rebalancing finds nothing to even
+                        // out, but plans against the moves and deletions around it.
+                        log.rebalance(Some(4 * SEGMENT)).expect("rebalance");
+                        add(&counts.rebalances, 1);
+                    }
+                    thread::sleep(Duration::from_millis(rng.range(0, 4)));
+                }
+            }),
+        );
+    }
+    thread::sleep(Duration::from_secs(secs));
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        if let Err(panic) = h.join() {
+            std::panic::resume_unwind(panic);
+        }
+    }
+    println!("chaos: {counts:?}");
+    for (what, c) in [
+        ("appends", &counts.appended),
+        ("reads", &counts.reads),
+        ("truncates", &counts.truncates),
+        ("cleaning passes", &counts.cleans),
+        ("moves", &counts.moves),
+    ] {
+        assert!(c.load(Ordering::Relaxed) > 0, "the run did no {what}");
+    }
+    let stats = log.stats().unwrap();
+    assert!(stats.segments_deleted > 0, "nothing was deleted");
+    assert!(stats.segments_created > 30, "few rolls: {stats:?}");
+    Arc::try_unwrap(acked).unwrap().into_inner().unwrap()
+}
+
+fn check_all(log: &CommitLog, acked: &[(u64, u64)]) {
+    common::assert_readable(log, acked);
+    assert_eq!(log.verify().unwrap(), vec![]);
+}
+
+#[test]
+fn chaos() {
+    let secs: u64 =
+        std::env::var("RMQLOG_CHAOS_SECS").map_or(5, |s| s.parse().expect("RMQLOG_CHAOS_SECS"));
+    let seed: u64 = std::env::var("RMQLOG_CHAOS_SEED").map_or_else(
+        |_| {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            now.map_or(0, |d| d.as_nanos() as u64) ^ u64::from(std::process::id())
+        },
+        |s| s.parse().expect("RMQLOG_CHAOS_SEED"),
+    );
+    println!("chaos: {secs} s, RMQLOG_CHAOS_SEED={seed}");
+    let (root, dirs) = common::dirs(3);
+    let log = Arc::new(CommitLog::open(&dirs, writer_options()).unwrap());
+    let stop_file = root.path().join("stop-follower");
+    let follower = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "follower_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(
+            FOLLOW_ENV,
+            dirs.iter()
+                .map(|d| d.to_str().unwrap())
+                .collect::<Vec<_>>()
+                .join(":"),
+        )
+        .env(STOP_ENV, &stop_file)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let acked = run_threads(&log, &dirs, secs, seed);
+    std::fs::write(&stop_file, b"").unwrap();
+    let out = follower.wait_with_output().unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the follower failed:\n{report}");
+    let checked: u64 = report
+        .lines()
+        .find_map(|l| l.split("follower checked ").nth(1))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("the follower reported nothing:\n{report}"));
+    assert!(checked > 0, "the follower checked no record");
+    println!("chaos: the follower checked {checked} records");
+
+    check_all(&log, &acked);
+    let min = log.min_offset().unwrap();
+    drop(Arc::try_unwrap(log).expect("threads are done"));
+    let log = CommitLog::open(&dirs, writer_options().clean_interval(Duration::ZERO)).unwrap();
+    assert_eq!(log.min_offset().unwrap(), min);
+    check_all(&log, &acked);
+}
+
+/// Follows the store in `dirs` until `stop` exists: refreshes, checks the content of every
+/// record it has not seen, never sees the log shrink. Returns how many records it checked.
+fn follow(dirs: &[PathBuf], stop: &Path) -> u64 {
+    let log = CommitLog::open(dirs, reader_options()).expect("read-only open");
+    let (mut pos, mut checked, mut last_max) = (0u64, 0u64, 0u64);
+    loop {
+        let done = stop.exists();
+        let max = log.refresh().expect("refresh");
+        assert!(
+            max >= last_max,
+            "the follower's log shrank from {last_max} to {max}"
+        );
+        last_max = max;
+        pos = pos.max(log.min_offset().unwrap());
+        let scan = match log.scan(Some(pos), None) {
+            Ok(scan) => scan,
+            Err(Error::OffsetOutOfRange { .. }) => continue, // the head moved: start there
+            Err(e) => panic!("follower scan at {pos}: {e}"),
+        };
+        for rec in scan {
+            match rec {
+                Ok(rec) => {
+                    assert!(
+                        check_body(&rec).is_some(),
+                        "follower: bad record at {}",
+                        rec.offset()
+                    );
+                    checked += 1;
+                    pos = rec.next_offset();
+                }
+                Err(Error::OffsetOutOfRange { .. }) => break,
+                Err(e) => panic!("follower scan: {e}"),
+            }
+        }
+        if done {
+            return checked;
+        }
+    }
+}
+
+/// The follower of `chaos`, in its own process; run alone (without the variables) it follows a
+/// finished store, which checks the same loop.
+#[test]
+fn follower_process() {
+    if let (Ok(dirs), Ok(stop)) = (std::env::var(FOLLOW_ENV), std::env::var(STOP_ENV)) {
+        let dirs: Vec<PathBuf> = dirs.split(':').map(PathBuf::from).collect();
+        let checked = follow(&dirs, Path::new(&stop));
+        println!("follower checked {checked} records");
+        return;
+    }
+    let (root, dirs) = common::dirs(2);
+    let log = CommitLog::open(&dirs, writer_options()).unwrap();
+    let acked = common::fill(&log, 2000, 100);
+    log.truncate_before(3 * SEGMENT).unwrap();
+    let stop = root.path().join("stop");
+    std::fs::write(&stop, b"").unwrap();
+    let checked = follow(&dirs, &stop);
+    let live = acked
+        .iter()
+        .filter(|(o, _)| *o >= log.min_offset().unwrap())
+        .count() as u64;
+    assert_eq!(checked, live);
+}
