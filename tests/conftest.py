@@ -1,14 +1,84 @@
-"""Shared fixtures for the rmqlog API tests."""
+"""Shared fixtures for the rmqlog API tests, and the switch that forbids skipping.
+
+With ``RMQLOG_REQUIRE_ALL_TESTS=1`` in the environment (``.ci/run`` sets it), a test that would
+be skipped (``pytest.skip``, a ``skipif`` mark, a fixture that skips, a module skipped at import)
+or that is a non-strict ``xfail`` fails instead, with the skip reason in its report: on the CI
+machine every test group (Spark, mounts, loop devices, kernel-gated tests) must run. Unset, skips
+work as usual and ``-ra`` lists their reasons.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
 
 import _faultfs
 import _mounts
 import pytest
 
 from rmqlog import CommitLog
+
+REQUIRE_ALL_TESTS = "RMQLOG_REQUIRE_ALL_TESTS"
+_refused: list[str] = []  # "nodeid: reason" of every skip turned into a failure
+
+
+def _require_all() -> bool:
+    return os.environ.get(REQUIRE_ALL_TESTS, "") not in ("", "0")
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # (path, lineno, "Skipped: why")
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def _refuse(report, what: str) -> None:
+    message = f"{REQUIRE_ALL_TESTS}=1: {what} (every test must run on this machine)"
+    _refused.append(f"{report.nodeid}: {what}")
+    report.outcome = "failed"
+    report.longrepr = message
+
+
+def _strict_xfail(item) -> bool:
+    mark = item.get_closest_marker("xfail")
+    if mark is None:
+        return False  # pytest.xfail() called in the test: never strict
+    return bool(mark.kwargs.get("strict", item.config.getini("xfail_strict")))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under the switch: a skip in any phase (setup included) and a non-strict xfail or xpass
+    become failures naming the reason."""
+    outcome = yield
+    if not _require_all():
+        return
+    report = outcome.get_result()
+    if hasattr(report, "wasxfail"):
+        if not _strict_xfail(item):
+            reason = report.wasxfail or "no reason given"
+            del report.wasxfail
+            _refuse(report, f"xfail is not allowed: {reason}")
+    elif report.skipped:
+        _refuse(report, f"skipped: {_skip_reason(report)}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """Under the switch: a module that skips itself at import (``allow_module_level``,
+    ``importorskip``) is a collection error naming the reason."""
+    outcome = yield
+    report = outcome.get_result()
+    if _require_all() and report.skipped:
+        _refuse(report, f"skipped: {_skip_reason(report)}")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _refused:
+        terminalreporter.section(f"skips refused by {REQUIRE_ALL_TESTS}=1", sep="=", red=True)
+        for line in _refused:
+            terminalreporter.line(line)
 
 
 @pytest.fixture

@@ -721,6 +721,9 @@ def test_flush_modes(make_log, body, mode):
     offsets += log.append_batch([body(100 + i, 500) for i in range(10)])
     if mode == "sync":
         assert log.flushed_offset == log.max_offset
+    if mode == "none":
+        time.sleep(0.1)  # five flush intervals: a background flush, if there were one, ran
+        assert log.flushed_offset == 0  # nothing is synced before flush() or close()
     if mode == "async":
         deadline = time.monotonic() + 5
         while log.flushed_offset < log.max_offset and time.monotonic() < deadline:

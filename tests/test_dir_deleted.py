@@ -23,9 +23,9 @@ def test_directory_deleted_under_a_running_writer(tmp_path):
     states = {d.path: d.state for d in log.dirs()}
     assert states[dirs[1]] == "offline"
     assert states[dirs[0]] == states[dirs[2]] == "writable"
-    assert all(
-        not s.path.startswith(dirs[1]) for s in log.segments() if s.start_offset > before[-1]
-    )
+    created_after = [s for s in log.segments() if s.start_offset > before[-1]]
+    assert len(created_after) >= 3  # several of them on d1's turn of the round robin
+    assert all(not s.path.startswith(dirs[1]) for s in created_after)
     for i, off in enumerate(after, start=60):
         assert bytes(log.read(off)) == b"%05d" % i * 100
     log.close()

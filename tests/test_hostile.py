@@ -21,6 +21,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -882,8 +883,9 @@ def test_close_racing_other_threads(tmp_path):
     errors: list[BaseException] = []
     started = threading.Barrier(5)
     closed_seen = [0]
+    calls = [0, 0, 0, 0]  # calls of each thread that returned
 
-    def loop(step):
+    def loop(k, step):
         started.wait()
         try:
             for i in range(100_000):
@@ -893,6 +895,7 @@ def test_close_racing_other_threads(tmp_path):
                     assert log.closed
                     closed_seen[0] += 1
                     return
+                calls[k] += 1
         except BaseException as e:
             errors.append(e)
 
@@ -907,15 +910,24 @@ def test_close_racing_other_threads(tmp_path):
         for off, v in log.scan(end=list(first)[-1] + 1):
             assert bytes(v) == first[off]
 
-    threads = [threading.Thread(target=loop, args=(f,)) for f in (append, append, read, scan)]
+    steps = (append, append, read, scan)
+    threads = [threading.Thread(target=loop, args=(k, f)) for k, f in enumerate(steps)]
     for t in threads:
         t.start()
     started.wait()
-    log.close()
+    try:
+        # The close races calls in flight: every thread has had calls return before it.
+        deadline = time.monotonic() + 30
+        while min(calls) == 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        before_close = list(calls)
+    finally:
+        log.close()
     for t in threads:
         t.join(30)
     assert not any(t.is_alive() for t in threads)
     assert errors == []
+    assert min(before_close) > 0, f"calls that returned before the close: {before_close}"
     assert closed_seen[0] == 4
     for off, view in held:
         assert bytes(view) == first[off]

@@ -1,7 +1,9 @@
 """Moving sealed segments between directories: online, crash-safe, and rebalancing."""
 
+import collections
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -103,9 +105,42 @@ def test_interrupted_move_leaves_exactly_one_copy(tmp_path, stage):
     assert meta["moving"] is None
 
 
+def meta_in_force(dirs) -> dict:
+    """The copy of rmqlog.meta a reopen goes by: the valid one (JSON line, then its CRC32 in hex)
+    with the highest ``seq``."""
+    best = None
+    for d in dirs:
+        try:
+            lines = (Path(d) / "rmqlog.meta").read_text().split("\n")
+        except FileNotFoundError:
+            continue
+        if len(lines) < 2 or lines[1].strip() != f"{zlib.crc32(lines[0].encode()):08x}":
+            continue
+        meta = json.loads(lines[0])
+        if best is None or meta["seq"] > best["seq"]:
+            best = meta
+    assert best is not None, f"no valid rmqlog.meta in {dirs}"
+    return best
+
+
+def move_stage(moving: dict | None) -> str:
+    """How far the move recorded in the metadata got, from the files on disk."""
+    if moving is None:
+        return "between moves"
+    name = f"{moving['start']:020d}"
+    src, dst = Path(moving["from"]) / name, Path(moving["to"]) / name
+    if dst.with_name(name + ".tmp").exists():
+        return "copying"
+    if dst.exists():
+        return "renamed" if src.exists() else "source deleted"
+    return "intent recorded"
+
+
 def test_sigkill_during_moves(tmp_path):
-    """A writer killed at a random point while moving segments back and forth: after reopen every
-    segment exists exactly once and every record reads back."""
+    """A writer moving segments back and forth is frozen (SIGSTOP) at a random point, the move in
+    flight is read from the store's metadata (``moving``) and the files, and the writer is then
+    SIGKILLed: most kills land inside a move, at its various steps. After every reopen each
+    segment exists exactly once, no temporary copy is left and every record reads back."""
     dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
     big = 4 << 20
     log = CommitLog(dirs, segment_size=big, flush="none")
@@ -117,26 +152,63 @@ def test_sigkill_during_moves(tmp_path):
         log = CommitLog({dirs!r}, segment_size={big}, flush="none")
         print("open", flush=True)
         segs = log.segments()[:-1]
+        n = 0
         while True:
             for s in segs:
                 cur = log.segments()
                 here = next(x for x in cur if x.start_offset == s.start_offset)
                 dest = {dirs!r}[1] if here.path.startswith({dirs[0]!r}) else {dirs!r}[0]
+                n += 1
+                print("start", n, s.start_offset, flush=True)
                 log.move_segment(s.start_offset, dest)
+                print("done", n, flush=True)
         """
     )
-    for delay in (0.05, 0.2, 0.35):
+    rng = random.Random(5)
+    stages: collections.Counter[str] = collections.Counter()
+    rounds = 8
+    in_call = 0  # kills between the child's "start N" and "done N"
+    intent = 0  # kills with a move recorded in rmqlog.meta
+    for _ in range(rounds):
         proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "open"
-        time.sleep(delay)
+        seen = []
+        while not seen or not seen[-1].startswith("done "):  # one move done, then a random time
+            seen.append(proc.stdout.readline())
+            assert seen[-1], f"the writer ended: {seen}"
+        time.sleep(rng.uniform(0.0, 0.25))
+        proc.send_signal(signal.SIGSTOP)
+        _, status = os.waitpid(proc.pid, os.WUNTRACED)  # stopped: the files stay as they are now
+        assert os.WIFSTOPPED(status), status
+        moving = meta_in_force(dirs)["moving"]
+        stage = move_stage(moving)
         proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        lines = "".join([*seen, proc.stdout.read()]).splitlines()
+        proc.stdout.close()
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+        last = lines[-1].split()
+        if last[0] == "start":
+            in_call += 1
+            if moving is None:
+                stage = "in the call, no intent on disk"
+        if moving is not None:
+            intent += 1
+            # The child agrees: its last word was the start of that move, never its end.
+            assert last[0] == "start" and int(last[2]) == moving["start"], (lines[-3:], moving)
+        stages[stage] += 1
         with CommitLog(dirs, segment_size=big) as log:
+            names = {f"{s.start_offset:020d}" for s in log.segments()}
             for s in log.segments():
-                assert len(copies(dirs, s.start_offset)) == 1
+                assert len(copies(dirs, s.start_offset)) == 1, stage
             for i, off in enumerate(offs):
-                assert bytes(log.read(off)) == bytes([i % 251]) * 60_000
+                assert bytes(log.read(off)) == bytes([i % 251]) * 60_000, stage
+        on_disk = sorted(p.name for d in dirs for p in Path(d).iterdir() if p.name[:1].isdigit())
+        assert on_disk == sorted(names), stage  # one copy each, no NAME.tmp left
+        assert meta_in_force(dirs)["moving"] is None
+    # Most kills land inside move_segment, and some with the intent on disk (a move half done).
+    assert in_call > rounds // 2, f"too few kills inside a move: {dict(stages)}"
+    assert intent > 0, f"no kill with a move recorded in rmqlog.meta: {dict(stages)}"
 
 
 def test_rebalance_evens_out_two_filesystems(tmp_path):
