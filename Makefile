@@ -3,8 +3,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXTRAS ?= test,spark,bench
+# Seconds of the randomized chaos test (tests/chaos.rs) in `make test`; `make chaos` runs longer.
+CHAOS_SECS ?= 30
 
-.PHONY: all help demo develop test test-rust test-python bench-build bench-quick bench fuzz-quick lint fmt wheel doc clean
+.PHONY: all help demo develop test test-rust test-python bench-build bench-quick bench fuzz-quick chaos lint fmt wheel doc clean
 
 ## all: lint, test and build the wheel.
 all: test wheel
@@ -33,9 +35,16 @@ demo: $(STAMP)
 ## skipped test into a failure naming the reason; unset, tests skip where they cannot run.
 test: lint test-rust bench-build fuzz-quick bench-quick test-python
 
+# The Rust tests run with fail points compiled in (tests/interleavings.rs pauses operations at
+# their critical steps), and the chaos test for CHAOS_SECS.
 test-rust:
-	cargo test --all-targets
+	RMQLOG_CHAOS_SECS=$(CHAOS_SECS) cargo test --all-targets --features failpoints
 	cargo test --doc
+
+## chaos: the randomized chaos test alone, for CHAOS_SECS (e.g. `make chaos CHAOS_SECS=600`);
+## RMQLOG_CHAOS_SEED=N replays a run.
+chaos:
+	RMQLOG_CHAOS_SECS=$(CHAOS_SECS) cargo test --release --test chaos -- --nocapture
 
 test-python: $(STAMP)
 	$(PY) -m pytest -q
@@ -56,11 +65,13 @@ bench: $(STAMP)
 	cargo bench
 	$(PY) benches/compare.py --out bench-results.json
 
-## lint: rustfmt, clippy with and without the python feature, ruff.
+## lint: rustfmt, clippy with and without the python and failpoints features, the module graph
+## of the core (no cycle, nothing imports the facade), ruff.
 lint: $(STAMP)
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
-	cargo clippy --all-targets --features python -- -D warnings
+	cargo clippy --all-targets --features python,failpoints -- -D warnings
+	$(PY) tools/module_graph.py
 	$(VENV)/bin/ruff check python tests benches examples
 	$(VENV)/bin/ruff format --check python tests benches examples
 

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is the failure report
 //! Chaos: real threads appending (single and batched, small and large records), reading and
 //! holding records, scanning, cleaning, truncating, moving and rebalancing at once, while a
 //! follower in another process refreshes and checks every record's content. At the end every

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is the failure report
 //! Interleavings of maintenance calls, the writer and followers, made deterministic by fail points
 //! (`cargo test --features failpoints`): one operation is paused at its critical step while
 //! another runs, so each race of issue 12 happens on every run, not by luck.

@@ -46,12 +46,21 @@ def parse(lines: list[str]) -> list[tuple[int, int, int]]:
     return reported
 
 
-def kill_and_collect(proc: subprocess.Popen) -> list[tuple[int, int, int]]:
+def first_report(proc: subprocess.Popen) -> str:
+    """Waits for the writer's first acknowledged record (the open can take a while on a loaded
+    machine), so that the kill lands while it appends."""
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.strip(), f"the writer exited ({proc.wait()}) before its first append returned"
+    return line
+
+
+def kill_and_collect(proc: subprocess.Popen, first: str = "") -> list[tuple[int, int, int]]:
     """SIGKILL, then the records the writer reported (complete lines only)."""
     proc.send_signal(signal.SIGKILL)
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == -signal.SIGKILL
-    return parse(out.split("\n")[:-1])  # the last piece may be cut mid-line
+    return parse((first + out).split("\n")[:-1])  # the last piece may be cut mid-line
 
 
 def run_to_done_and_kill(proc: subprocess.Popen) -> list[tuple[int, int, int]]:
@@ -91,8 +100,9 @@ def test_sigkill_mid_append_keeps_every_acknowledged_record(tmp_path, flush):
     survivors: list[tuple[int, int, int]] = []
     for seed in range(1, ROUNDS + 1):
         proc = run_writer(dirs, flush, seed)
-        time.sleep(0.15 + rng.random() * 0.35)
-        reported = kill_and_collect(proc)
+        first = first_report(proc)
+        time.sleep(0.05 + rng.random() * 0.3)
+        reported = kill_and_collect(proc, first)
         assert reported, "the writer reported nothing before the kill"
         survivors += reported
         check_log(dirs, survivors)

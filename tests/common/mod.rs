@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is the failure report
 //! Helpers shared by the integration tests: stores in temporary directories, recognisable bodies.
 #![allow(dead_code)]
 
@@ -83,6 +84,6 @@ impl Rng {
 
     /// True with probability `1 / n`.
     pub fn one_in(&mut self, n: u64) -> bool {
-        self.next() % n == 0
+        self.next().is_multiple_of(n)
     }
 }
