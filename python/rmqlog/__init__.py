@@ -6,10 +6,12 @@ an acknowledged record, and zero-copy ``memoryview`` reads.
 """
 
 import atexit
+from types import MappingProxyType
 
 from rmqlog import _native
 from rmqlog._native import (
     HEADER_LEN,
+    MAX_OFFSET,
     ClosedError,
     CommitLog,
     CommitLogError,
@@ -28,11 +30,16 @@ from rmqlog._native import (
     __version__,
 )
 
+DEFAULTS = MappingProxyType(_native.DEFAULTS)
+"""The value each keyword argument of ``CommitLog`` takes when it is not given (read-only)."""
+
 # Deliver the Rust side's queued log records before the interpreter shuts down.
 atexit.register(_native._shutdown_logging)
 
 __all__ = [
+    "DEFAULTS",
     "HEADER_LEN",
+    "MAX_OFFSET",
     "ClosedError",
     "CommitLog",
     "CommitLogError",

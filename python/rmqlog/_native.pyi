@@ -8,7 +8,9 @@ from typing import Literal, Self, final
 from typing_extensions import Buffer
 
 __all__ = [
+    "DEFAULTS",
     "HEADER_LEN",
+    "MAX_OFFSET",
     "ClosedError",
     "CommitLog",
     "CommitLogError",
@@ -31,6 +33,10 @@ __all__ = [
 
 __version__: str
 HEADER_LEN: int
+MAX_OFFSET: int
+"""The largest offset a log holds, 2**63 - 1: offsets are signed 64-bit in Arrow, Spark and Java."""
+DEFAULTS: dict[str, object]
+"""The value each keyword argument of ``CommitLog`` takes when it is not given."""
 
 def _shutdown_logging() -> None:
     """Delivers queued log records and stops the delivery thread (run at exit)."""
@@ -150,30 +156,31 @@ class CommitLog:
 
     ``paths`` is one directory, a str of several separated by ``os.pathsep`` (RIP-7's
     ``"/d0/store:/d1/store"``), or a sequence of paths. Each new segment goes to one directory.
+    An option not given takes its value from ``rmqlog.DEFAULTS``.
     """
 
     def __new__(
         cls,
         paths: _StrPath | Sequence[_StrPath],
         *,
-        segment_size: int = 1 << 30,
-        strategy: _Strategy | _StrategyFn = "round_robin",
-        read_only: bool = False,
-        flush: Literal["async", "sync", "none"] = "async",
-        flush_interval_ms: int = 500,
-        max_message_size: int = 4 << 20,
-        read_only_paths: _StrPath | Sequence[_StrPath] = (),
-        accept_lost: _StrPath | Sequence[_StrPath] = (),
-        max_used_ratio: float | Mapping[_StrPath, float] = 0.75,
-        force_clean_ratio: float | Mapping[_StrPath, float] | None = None,
-        min_free_bytes: int = 0,
-        on_dir_event: _DirEventFn | None = None,
-        retention_hours: float | None = 72.0,
-        delete_hours: Sequence[int] | None = [4],
-        retention_bytes: int | None = None,
-        max_deletes_per_pass: int = 10,
-        clean_interval_ms: int = 10_000,
-        file_mode: int = 0o640,
+        segment_size: int = ...,
+        strategy: _Strategy | _StrategyFn = ...,
+        read_only: bool = ...,
+        flush: Literal["async", "sync", "none"] = ...,
+        flush_interval_ms: int = ...,
+        max_message_size: int = ...,
+        read_only_paths: _StrPath | Sequence[_StrPath] = ...,
+        accept_lost: _StrPath | Sequence[_StrPath] = ...,
+        max_used_ratio: float | Mapping[_StrPath, float] = ...,
+        force_clean_ratio: float | Mapping[_StrPath, float] | None = ...,
+        min_free_bytes: int = ...,
+        on_dir_event: _DirEventFn | None = ...,
+        retention_hours: float | None = ...,
+        delete_hours: Sequence[int] | None = ...,
+        retention_bytes: int | None = ...,
+        max_deletes_per_pass: int = ...,
+        clean_interval_ms: int = ...,
+        file_mode: int = ...,
     ) -> Self: ...
     def append(self, body: Buffer, /) -> int:
         """Appends one record; returns its physical offset."""

@@ -107,12 +107,15 @@ impl PyCommitLog {
 impl PyCommitLog {
     #[new]
     #[pyo3(
-        text_signature = "(paths, *, segment_size=1073741824, strategy='round_robin', \
-        read_only=False, flush='async', flush_interval_ms=500, max_message_size=4194304, \
-        read_only_paths=(), accept_lost=(), max_used_ratio=0.75, force_clean_ratio=None, \
-        min_free_bytes=0, on_dir_event=None, retention_hours=72.0, delete_hours=[4], \
-        retention_bytes=None, max_deletes_per_pass=10, clean_interval_ms=10000, file_mode=0o640)"
+        text_signature = "(paths, *, segment_size=..., strategy=..., read_only=..., flush=..., \
+        flush_interval_ms=..., max_message_size=..., read_only_paths=..., accept_lost=..., \
+        max_used_ratio=..., force_clean_ratio=..., min_free_bytes=..., on_dir_event=..., \
+        retention_hours=..., delete_hours=..., retention_bytes=..., max_deletes_per_pass=..., \
+        clean_interval_ms=..., file_mode=...)"
     )]
+    // An option not given takes its value from `Options::default()` (`rmqlog.DEFAULTS`): `None`
+    // here means "not given", except for `retention_hours` and `delete_hours`, where it means
+    // "off" and the default comes from a function reading `Options::default()`.
     #[pyo3(signature = (
         paths,
         *,
@@ -128,8 +131,8 @@ impl PyCommitLog {
         force_clean_ratio = None,
         min_free_bytes = None,
         on_dir_event = None,
-        retention_hours = Some(72.0),
-        delete_hours = Some(vec![4]),
+        retention_hours = options::default_retention_hours(),
+        delete_hours = options::default_delete_hours(),
         retention_bytes = None,
         max_deletes_per_pass = None,
         clean_interval_ms = None,

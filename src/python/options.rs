@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyFloat, PyInt, PyList};
+use pyo3::types::{PyDict, PyFloat, PyInt, PyList, PyTuple};
 
 use super::args;
 use super::dirs::PyDirInfo;
@@ -27,9 +27,9 @@ pub struct Kwargs<'a, 'py> {
     pub force_clean_ratio: Option<&'a Bound<'py, PyAny>>,
     pub min_free_bytes: Option<&'a Bound<'py, PyAny>>,
     pub on_dir_event: Option<&'a Bound<'py, PyAny>>,
-    /// `None` (Python's) turns time expiry off; the default is passed as `Some(72.0)`.
+    /// Python's `None` turns time expiry off; not given, it is [`default_retention_hours`].
     pub retention_hours: Option<f64>,
-    /// `None` (Python's) means any hour; the default is passed as `Some([4])`.
+    /// Python's `None` means any hour; not given, it is [`default_delete_hours`].
     pub delete_hours: Option<Vec<i128>>,
     pub retention_bytes: Option<&'a Bound<'py, PyAny>>,
     pub max_deletes_per_pass: Option<&'a Bound<'py, PyAny>>,
@@ -114,6 +114,47 @@ fn py_event_callback(obj: &Bound<'_, PyAny>) -> PyResult<Arc<crate::EventFn>> {
     }))
 }
 
+/// The default of `retention_hours` (an explicit `None` turns expiry off, so "not given" needs a
+/// default of its own).
+pub fn default_retention_hours() -> Option<f64> {
+    Options::default().retention_hours
+}
+
+/// The default of `delete_hours` (an explicit `None` means any hour).
+pub fn default_delete_hours() -> Option<Vec<i128>> {
+    Options::default()
+        .delete_hours
+        .map(|h| h.into_iter().map(i128::from).collect())
+}
+
+/// `rmqlog.DEFAULTS`: the value each keyword argument of `CommitLog` takes when it is not given,
+/// read from [`Options::default`] (the one place they are written).
+pub fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let o = Options::default();
+    let ms = |d: Duration| d.as_millis() as u64;
+    let d = PyDict::new(py);
+    d.set_item("segment_size", o.segment_size)?;
+    d.set_item("strategy", o.strategy.name())?;
+    d.set_item("read_only", o.read_only)?;
+    d.set_item("flush", o.flush.as_str())?;
+    d.set_item("flush_interval_ms", ms(o.flush_interval))?;
+    d.set_item("max_message_size", o.max_message_size)?;
+    d.set_item("read_only_paths", PyTuple::empty(py))?;
+    d.set_item("accept_lost", PyTuple::empty(py))?;
+    d.set_item("max_used_ratio", o.max_used_ratio.default)?;
+    d.set_item("force_clean_ratio", o.force_clean_ratio.default)?;
+    d.set_item("min_free_bytes", o.min_free_bytes)?;
+    d.set_item("on_dir_event", py.None())?;
+    d.set_item("retention_hours", o.retention_hours)?;
+    let hours = o.delete_hours.map(|h| PyTuple::new(py, h)).transpose()?;
+    d.set_item("delete_hours", hours)?;
+    d.set_item("retention_bytes", o.retention_bytes)?;
+    d.set_item("max_deletes_per_pass", o.max_deletes_per_pass)?;
+    d.set_item("clean_interval_ms", ms(o.clean_interval))?;
+    d.set_item("file_mode", o.file_mode)?;
+    Ok(d)
+}
+
 /// Builds and validates the options.
 pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
     let mut o = Options::default();
@@ -145,7 +186,8 @@ pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
         o.accept_lost = args::paths_or_empty(v, "accept_lost")?;
     }
     if let Some(v) = k.max_used_ratio {
-        o.max_used_ratio = per_dir(v, "max_used_ratio", 0.75, |r| r)?;
+        let default = o.max_used_ratio.default;
+        o.max_used_ratio = per_dir(v, "max_used_ratio", default, |r| r)?;
     }
     if let Some(v) = k.force_clean_ratio.filter(|v| !v.is_none()) {
         o.force_clean_ratio = per_dir(v, "force_clean_ratio", None, Some)?;
