@@ -148,7 +148,6 @@ pub fn plan(
 pub(crate) fn clean_pass(state: &State, force: bool) -> Result<usize> {
     Stats::add(&state.stats.clean_passes, 1);
     let result = delete_head(state, |p| {
-        fail_point!("clean::planning");
         let now = SystemTime::now();
         let cands: Vec<Candidate> = p
             .sealed()

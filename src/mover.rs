@@ -158,7 +158,6 @@ fn copy_and_switch(state: &State, seg: &Arc<Segment>, to: usize) -> Result<()> {
         remove_durably(&dst)?;
         return Err(e);
     }
-    fail_point!("move::switched");
     // 5. The source goes.
     remove_durably(seg.path())
 }

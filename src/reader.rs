@@ -229,15 +229,20 @@ pub(crate) fn read(state: &State, offset: u64) -> Result<RecordRef> {
     if offset < state.min_offset() || offset >= max {
         return Err(state.range_error(offset.into()));
     }
+    // The common case: the segment is mapped already; nothing but the map's `Arc` is cloned.
     let list = state.segments();
-    // The common case: the segment is mapped already; no `Arc` of the list is taken.
-    let (seg, map) = match list.find(offset).map(|s| (s, s.map())) {
-        Some((seg, Ok(map))) => (Arc::clone(seg), map),
-        _ => locate(state, &mut state.segments_full(), offset)?,
-    };
-    match record_at(&seg, &map, offset, max) {
+    if let Some((seg, Ok(map))) = list.find(offset).map(|s| (s, s.map())) {
+        return record_here(seg, &map, offset, max);
+    }
+    let (seg, map) = locate(state, &mut state.segments_full(), offset)?;
+    record_here(&seg, &map, offset, max)
+}
+
+/// The record a read asked for at `offset`, or why there is none.
+fn record_here(seg: &Segment, map: &Arc<Mapping>, offset: u64, max: u64) -> Result<RecordRef> {
+    match record_at(seg, map, offset, max) {
         At::Record(r) => Ok(r),
-        other => Err(unexpected(&seg, offset, &other, false)
+        other => Err(unexpected(seg, offset, &other, false)
             .unwrap_or(Error::Internal("a record read as no record".into()))),
     }
 }

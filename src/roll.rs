@@ -6,7 +6,6 @@ use std::sync::Arc;
 use crate::cleaner::clean_pass;
 use crate::dirs::{DirInfo, DirState};
 use crate::error::{Error, Result};
-use crate::failpoint::fail_point;
 use crate::fs::{create_preallocated, is_no_space, remove_durably, segment_name};
 use crate::options::PlaceFn;
 use crate::placement;
@@ -46,7 +45,6 @@ pub(crate) fn roll(
         Ok(())
     });
     let listed = made.and_then(|()| {
-        fail_point!("roll::created");
         let segs = created.iter().map(|(s, _)| Arc::clone(s)).collect();
         state.change(|_| Ok((Some(Change::Roll(segs)), ())))
     });

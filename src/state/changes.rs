@@ -80,7 +80,6 @@ impl State {
         };
         let (change, out) = plan(&view)?;
         if let Some(change) = change {
-            fail_point!("list::planned");
             self.check(&view, &change).map_err(|why| {
                 Error::Internal(format!("refused change of the segment list: {why}"))
             })?;
@@ -185,7 +184,6 @@ impl State {
             .store(Arc::new(list.without_head_before(last.end())));
         // 2. The new head is durable before any file goes.
         self.write_checkpoint(false)?;
-        fail_point!("delete::recorded");
         // 3. The files.
         for seg in victims.iter().filter(|s| !s.is_lost()) {
             if let Err(e) = remove_durably(seg.path()) {
