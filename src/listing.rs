@@ -161,7 +161,8 @@ pub(crate) fn consistent(
             let mut segments = with_holes(segments, accept_lost, after.as_ref(), segment_size);
             // A gap ends the log there (a file being created at the end is not there yet).
             let n = layout::check(&segments, &sizes, true)?;
-            let whole = n == segments.len();
+            // Holes fill gaps whatever made them: with lost directories, only a still store.
+            let whole = n == segments.len() && accept_lost.is_empty();
             segments.truncate(n);
             check_covers(&segments, after.as_ref(), floor, paths)?;
             Ok((segments, whole))
