@@ -1,6 +1,7 @@
 """Stress: 4 threads appending, 4 threads reading and scanning, the cleaner thread deleting old
-segments (``clean_interval_ms=50``, a small ``retention_bytes``), and a read-only follower in
-another process, all at once on one store, for a bounded time.
+segments (``clean_interval_ms=50``, a small ``retention_bytes``), a thread moving segments
+between the directories and truncating the head, and a read-only follower in another process,
+all at once on one store, for a bounded time.
 
 Duration: ``RMQLOG_STRESS_SECONDS`` seconds, 6 by default; for a longer soak run e.g.
 ``RMQLOG_STRESS_SECONDS=30 .venv/bin/python -m pytest -q tests/test_stress.py``.
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from _model import check_body, make_body
 
-from rmqlog import HEADER_LEN, CommitLog, OffsetOutOfRangeError
+from rmqlog import HEADER_LEN, CommitLog, InvalidOffsetError, OffsetOutOfRangeError
 
 DURATION = float(os.environ.get("RMQLOG_STRESS_SECONDS", "6"))
 GRACE = 30.0
@@ -116,6 +117,8 @@ class Shared:
         self.reads = 0
         self.scanned = 0
         self.held: list[tuple[memoryview, bytes]] = []
+        self.moves = 0
+        self.truncates = 0
 
     def fail(self, what: str) -> None:
         self.errors.append(what)
@@ -224,6 +227,30 @@ def scan_from(log: CommitLog, sh: Shared, start: int, limit: int) -> None:
         sh.fail(f"scan from {start}: {e}")
 
 
+def maintainer(log: CommitLog, sh: Shared, dirs: list[str], seed: int) -> None:
+    """Moves random sealed segments to random directories, and now and then truncates the head
+    (keeping ``RETENTION`` and more, so the cleaner's promise still holds at the end)."""
+    rng = random.Random(seed)
+    try:
+        while not sh.stop.is_set():
+            segs = log.segments()
+            if len(segs) > 2:
+                seg = rng.choice(segs[:-1])
+                try:
+                    log.move_segment(seg.start_offset, rng.choice(dirs))
+                    sh.moves += 1
+                except (OffsetOutOfRangeError, InvalidOffsetError):
+                    pass  # deleted by the cleaner meanwhile, or not sealed yet
+            if rng.random() < 0.15:
+                keep_from = log.max_offset - RETENTION - 2 * SEG
+                if keep_from > log.min_offset:
+                    log.truncate_before(rng.randint(log.min_offset, keep_from))
+                    sh.truncates += 1
+            time.sleep(0.002)
+    except Exception as e:
+        sh.fail(f"maintainer: {e!r}")
+
+
 def test_appenders_readers_cleaner_and_a_follower(tmp_path):
     dirs = [str(tmp_path / f"d{i}") for i in range(3)]
     log = CommitLog(
@@ -269,6 +296,7 @@ def test_appenders_readers_cleaner_and_a_follower(tmp_path):
             threading.Thread(target=reader, args=(log, sh, 100 + n), daemon=True)
             for n in range(READERS)
         ]
+        threads.append(threading.Thread(target=maintainer, args=(log, sh, dirs, 7), daemon=True))
         started = time.monotonic()
         for t in threads:
             t.start()
@@ -310,6 +338,7 @@ def test_appenders_readers_cleaner_and_a_follower(tmp_path):
     lo = log.min_offset
     assert lo > 0
     assert sh.reads > 0 and sh.scanned > 0
+    assert sh.moves > 0 and sh.truncates > 0, (sh.moves, sh.truncates)
     # Views handed out stay valid, even over deleted segments.
     for view, expected in sh.held:
         assert bytes(view) == expected
@@ -330,7 +359,7 @@ def test_appenders_readers_cleaner_and_a_follower(tmp_path):
     print(
         f"stress {DURATION:g} s: {len(sh.written)} records appended, {stats['segments_deleted']}"
         f" segments deleted, {sh.reads} reads, {sh.scanned} scanned, {sh.deleted_reads} reads"
-        f" of deleted records; follower: {report}"
+        f" of deleted records, {sh.moves} moves, {sh.truncates} truncations; follower: {report}"
     )
     assert log.verify() == []
     assert log.read_record(live[-1][0]).next_offset == log.max_offset
