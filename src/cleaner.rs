@@ -74,8 +74,9 @@ pub struct DirUsage {
 /// Forced cleaning (a directory at or over its `force_clean_ratio`) frees a directory's space
 /// only by deleting segments on that directory: the oldest segments go while some directory
 /// still over its ratio holds one of the remaining candidates, until the bytes deleted there
-/// bring it back to its `max_used_ratio`. Space used by other programs is never a reason to
-/// delete more.
+/// bring it back to its `max_used_ratio`. A directory that the log's candidates on it cannot
+/// bring back under its force ratio is over because of other programs' files, and makes the log
+/// delete nothing: space used by other programs is never a reason to delete more.
 pub fn plan(
     cands: &[Candidate],
     dirs: &[DirUsage],
@@ -95,18 +96,6 @@ pub fn plan(
     let retention = opts
         .retention_hours
         .map(|h| Duration::from_secs_f64(h * 3600.0));
-    // Bytes each directory at or over its force ratio still needs freed to get back to its max
-    // ratio (the same comparison that makes placement refuse it).
-    let mut need: Vec<u64> = dirs
-        .iter()
-        .map(|d| match (d.usage, d.force_ratio) {
-            (Some(u), Some(force)) if u.used_ratio() >= force => {
-                let target = d.max_ratio * (u.used_bytes + u.free_bytes) as f64;
-                (u.used_bytes as f64 - target).max(1.0) as u64
-            }
-            _ => 0,
-        })
-        .collect();
     // Bytes of the log's candidates on each directory, from the current one on.
     let mut held = vec![0u64; dirs.len()];
     for c in cands {
@@ -114,6 +103,25 @@ pub fn plan(
             *h += c.size;
         }
     }
+    // Bytes each directory at or over its force ratio (the comparison that makes placement refuse
+    // it) still needs freed to get back to its max ratio; none for one that the log's candidates
+    // there cannot bring back under its force ratio: other programs' files hold it over.
+    let mut need: Vec<u64> = dirs
+        .iter()
+        .zip(&held)
+        .map(|(d, &held)| match (d.usage, d.force_ratio) {
+            (Some(u), Some(force)) if u.used_ratio() >= force => {
+                let capacity = (u.used_bytes + u.free_bytes) as f64;
+                let over_force = u.used_bytes as f64 - force * capacity;
+                if (held as f64) <= over_force {
+                    return 0;
+                }
+                let target = d.max_ratio * capacity;
+                (u.used_bytes as f64 - target).max(1.0) as u64
+            }
+            _ => 0,
+        })
+        .collect();
     let mut left = total_bytes;
     let mut out = Vec::new();
     for c in cands.iter().take(opts.max_deletes_per_pass) {
@@ -175,7 +183,12 @@ pub(crate) fn clean_pass(state: &State, force: bool) -> Result<usize> {
                 force_ratio: state.opts.force_clean_ratio.get(&d.path),
             })
             .collect();
-        let total = p.list.as_slice().iter().map(|s| s.size()).sum();
+        // The log's size: its bytes in use, up to the published end (the active segment counts
+        // what it holds, not its preallocated size).
+        let total = p
+            .list
+            .first()
+            .map_or(0, |f| p.end.saturating_sub(f.start()));
         let hour = chrono::Local::now().hour();
         plan(&cands, &dirs, &state.opts, hour, force, total)
     });
@@ -326,11 +339,17 @@ mod tests {
         let opts = Options::default().max_deletes_per_pass(100);
         let d = [dir(100, 900, Some(0.85)), dir(950, 50, Some(0.85))];
         assert!(plan(&young, &d, &opts, 5, false, 500).is_empty());
-        // Once it does hold some, the oldest go up to its last one there, and no further.
-        let mut mixed = cands(&[0; 5]);
-        mixed[2].dir = 1;
-        let r = plan(&mixed, &d, &opts, 5, false, 500);
-        assert_eq!(r, vec![Reason::DiskUsage; 3]);
+        // One segment there (100 bytes) cannot bring it under 0.85 (100 bytes over): nothing.
+        let mut one = cands(&[0; 5]);
+        one[2].dir = 1;
+        assert!(plan(&one, &d, &opts, 5, false, 500).is_empty());
+        // Two can: the oldest go up to its last one there (back to 0.75 needs 200), no further.
+        let mut two = one.clone();
+        two[1].dir = 1;
+        assert_eq!(
+            plan(&two, &d, &opts, 5, false, 500),
+            vec![Reason::DiskUsage; 3]
+        );
     }
 
     #[test]

@@ -105,7 +105,7 @@ pub(crate) fn start_flusher(state: &Arc<State>) -> Result<Periodic> {
         }
         let flushed = state.flushed_offset();
         if flushed != checkpointed && last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
-            match state.write_checkpoint(false) {
+            match state.write_checkpoint() {
                 Ok(()) => checkpointed = flushed,
                 Err(e) => log::warn!("checkpoint update failed: {e}"),
             }

@@ -17,13 +17,14 @@ pub fn segment_name(start: u64) -> String {
     format!("{start:020}")
 }
 
-/// The start offset named by a segment file name, if it is one.
+/// Whether `name` has the form of a segment file name: twenty digits.
+pub fn is_segment_like(name: &str) -> bool {
+    name.len() == NAME_DIGITS && name.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// The start offset named by a segment file name, if it is one (`None` past 2^64 too).
 pub fn parse_segment_name(name: &str) -> Option<u64> {
-    if name.len() == NAME_DIGITS && name.bytes().all(|b| b.is_ascii_digit()) {
-        name.parse().ok()
-    } else {
-        None
-    }
+    is_segment_like(name).then(|| name.parse().ok()).flatten()
 }
 
 /// True for a leftover of an interrupted segment creation.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, IoContext, Result};
 use crate::failpoint::fail_point;
-use crate::fs::{is_temp_segment, parse_segment_name};
+use crate::fs::{is_segment_like, is_temp_segment, parse_segment_name};
 use crate::options::SEGMENT_ALIGN;
 use crate::record::FILLER_LEN;
 use crate::segment::{Segment, MAX_OFFSET};
@@ -88,6 +88,10 @@ pub fn list(
                 continue;
             }
             let Some(start) = parse_segment_name(name) else {
+                if is_segment_like(name) {
+                    // Twenty digits past 2^64: a segment name the log cannot place.
+                    return Err(beyond_limit(&dir.join(name), name.into()));
+                }
                 continue;
             };
             let path = dir.join(name);
@@ -108,7 +112,7 @@ pub fn list(
         fail_point!("layout::dir_listed");
     }
     if let Some(f) = all.iter().find(|f| f.start >= MAX_OFFSET) {
-        return Err(beyond_limit(f, u128::from(f.start)));
+        return Err(beyond_limit(&f.path, f.start.to_string()));
     }
     all.sort_unstable_by_key(|f| (f.start, f.dir));
     let mut all = all.into_iter().peekable();
@@ -160,17 +164,17 @@ pub fn list(
     for f in &listing.segments {
         let end = u128::from(f.start) + u128::from(f.len);
         if end > u128::from(MAX_OFFSET) {
-            return Err(beyond_limit(f, end));
+            return Err(beyond_limit(&f.path, end.to_string()));
         }
     }
     Ok(listing)
 }
 
-/// A segment file the log cannot place: it would hold offsets past [`MAX_OFFSET`].
-fn beyond_limit(f: &Found, end: u128) -> Error {
+/// A segment file the log cannot place: it would hold offsets up to `end`, past [`MAX_OFFSET`].
+fn beyond_limit(path: &Path, end: String) -> Error {
     Error::corruption(
-        Some(f.path.clone()),
-        Some(f.start),
+        Some(path.to_path_buf()),
+        None,
         format!(
             "the file's name places it at offsets up to {end}, past {MAX_OFFSET}, the largest \
              offset rmqlog supports (offsets are signed 64-bit integers in Arrow, Spark and Java); \

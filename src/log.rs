@@ -15,7 +15,7 @@ use crate::mover::{self, Moved};
 use crate::open::{open, Opened};
 use crate::options::Options;
 use crate::reader::{self, RecordRef, Scan};
-use crate::state::{Change, State};
+use crate::state::State;
 use crate::stats::StatsSnapshot;
 use crate::sync::locked;
 use crate::verify::{self, BadRange};
@@ -50,9 +50,12 @@ pub struct SegmentInfo {
     pub path: PathBuf,
     /// Length of the file.
     pub size: u64,
-    /// Bytes in use: the end of the records in the active segment; the whole file (records and
-    /// end-of-segment filler) in a sealed one.
+    /// Bytes in use: the end of the published records in the active segment; the whole file
+    /// (records and end-of-segment filler) in a sealed one.
     pub written: u64,
+    /// Sealed: wholly below `max_offset` and not the last segment. Only sealed segments are
+    /// deleted by retention or moved.
+    pub sealed: bool,
 }
 
 impl CommitLog {
@@ -186,7 +189,7 @@ impl CommitLog {
             return Ok(self.state.flushed_offset());
         }
         let flushed = flush_data(&self.state)?;
-        self.state.write_checkpoint(false)?;
+        self.state.write_checkpoint()?;
         Ok(flushed)
     }
 
@@ -194,15 +197,21 @@ impl CommitLog {
     pub fn segments(&self) -> Result<Vec<SegmentInfo>> {
         self.state.check_open()?;
         let list = self.state.segments();
+        let end = self.state.max_offset();
+        let sealed = list.sealed(end).len();
         Ok(list
             .as_slice()
             .iter()
-            .filter(|s| !s.is_lost())
-            .map(|s| SegmentInfo {
+            .enumerate()
+            .filter(|(_, s)| !s.is_lost())
+            .map(|(i, s)| SegmentInfo {
                 start_offset: s.start(),
                 path: s.path().to_path_buf(),
                 size: s.size(),
-                written: s.written(),
+                // A segment the writer is closing or has just created holds nothing published
+                // past the end yet.
+                written: s.written().min(end.saturating_sub(s.start())),
+                sealed: i < sealed,
             })
             .collect())
     }
@@ -326,20 +335,27 @@ impl CommitLog {
             return Ok(());
         }
         drop(threads); // stops and joins the flusher and the cleaner
-        let result = match &self.writer {
-            // Waits for an append in progress; none starts after (the log is marked closed).
-            Some(writer) => writer
-                .idle(|| flush_data(&self.state).and_then(|_| self.state.write_checkpoint(true))),
+                       // A move in flight sees the log closed between two chunks of its copy, removes its copy
+                       // and clears its intent; none starts after.
+        let no_move = locked(&self.state.move_lock);
+        // Waits for an append in progress (none starts after: the log is marked closed), then
+        // for a change of the segment list in flight; then the last sync and checkpoint.
+        let last = || match &self.writer {
+            Some(_) => flush_data(&self.state).and_then(|_| self.state.write_final_checkpoint()),
             None => Ok(()),
         };
+        let result = match &self.writer {
+            Some(writer) => writer.idle(|| self.state.close_segments(last)),
+            None => self.state.close_segments(last),
+        };
+        drop(no_move);
         locked(&self.lock).take();
         self.state.events.stop();
         // Unmap: the files can go (or their filesystem be unmounted) once no reader holds a record.
         if let Some(writer) = &self.writer {
             writer.stop();
         }
-        let cleared = self.state.change(|_| Ok((Some(Change::Clear), ())));
-        result.and(cleared)
+        result
     }
 }
 

@@ -10,6 +10,7 @@
 //! after reopen. Appends, reads and cleaning go on during the copy.
 
 use std::fs::{self, File, FileTimes};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -46,15 +47,62 @@ pub(crate) fn finish_interrupted_move(c: &mut Checkpoint) -> Result<()> {
     Ok(())
 }
 
-fn copy_keeping_mtime(src: &Path, tmp: &Path) -> Result<()> {
-    fs::copy(src, tmp).ctx("copying segment", src)?;
-    let modified = fs::metadata(src)
-        .and_then(|m| m.modified())
-        .ctx("reading the time of", src)?;
-    let f = File::options().write(true).open(tmp).ctx("opening", tmp)?;
-    f.set_times(FileTimes::new().set_modified(modified))
+/// Bytes copied between two checks that the log is still open.
+const COPY_CHUNK: usize = 16 << 20;
+
+/// Copies `src` to `tmp` in chunks (in the kernel where it can), keeping the modification time,
+/// and syncs it. Stops with [`Error::Closed`] between chunks once the log is closed: a close
+/// waits for the move, so a long copy must not hold it up.
+fn copy_keeping_mtime(state: &State, src: &Path, tmp: &Path) -> Result<()> {
+    let from = File::open(src).ctx("opening segment", src)?;
+    let meta = from.metadata().ctx("reading the time of", src)?;
+    let to = File::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(state.opts.file_mode)
+        .open(tmp)
+        .ctx("creating", tmp)?;
+    let mut in_kernel = true;
+    let mut buf = Vec::new();
+    let mut at = 0u64;
+    while at < meta.len() {
+        fail_point!("move::copying");
+        state.check_open()?;
+        let want = COPY_CHUNK.min((meta.len() - at) as usize);
+        let n = if in_kernel {
+            let (mut at_in, mut at_out) = (at, at);
+            match rustix::fs::copy_file_range(&from, Some(&mut at_in), &to, Some(&mut at_out), want)
+            {
+                Ok(n) => n,
+                // Not between these filesystems (or not at all): copy through memory.
+                Err(rustix::io::Errno::XDEV | rustix::io::Errno::NOSYS)
+                | Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::INVAL) => {
+                    in_kernel = false;
+                    continue;
+                }
+                Err(e) => return Err(Error::io("copying segment", src, e.into())),
+            }
+        } else {
+            buf.resize(want, 0);
+            from.read_exact_at(&mut buf, at)
+                .ctx("reading segment", src)?;
+            to.write_all_at(&buf, at).ctx("writing", tmp)?;
+            want
+        };
+        if n == 0 {
+            return Err(Error::io(
+                "copying segment (it ended early)",
+                src,
+                std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
+            ));
+        }
+        at += n as u64;
+    }
+    let modified = meta.modified().ctx("reading the time of", src)?;
+    to.set_times(FileTimes::new().set_modified(modified))
         .ctx("setting the time of", tmp)?;
-    f.sync_all().ctx("syncing", tmp)
+    to.sync_all().ctx("syncing", tmp)
 }
 
 /// The sealed segment starting at `start`, checked movable to directory `to`.
@@ -104,6 +152,7 @@ pub(crate) fn move_segment(state: &State, start: u64, dest: &Path) -> Result<()>
         ))
     })?;
     let _one_move = locked(&state.move_lock);
+    state.check_open()?; // closed while this move waited for the previous one
     let seg = movable(state, start, to)?;
     if to == seg.dir() {
         return Ok(());
@@ -126,7 +175,7 @@ fn copy_and_switch(state: &State, seg: &Arc<Segment>, to: usize) -> Result<()> {
     let tmp = dest_dir.join(format!("{name}{TEMP_SUFFIX}"));
     let dst = dest_dir.join(&name);
     // 2-3. Copy, sync, rename, sync the directory.
-    let copied = copy_keeping_mtime(seg.path(), &tmp)
+    let copied = copy_keeping_mtime(state, seg.path(), &tmp)
         .and_then(|()| fs::rename(&tmp, &dst).ctx("renaming", &tmp))
         .and_then(|()| sync_dir(dest_dir));
     if let Err(e) = copied {

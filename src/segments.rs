@@ -116,6 +116,14 @@ impl SegmentList {
         self.index_of(offset).map(|i| &self.segments[i])
     }
 
+    /// The sealed segments when the published end is `end`: a prefix of the list, each wholly
+    /// below `end`, never the last one (records are written into it, or will be once the end
+    /// reaches it). Only these may be deleted or moved.
+    pub fn sealed(&self, end: u64) -> &[Arc<Segment>] {
+        let below = self.segments.partition_point(|s| s.end() <= end);
+        &self.segments[..below.min(self.segments.len().saturating_sub(1))]
+    }
+
     /// Whether `segment` (this very one, not a copy of it) is in the list.
     pub fn holds(&self, segment: &Arc<Segment>) -> bool {
         self.index_of(segment.start())

@@ -106,6 +106,10 @@ class Segment:
     @property
     def written(self) -> int:
         """Bytes in use: the end of the records in the active segment, all of a sealed one."""
+    @property
+    def sealed(self) -> bool:
+        """Sealed: wholly below ``max_offset`` and not the last segment. Only sealed segments are
+        deleted by retention or moved (``move_segment``)."""
 
 @final
 class DirInfo:

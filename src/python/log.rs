@@ -373,9 +373,10 @@ impl PyCommitLog {
     fn move_segment(
         &self,
         py: Python<'_>,
-        start_offset: u64,
+        start_offset: &Bound<'_, PyAny>,
         dest_path: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
+        let start_offset = self.offset_in_range(start_offset)?;
         let dest = args::paths(dest_path)?
             .into_iter()
             .next()
@@ -390,8 +391,9 @@ impl PyCommitLog {
     fn rebalance(
         &self,
         py: Python<'_>,
-        max_bytes: Option<u64>,
+        max_bytes: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<(u64, String, String)>> {
+        let max_bytes = max_bytes.map(|m| args::uint(m, "max_bytes")).transpose()?;
         let moves = py.detach(|| self.log.rebalance(max_bytes))?;
         Ok(moves
             .into_iter()
@@ -478,6 +480,7 @@ impl PyCommitLog {
                 path: s.path.to_string_lossy().into_owned(),
                 size: s.size,
                 written: s.written,
+                sealed: s.sealed,
             })
             .collect())
     }

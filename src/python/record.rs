@@ -51,14 +51,21 @@ pub struct PySegment {
     /// Bytes in use (a sealed segment counts its end filler: all of it).
     #[pyo3(get)]
     pub(super) written: u64,
+    /// Sealed: wholly below max_offset, not the last segment; only these are deleted or moved.
+    #[pyo3(get)]
+    pub(super) sealed: bool,
 }
 
 #[pymethods]
 impl PySegment {
     fn __repr__(&self) -> String {
         format!(
-            "Segment(start_offset={}, path={:?}, size={}, written={})",
-            self.start_offset, self.path, self.size, self.written
+            "Segment(start_offset={}, path={:?}, size={}, written={}, sealed={})",
+            self.start_offset,
+            self.path,
+            self.size,
+            self.written,
+            if self.sealed { "True" } else { "False" }
         )
     }
 }

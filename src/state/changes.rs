@@ -8,7 +8,9 @@
 //!   never the last of the list (the writer's active segment). `min_offset` moves first, then the
 //!   list, then the new head is recorded in the checkpoint, and only then are files unlinked;
 //! - a moved segment replaces the very segment it was copied from (the same `Arc`), still sealed;
-//! - a writer's list never reloads; a follower's (read-only) list changes only by reloading.
+//! - a writer's list never reloads; a follower's (read-only) list changes only by reloading;
+//! - a closed log changes no more: [`State::close_segments`] waits for the change in flight,
+//!   runs the close's last steps under the lock, and empties the list.
 //!
 //! A plan that breaks one of these is refused with [`Error::Internal`] and changes nothing.
 
@@ -42,8 +44,6 @@ pub(crate) enum Change {
         end: u64,
         last_timestamp_ms: u64,
     },
-    /// The log closes: every segment leaves (maps go with their last reader).
-    Clear,
 }
 
 /// What a planner sees, fixed while it plans: the list and the published end.
@@ -54,13 +54,9 @@ pub(crate) struct Plan<'a> {
 }
 
 impl Plan<'_> {
-    /// The segments a deletion or a move may take: a prefix of the list, each wholly below the
-    /// published end, never the last one (records are written into it, or will be once the end
-    /// reaches it).
+    /// The segments a deletion or a move may take ([`SegmentList::sealed`]).
     pub fn sealed(&self) -> &[Arc<Segment>] {
-        let all = self.list.as_slice();
-        let below = all.partition_point(|s| s.end() <= self.end);
-        &all[..below.min(all.len().saturating_sub(1))]
+        self.list.sealed(self.end)
     }
 }
 
@@ -73,6 +69,7 @@ impl State {
     ) -> Result<T> {
         fail_point!("list::lock");
         let _guard = locked(&self.list_lock);
+        self.check_open()?;
         let list = self.segments.load_full();
         let view = Plan {
             list: &list,
@@ -142,7 +139,6 @@ impl State {
                 }
                 Ok(())
             }
-            Change::Clear => Ok(()),
         }
     }
 
@@ -168,9 +164,19 @@ impl State {
                     .fetch_max(last_timestamp_ms, Ordering::Relaxed);
                 self.max_offset.store(end, Ordering::Release);
             }
-            Change::Clear => self.segments.store(Arc::new(list.truncated_before(0))),
         }
         Ok(())
+    }
+
+    /// The close's end of the list: waits for a change in flight (none starts once the log is
+    /// marked closed), runs `last` (the final sync and checkpoint) under the lock, then empties
+    /// the list, so every segment's map goes with its last reader.
+    pub fn close_segments<T>(&self, last: impl FnOnce() -> T) -> T {
+        let _guard = locked(&self.list_lock);
+        let out = last();
+        let list = self.segments.load_full();
+        self.segments.store(Arc::new(list.truncated_before(0)));
+        out
     }
 
     fn delete_head(&self, list: &SegmentList, victims: &[Arc<Segment>]) -> Result<()> {
@@ -183,7 +189,7 @@ impl State {
         self.segments
             .store(Arc::new(list.without_head_before(last.end())));
         // 2. The new head is durable before any file goes.
-        self.write_checkpoint(false)?;
+        self.write_checkpoint()?;
         // 3. The files.
         for seg in victims.iter().filter(|s| !s.is_lost()) {
             if let Err(e) = remove_durably(seg.path()) {

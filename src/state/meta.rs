@@ -1,16 +1,25 @@
 //! Writing the store's checkpoint (`rmqlog.meta`) from the state: the counters it covers, the
 //! directories it goes to, the move intent it carries.
 
+use std::sync::atomic::Ordering;
+
 use super::State;
 use crate::checkpoint::{Checkpoint, Move};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::sync::locked;
 
 impl State {
-    /// Rewrites the checkpoint in every directory that keeps metadata. Covers only synced data;
-    /// `clean` (a close) also vouches for the end of the log when everything is synced.
-    pub fn write_checkpoint(&self, clean: bool) -> Result<()> {
-        self.update_checkpoint(clean, None, |_| {})
+    /// Rewrites the checkpoint in every directory that keeps metadata. Covers only synced data.
+    pub fn write_checkpoint(&self) -> Result<()> {
+        self.update_checkpoint(false, None, |_| {})
+    }
+
+    /// The close's checkpoint: it vouches for the end of the log when everything is synced, and
+    /// is the last: no metadata is written after it (the store's lock is about to go).
+    pub fn write_final_checkpoint(&self) -> Result<()> {
+        let written = self.update_checkpoint(true, None, |_| {});
+        self.meta_final.store(true, Ordering::Release);
+        written
     }
 
     /// Rewrites the checkpoint unless it would say what `on_disk` says (the same store state;
@@ -32,6 +41,9 @@ impl State {
         edit: impl FnOnce(&mut Checkpoint),
     ) -> Result<()> {
         let mut c = locked(&self.checkpoint);
+        if self.meta_final.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
         edit(&mut c);
         let flushed = self.flushed_offset();
         let max = self.max_offset();

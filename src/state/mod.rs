@@ -59,6 +59,8 @@ pub(crate) struct State {
     /// Set when the cleaner thread panicked: cleaning stops, `clean()` reports it.
     clean_poison: OnceLock<String>,
     checkpoint: Mutex<Checkpoint>,
+    /// Set by the close's checkpoint: no metadata is written after it.
+    meta_final: AtomicBool,
     /// Serialises syncs; a sync covers everything published before it started (group commit).
     pub flush_lock: Mutex<()>,
     /// One segment move at a time (the checkpoint holds one move intent).
@@ -100,6 +102,7 @@ impl State {
             poisoned: OnceLock::new(),
             clean_poison: OnceLock::new(),
             checkpoint: Mutex::new(p.checkpoint),
+            meta_final: AtomicBool::new(false),
             flush_lock: Mutex::new(()),
             move_lock: Mutex::new(()),
             refresh_lock: Mutex::new(()),
