@@ -155,7 +155,7 @@ fn run_threads(log: &Arc<CommitLog>, dirs: &[PathBuf], secs: u64, seed: u64) -> 
                         let from = if rng.one_in(5) {
                             0
                         } else {
-                            n.saturating_sub(n / 50 + 1)
+                            n.saturating_sub(2000)
                         };
                         (n > 0).then(|| a[rng.range(from, n) as usize])
                     };
