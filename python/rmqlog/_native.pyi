@@ -28,6 +28,7 @@ __all__ = [
     "StoreLockedError",
     "WriterPoisonedError",
     "__version__",
+    "_flush_logging",
     "_shutdown_logging",
 ]
 
@@ -40,6 +41,9 @@ DEFAULTS: dict[str, object]
 
 def _shutdown_logging() -> None:
     """Delivers queued log records and stops the delivery thread (run at exit)."""
+
+def _flush_logging() -> None:
+    """Returns once every log record logged before the call is delivered."""
 
 _StrPath = str | os.PathLike[str]
 

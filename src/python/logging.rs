@@ -12,7 +12,13 @@ use std::thread::JoinHandle;
 use log::{Level, LevelFilter, Log, Metadata, Record};
 use pyo3::prelude::*;
 
-type Delivery = (Sender<(Level, String)>, JoinHandle<()>);
+/// What goes through the queue: a record, or a request to say when all before it are delivered.
+enum Message {
+    Record(Level, String),
+    Flushed(Sender<()>),
+}
+
+type Delivery = (Sender<Message>, JoinHandle<()>);
 
 struct Bridge {
     delivery: Mutex<Option<Delivery>>,
@@ -41,7 +47,7 @@ impl Log for Bridge {
         let delivery = self.delivery.lock().unwrap_or_else(|e| e.into_inner());
         match delivery.as_ref() {
             Some((queue, _)) => {
-                let _ = queue.send((record.level(), record.args().to_string()));
+                let _ = queue.send(Message::Record(record.level(), record.args().to_string()));
             }
             None if record.level() <= Level::Warn => eprintln!("rmqlog: {}", record.args()),
             None => {}
@@ -71,12 +77,17 @@ pub fn install() {
     if BRIDGE.get().is_some() {
         return;
     }
-    let (tx, rx) = mpsc::channel::<(Level, String)>();
+    let (tx, rx) = mpsc::channel::<Message>();
     let Ok(thread) = std::thread::Builder::new()
         .name("rmqlog-logging".into())
         .spawn(move || {
-            for (level, msg) in rx {
-                deliver(level, msg);
+            for message in rx {
+                match message {
+                    Message::Record(level, msg) => deliver(level, msg),
+                    Message::Flushed(done) => {
+                        let _ = done.send(());
+                    }
+                }
             }
         })
     else {
@@ -87,6 +98,26 @@ pub fn install() {
     });
     if log::set_logger(bridge).is_ok() {
         log::set_max_level(LevelFilter::Info);
+    }
+}
+
+/// Returns once every record logged before the call is delivered (the command line calls it
+/// before its error line, so that line is the last).
+#[pyfunction]
+pub fn _flush_logging(py: Python<'_>) {
+    let Some(bridge) = BRIDGE.get() else { return };
+    let (done, delivered) = mpsc::channel();
+    let queued = bridge
+        .delivery
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .is_some_and(|(queue, _)| queue.send(Message::Flushed(done)).is_ok());
+    if queued {
+        // The delivery thread needs the GIL to deliver what is queued.
+        py.detach(move || {
+            let _ = delivered.recv();
+        });
     }
 }
 

@@ -29,6 +29,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<buffer::SegmentBuffer>()?;
     m.add_class::<dirs::PyDirInfo>()?;
     m.add_function(wrap_pyfunction!(logging::_shutdown_logging, m)?)?;
+    m.add_function(wrap_pyfunction!(logging::_flush_logging, m)?)?;
     m.add("HEADER_LEN", crate::HEADER_LEN)?;
     m.add("MAX_OFFSET", crate::MAX_OFFSET)?;
     m.add("DEFAULTS", options::defaults(m.py())?)?;

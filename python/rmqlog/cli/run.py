@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from rmqlog import CommitLogError
+from rmqlog import CommitLogError, _native
 from rmqlog.cli.common import EXIT_ERROR, EXIT_OK, PROG, UsageError
 from rmqlog.cli.parser import build_parser
 
@@ -68,5 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
     except (UsageError, CommitLogError, OSError, ValueError, TypeError) as e:
+        # The core's log records (warnings of the open that failed) come first: the error line
+        # is the last one.
+        _native._flush_logging()
         print(f"{PROG}: error: {_one_line(e)}", file=sys.stderr)
         return EXIT_ERROR
