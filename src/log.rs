@@ -94,9 +94,22 @@ impl CommitLog {
         Ok(())
     }
 
+    /// The writer (whose calls check that the log is open); `what` names the call a read-only
+    /// log refuses.
     fn writer(&self, what: &'static str) -> Result<&Writer> {
+        match &self.writer {
+            Some(w) => Ok(w),
+            None => {
+                self.state.check_open()?;
+                Err(Error::ReadOnly(what))
+            }
+        }
+    }
+
+    /// The writer of an open log, for maintenance calls.
+    fn open_writer(&self, what: &'static str) -> Result<&Writer> {
         self.state.check_open()?;
-        self.writer.as_ref().ok_or(Error::ReadOnly(what))
+        self.writer(what)
     }
 
     /// Appends one record and returns its physical offset.
@@ -249,7 +262,7 @@ impl CommitLog {
     /// Runs one cleaning pass now; returns how many segments it deleted. `force` ignores
     /// `delete_hours` (RocketMQ's manual delete).
     pub fn clean(&self, force: bool) -> Result<usize> {
-        self.writer("clean")?;
+        self.open_writer("clean")?;
         if let Some(cause) = self.state.cleaner_failure() {
             return Err(Error::CleanerFailed {
                 cause: cause.to_owned(),
@@ -261,21 +274,21 @@ impl CommitLog {
     /// Deletes the sealed segments that end at or before `offset` (Kafka's deleteRecords, at
     /// segment granularity); returns the new `min_offset`.
     pub fn truncate_before(&self, offset: u64) -> Result<u64> {
-        self.writer("truncate_before")?;
+        self.open_writer("truncate_before")?;
         truncate_before(&self.state, offset)
     }
 
     /// Moves a sealed segment to another writable directory of the store, online. Readers switch
     /// to the new copy; records read earlier stay valid. The active segment is refused.
     pub fn move_segment(&self, start_offset: u64, dest: impl AsRef<Path>) -> Result<()> {
-        self.writer("move_segment")?;
+        self.open_writer("move_segment")?;
         mover::move_segment(&self.state, start_offset, dest.as_ref())
     }
 
     /// Moves sealed segments from the most used to the least used directory while that narrows
     /// the gap between their used ratios, at most `max_bytes` in this call. Returns the moves.
     pub fn rebalance(&self, max_bytes: Option<u64>) -> Result<Vec<Moved>> {
-        self.writer("rebalance")?;
+        self.open_writer("rebalance")?;
         mover::rebalance(&self.state, max_bytes)
     }
 
