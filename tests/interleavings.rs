@@ -56,6 +56,15 @@ impl Pause {
     }
 }
 
+/// Runs `f` with `log` on a thread of its own.
+fn on_thread<L: Send + Sync + 'static, T: Send + 'static>(
+    log: &Arc<L>,
+    f: impl FnOnce(&L) -> T + Send + 'static,
+) -> thread::JoinHandle<T> {
+    let log = Arc::clone(log);
+    thread::spawn(move || f(&log))
+}
+
 /// Reports the first time a thread reaches fail point `name` (without stopping it).
 fn signal_at(name: &'static str) -> Receiver<()> {
     let (tx, rx) = channel();
@@ -123,16 +132,10 @@ fn concurrent_truncates_delete_exactly_to_the_furthest_target() {
     let (log, acked) = writer_with_segments(&dirs, quiet(), 10);
     let (t1, t2) = (seg_end(&log, 3), seg_end(&log, 5));
     let pause = Pause::at("truncate::planning");
-    let a = thread::spawn({
-        let log = Arc::clone(&log);
-        move || log.truncate_before(t1)
-    });
+    let a = on_thread(&log, move |log| log.truncate_before(t1));
     pause.wait();
     let b_locking = signal_at("list::lock");
-    let b = thread::spawn({
-        let log = Arc::clone(&log);
-        move || log.truncate_before(t2)
-    });
+    let b = on_thread(&log, move |log| log.truncate_before(t2));
     wait_for(&b_locking, "the second truncate to reach the list lock");
     pause.release();
     a.join().unwrap().unwrap();
@@ -158,16 +161,10 @@ fn truncate_racing_a_forced_clean_keeps_retention_bytes() {
     let (log, acked) = writer_with_segments(&dirs, opts.clone(), 10);
     let t = seg_end(&log, 2);
     let pause = Pause::at("truncate::planning");
-    let a = thread::spawn({
-        let log = Arc::clone(&log);
-        move || log.truncate_before(t)
-    });
+    let a = on_thread(&log, move |log| log.truncate_before(t));
     pause.wait();
     let b_locking = signal_at("list::lock");
-    let b = thread::spawn({
-        let log = Arc::clone(&log);
-        move || log.clean(true)
-    });
+    let b = on_thread(&log, move |log| log.clean(true));
     wait_for(&b_locking, "the cleaning pass to reach the list lock");
     pause.release();
     a.join().unwrap().unwrap();
@@ -214,10 +211,7 @@ fn a_sync_racing_moves_does_not_poison_the_writer() {
     let there = other_dir(&log, &dirs, 0);
     log.move_segment(0, &there).unwrap();
     let pause = Pause::at("flush::listed");
-    let flush = thread::spawn({
-        let log = Arc::clone(&log);
-        move || log.flush()
-    });
+    let flush = on_thread(&log, move |log| log.flush());
     pause.wait();
     let back = other_dir(&log, &dirs, 0);
     log.move_segment(0, &back).unwrap();
@@ -237,9 +231,9 @@ fn a_segment_deleted_during_its_move_leaves_no_copy() {
     let (log, acked) = writer_with_segments(&dirs, quiet(), 4);
     let there = other_dir(&log, &dirs, 0);
     let pause = Pause::at("move::copied");
-    let mover = thread::spawn({
-        let (log, there) = (Arc::clone(&log), there.clone());
-        move || log.move_segment(0, there)
+    let mover = on_thread(&log, {
+        let there = there.clone();
+        move |log| log.move_segment(0, there)
     });
     pause.wait();
     let end = seg_end(&log, 0);
@@ -315,17 +309,11 @@ fn a_refresh_racing_a_move_sees_no_corruption() {
     let (log, acked) = writer_with_segments(&dirs, quiet(), 4);
     let f = Arc::new(follower(&dirs));
     let read_meta = Pause::at("listing::metadata_read");
-    let refresh = thread::spawn({
-        let f = Arc::clone(&f);
-        move || f.refresh()
-    });
+    let refresh = on_thread(&f, move |f| f.refresh());
     read_meta.wait();
     let copied = Pause::at("move::copied");
     let there = other_dir(&log, &dirs, 0);
-    let mover = thread::spawn({
-        let log = Arc::clone(&log);
-        move || log.move_segment(0, there)
-    });
+    let mover = on_thread(&log, move |log| log.move_segment(0, there));
     copied.wait();
     read_meta.release();
     let refreshed = refresh.join().unwrap();
@@ -353,10 +341,7 @@ fn a_read_only_open_racing_a_move_sees_no_corruption() {
     read_meta.wait();
     let copied = Pause::at("move::copied");
     let there = other_dir(&log, &dirs, 0);
-    let mover = thread::spawn({
-        let log = Arc::clone(&log);
-        move || log.move_segment(0, there)
-    });
+    let mover = on_thread(&log, move |log| log.move_segment(0, there));
     copied.wait();
     read_meta.release();
     let opened = opening.join().unwrap();
@@ -380,10 +365,7 @@ fn a_refresh_that_misses_a_moving_segment_keeps_the_log_whole() {
     let f = Arc::new(follower(&dirs));
     let known = f.max_offset().unwrap();
     let listed_first = Pause::at("layout::dir_listed");
-    let refresh = thread::spawn({
-        let f = Arc::clone(&f);
-        move || f.refresh()
-    });
+    let refresh = on_thread(&f, move |f| f.refresh());
     listed_first.wait();
     log.move_segment(seg1, &dirs[0]).unwrap();
     listed_first.release();
@@ -451,19 +433,16 @@ fn close_waits_for_a_move_and_the_move_leaves_nothing_behind() {
     let (log, acked) = writer_with_segments(&dirs, quiet(), 4);
     let there = other_dir(&log, &dirs, 0);
     let copying = Pause::at("move::copying");
-    let mover = thread::spawn({
-        let (log, there) = (Arc::clone(&log), there.clone());
-        move || log.move_segment(0, there)
+    let mover = on_thread(&log, {
+        let there = there.clone();
+        move |log| log.move_segment(0, there)
     });
     copying.wait();
     assert!(
         checkpoint(&dirs)["moving"].is_object(),
         "the intent is recorded"
     );
-    let closer = thread::spawn({
-        let log = Arc::clone(&log);
-        move || log.close()
-    });
+    let closer = on_thread(&log, move |log| log.close());
     until_closed(&log);
     copying.release();
     let moved = mover.join().unwrap();
@@ -497,15 +476,9 @@ fn close_waits_for_a_deletion_in_flight_and_refuses_later_ones() {
     let (log, acked) = writer_with_segments(&dirs, quiet(), 6);
     let (t, later) = (seg_end(&log, 1), seg_end(&log, 2));
     let planning = Pause::at("truncate::planning");
-    let truncate = thread::spawn({
-        let log = Arc::clone(&log);
-        move || log.truncate_before(t)
-    });
+    let truncate = on_thread(&log, move |log| log.truncate_before(t));
     planning.wait();
-    let closer = thread::spawn({
-        let log = Arc::clone(&log);
-        move || log.close()
-    });
+    let closer = on_thread(&log, move |log| log.close());
     until_closed(&log);
     planning.release();
     assert_eq!(

@@ -43,23 +43,16 @@ def _body(i: int, size: int = 100) -> bytes:
 
 
 @pytest.fixture
-def logs():
+def logs(make_log):
     """``logs(paths, **kw)`` opens a CommitLog (``segment_size=4096``, no cleaner thread for a
-    writer); every log it opened is closed at teardown."""
-    opened: list[CommitLog] = []
+    writer); every log it opened is closed at teardown (conftest's ``make_log``)."""
 
     def open_(paths, **kw):
         if not kw.get("read_only"):
-            kw.setdefault("segment_size", SEG)
             kw.setdefault("clean_interval_ms", 0)
-        log = CommitLog(paths, **kw)
-        opened.append(log)
-        return log
+        return make_log(paths, **kw)
 
-    yield open_
-    for log in reversed(opened):
-        with contextlib.suppress(Exception):
-            log.close()
+    return open_
 
 
 @pytest.fixture
