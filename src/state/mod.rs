@@ -7,10 +7,11 @@
 //! (the writer) and a follower's reload.
 //!
 //! Locks, in the order they may be taken (never the other way round):
-//! 1. the writer's cursor (held by an append, and by a roll's cleaning pass on a full disk);
-//! 2. `move_lock` (one move at a time, for its whole copy) and `refresh_lock` (one follower
-//!    refresh at a time);
-//! 3. the list lock inside [`State::change`];
+//! 1. `move_lock` (one move at a time, for its whole copy; `close` takes it to wait for a move)
+//!    and `refresh_lock` (one follower refresh at a time);
+//! 2. the writer's cursor (held by an append, by a roll's cleaning pass on a full disk, and by
+//!    `close` for its last sync);
+//! 3. the list lock inside [`State::change`] and [`State::close_segments`];
 //! 4. `checkpoint`, `flush_lock`, directory states, events: leaves, held briefly.
 
 mod changes;
