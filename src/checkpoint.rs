@@ -3,21 +3,25 @@
 //! Framed by [`crate::crc_line`] in 4 KiB. Written atomically (temp file, fsync, rename, fsync
 //! dir) and only after the data it covers is synced; a sequence number lets the newest copy win
 //! when directories disagree. It may lag behind the data, never run ahead of it.
+//!
+//! Directories are recorded by identity (`rmqlog.id`, see [`crate::identity`]) with the path each
+//! had when last opened by a writer; format 1 (rmqlog 0.1) recorded paths only, and is read as a
+//! format 2 file whose directories have no id (a writer's open then upgrades it).
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
 use crate::crc_line;
 use crate::error::{Error, IoContext, Result};
 use crate::fs::{atomic_write, is_no_space};
+use crate::identity::random_id;
 
 /// Name of the metadata file in every directory of a store.
 pub const CHECKPOINT_FILE: &str = "rmqlog.meta";
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
+/// rmqlog 0.1: directories and move intents by path.
+const FORMAT_PATHS: u32 = 1;
 const FILE_LEN: usize = 4096;
 
 /// What the store knows about itself.
@@ -30,9 +34,9 @@ pub struct Checkpoint {
     /// Incremented on every write; the highest valid copy wins.
     pub seq: u64,
     /// Writable directories, in placement order.
-    pub dirs: Vec<String>,
+    pub dirs: Vec<DirRecord>,
     /// Directories whose segments are read but never written.
-    pub read_only_dirs: Vec<String>,
+    pub read_only_dirs: Vec<DirRecord>,
     /// Every segment size in use (old segments keep theirs after a `segment_size` change).
     pub segment_sizes: Vec<u64>,
     /// First offset of the log.
@@ -50,26 +54,97 @@ pub struct Checkpoint {
     pub moving: Option<Move>,
 }
 
+/// One directory of the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirRecord {
+    /// Its identity's `dir_id`; `None` for a directory recorded by rmqlog 0.1, known by path only.
+    pub id: Option<String>,
+    /// Where it was when a writer last opened the store (for messages, and to find it again).
+    pub path: String,
+}
+
+impl DirRecord {
+    /// Whether this record is the directory at `path` whose identity says `id`.
+    pub fn is(&self, id: Option<&str>, path: &Path) -> bool {
+        match (self.id.as_deref(), id) {
+            (Some(a), Some(b)) => a == b,
+            // A directory without identity is known by its path only.
+            _ => Path::new(&self.path) == path,
+        }
+    }
+}
+
 /// The intent of a segment move between directories.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Move {
     /// Start offset of the segment.
     pub start: u64,
     /// Source directory.
-    pub from: String,
+    pub from: DirRecord,
     /// Destination directory.
-    pub to: String,
+    pub to: DirRecord,
+}
+
+/// Format 1, as rmqlog 0.1 wrote it.
+#[derive(Deserialize)]
+struct PathsCheckpoint {
+    store_id: String,
+    seq: u64,
+    dirs: Vec<String>,
+    read_only_dirs: Vec<String>,
+    segment_sizes: Vec<u64>,
+    min_offset: u64,
+    flushed_offset: u64,
+    clean: bool,
+    max_offset: u64,
+    max_timestamp_ms: u64,
+    #[serde(default)]
+    moving: Option<PathsMove>,
+}
+
+#[derive(Deserialize)]
+struct PathsMove {
+    start: u64,
+    from: String,
+    to: String,
+}
+
+fn by_path(path: String) -> DirRecord {
+    DirRecord { id: None, path }
+}
+
+impl From<PathsCheckpoint> for Checkpoint {
+    fn from(c: PathsCheckpoint) -> Checkpoint {
+        Checkpoint {
+            format: FORMAT,
+            store_id: c.store_id,
+            seq: c.seq,
+            dirs: c.dirs.into_iter().map(by_path).collect(),
+            read_only_dirs: c.read_only_dirs.into_iter().map(by_path).collect(),
+            segment_sizes: c.segment_sizes,
+            min_offset: c.min_offset,
+            flushed_offset: c.flushed_offset,
+            clean: c.clean,
+            max_offset: c.max_offset,
+            max_timestamp_ms: c.max_timestamp_ms,
+            moving: c.moving.map(|m| Move {
+                start: m.start,
+                from: by_path(m.from),
+                to: by_path(m.to),
+            }),
+        }
+    }
 }
 
 impl Checkpoint {
     /// A checkpoint for a new store.
-    pub fn new(dirs: Vec<String>, read_only_dirs: Vec<String>, segment_size: u64) -> Checkpoint {
+    pub fn new(segment_size: u64) -> Checkpoint {
         Checkpoint {
             format: FORMAT,
-            store_id: new_store_id(),
+            store_id: random_id(),
             seq: 0,
-            dirs,
-            read_only_dirs,
+            dirs: Vec::new(),
+            read_only_dirs: Vec::new(),
             segment_sizes: vec![segment_size],
             min_offset: 0,
             flushed_offset: 0,
@@ -80,9 +155,10 @@ impl Checkpoint {
         }
     }
 
-    /// All directories, writable first.
-    pub fn all_dirs(&self) -> impl Iterator<Item = &String> {
-        self.dirs.iter().chain(&self.read_only_dirs)
+    /// All directories, writable first, each with whether it is read-only.
+    pub fn all_dirs(&self) -> impl Iterator<Item = (&DirRecord, bool)> {
+        let writable = self.dirs.iter().map(|d| (d, false));
+        writable.chain(self.read_only_dirs.iter().map(|d| (d, true)))
     }
 
     fn encode(&self) -> Vec<u8> {
@@ -90,11 +166,21 @@ impl Checkpoint {
     }
 
     fn decode(bytes: &[u8]) -> std::result::Result<Checkpoint, String> {
-        let c: Checkpoint = crc_line::decode(bytes)?;
-        if c.format != FORMAT {
-            return Err(format!("unknown format {}", c.format));
+        let value: serde_json::Value = crc_line::decode(bytes)?;
+        match value.get("format").and_then(serde_json::Value::as_u64) {
+            Some(f) if f == u64::from(FORMAT) => {
+                serde_json::from_value(value).map_err(|e| e.to_string())
+            }
+            Some(f) if f == u64::from(FORMAT_PATHS) => {
+                let c: PathsCheckpoint =
+                    serde_json::from_value(value).map_err(|e| e.to_string())?;
+                Ok(c.into())
+            }
+            Some(f) => Err(format!(
+                "unknown format {f} (written by a newer rmqlog? this one reads formats 1 and 2)"
+            )),
+            None => Err("no format field".into()),
         }
-        Ok(c)
     }
 
     /// Writes this checkpoint into every directory in `dirs`. A directory that refuses (full to
@@ -163,16 +249,9 @@ pub fn read_newest(dirs: &[PathBuf]) -> Result<Option<Checkpoint>> {
         };
         if let Some((n, other)) = &newest {
             if n.store_id != c.store_id {
-                return Err(Error::corruption(
-                    Some(path.clone()),
-                    None,
-                    format!(
-                        "directories {} and {} belong to different stores ({} and {})",
-                        other.display(),
-                        dir.display(),
-                        n.store_id,
-                        c.store_id
-                    ),
+                return Err(Error::different_stores(
+                    (other, &n.store_id),
+                    (dir, &c.store_id),
                 ));
             }
         }
@@ -181,17 +260,6 @@ pub fn read_newest(dirs: &[PathBuf]) -> Result<Option<Checkpoint>> {
         }
     }
     Ok(newest.map(|(c, _)| c))
-}
-
-fn new_store_id() -> String {
-    let mut h = RandomState::new().build_hasher();
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    h.write_u128(nanos);
-    h.write_u32(std::process::id());
-    format!("{:016x}", h.finish())
 }
 
 #[cfg(test)]
@@ -203,7 +271,7 @@ mod tests {
         let a = tempfile::tempdir().unwrap();
         let b = tempfile::tempdir().unwrap();
         let dirs = vec![a.path().to_path_buf(), b.path().to_path_buf()];
-        let mut c = Checkpoint::new(vec!["x".into()], vec![], 4096);
+        let mut c = Checkpoint::new(4096);
         c.write(&dirs, 0o640).unwrap();
         c.seq = 5;
         c.flushed_offset = 99;
@@ -214,13 +282,30 @@ mod tests {
     }
 
     #[test]
+    fn format_1_reads_as_directories_known_by_path() {
+        let json = r#"{"format":1,"store_id":"s","seq":3,"dirs":["/d/a","/d/b"],"read_only_dirs":["/old"],"segment_sizes":[4096],"min_offset":0,"flushed_offset":10,"clean":true,"max_offset":10,"max_timestamp_ms":5,"moving":{"start":4096,"from":"/d/a","to":"/d/b"}}"#;
+        let bytes = format!("{json}\n{:08x}\n", crc32fast::hash(json.as_bytes()));
+        let c = Checkpoint::decode(bytes.as_bytes()).unwrap();
+        assert_eq!(c.format, FORMAT);
+        let paths: Vec<(&str, bool)> = c.all_dirs().map(|(d, ro)| (d.path.as_str(), ro)).collect();
+        assert_eq!(paths, [("/d/a", false), ("/d/b", false), ("/old", true)]);
+        assert!(c.all_dirs().all(|(d, _)| d.id.is_none()));
+        let m = c.moving.unwrap();
+        assert!(m.from.is(Some("any"), Path::new("/d/a")) && !m.to.is(None, Path::new("/d/a")));
+        let newer = json.replace("\"format\":1", "\"format\":9");
+        let bytes = format!("{newer}\n{:08x}\n", crc32fast::hash(newer.as_bytes()));
+        let err = Checkpoint::decode(bytes.as_bytes()).unwrap_err();
+        assert!(err.contains("unknown format 9"), "{err}");
+    }
+
+    #[test]
     fn two_stores_are_refused() {
         let a = tempfile::tempdir().unwrap();
         let b = tempfile::tempdir().unwrap();
-        Checkpoint::new(vec![], vec![], 4096)
+        Checkpoint::new(4096)
             .write(&[a.path().into()], 0o640)
             .unwrap();
-        Checkpoint::new(vec![], vec![], 4096)
+        Checkpoint::new(4096)
             .write(&[b.path().into()], 0o640)
             .unwrap();
         let err = read_newest(&[a.path().into(), b.path().into()]).unwrap_err();

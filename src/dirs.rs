@@ -101,6 +101,8 @@ pub struct DirEvent {
 #[derive(Debug)]
 pub(crate) struct Dir {
     pub path: PathBuf,
+    /// Its identity's id (`rmqlog.id`); `None` where it has none (a read-only 0.1 directory).
+    pub id: Option<String>,
     pub read_only: bool,
     /// Device id, for directories sharing a filesystem.
     pub dev: Option<u64>,
@@ -117,6 +119,7 @@ impl Dir {
         };
         Dir {
             path,
+            id: None,
             read_only,
             dev,
             state: Mutex::new((state, None)),

@@ -1,7 +1,7 @@
 //! The one error type of the crate. Every variant carries the context a user needs to act on it.
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Result alias used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -29,6 +29,15 @@ pub enum Error {
     /// No writable directory has room for a new segment.
     #[error("no writable directory has room for a new segment of {needed} bytes ({tried})")]
     DiskFull { needed: u64, tried: String },
+
+    /// The paths name no store: a read-only open (or a tool) pointed at the wrong folder.
+    #[error("no rmqlog store at {}{detail}", path.display())]
+    StoreNotFound { path: PathBuf, detail: String },
+
+    /// The directories given do not make up the store: one is missing, one belongs to another
+    /// store, or one is a copy of another. The message names them and the fix.
+    #[error("{0}")]
+    Configuration(String),
 
     /// Another writer holds the store's lock.
     #[error("store is locked by another writer: {path} (open with read_only=True to read it)")]
@@ -119,6 +128,28 @@ impl Error {
 
     pub(crate) fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidArgument(msg.into())
+    }
+
+    pub(crate) fn config(msg: impl Into<String>) -> Self {
+        Error::Configuration(msg.into())
+    }
+
+    pub(crate) fn not_found(path: impl Into<PathBuf>, detail: impl Into<String>) -> Self {
+        Error::StoreNotFound {
+            path: path.into(),
+            detail: detail.into(),
+        }
+    }
+
+    /// Two directories given together that belong to different stores.
+    pub(crate) fn different_stores(a: (&Path, &str), b: (&Path, &str)) -> Self {
+        Error::config(format!(
+            "{} and {} belong to different stores ({} and {}); give the directories of one store",
+            a.0.display(),
+            b.0.display(),
+            a.1,
+            b.1
+        ))
     }
 
     /// Whether this is the failure to open a file that no longer exists (a segment moved to

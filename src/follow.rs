@@ -18,9 +18,11 @@ pub(crate) fn refresh(state: &State) -> Result<u64> {
     let _guard = locked(&state.refresh_lock);
     let known = state.max_offset();
     let paths: Vec<_> = state.dirs.iter().map(|d| d.path.clone()).collect();
+    let ids: Vec<_> = state.dirs.iter().map(|d| d.id.clone()).collect();
     for _ in 0..ATTEMPTS {
         let view = listing::consistent(
             &paths,
+            &ids,
             state.opts.segment_size,
             &state.opts.accept_lost,
             known,

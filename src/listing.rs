@@ -47,10 +47,19 @@ pub(crate) fn known_sizes(ckpt: Option<&Checkpoint>, configured: u64) -> Vec<u64
 }
 
 /// The copy to keep of a segment being moved: the source, as the metadata says.
-fn move_preference(ckpt: Option<&Checkpoint>, paths: &[PathBuf]) -> Option<(u64, usize)> {
+fn move_preference(
+    ckpt: Option<&Checkpoint>,
+    paths: &[PathBuf],
+    ids: &[Option<String>],
+) -> Option<(u64, usize)> {
     let m = ckpt?.moving.as_ref()?;
-    let from = PathBuf::from(&m.from);
-    paths.iter().position(|p| *p == from).map(|i| (m.start, i))
+    let is_source = |i: usize| {
+        m.from
+            .is(ids.get(i).cloned().flatten().as_deref(), &paths[i])
+    };
+    (0..paths.len())
+        .find(|&i| is_source(i))
+        .map(|i| (m.start, i))
 }
 
 /// What the metadata says exists: `[min_offset, durable end)`.
@@ -99,16 +108,9 @@ pub(crate) fn check_covers(
     let (min, reach) = recorded_range(ckpt);
     let must_reach = reach.max(floor);
     let missing = |what: String| {
-        let known: Vec<&String> = ckpt.iter().flat_map(|c| c.all_dirs()).collect();
-        Error::corruption(
-            None,
-            None,
-            format!(
-                "{what}; the store's metadata lists directories {known:?}, the open searched {:?} \
-                 (a directory left out?)",
-                dirs
-            ),
-        )
+        let n = dirs.len();
+        let s = if n == 1 { "y" } else { "ies" };
+        Error::corruption(None, None, format!("{what}; searched {n} director{s}"))
     };
     match (segments.first(), segments.last()) {
         (None, _) | (_, None) if must_reach > min => Err(missing(format!(
@@ -134,6 +136,7 @@ pub(crate) fn check_covers(
 /// directory left out).
 pub(crate) fn consistent(
     paths: &[PathBuf],
+    ids: &[Option<String>],
     segment_size: u64,
     accept_lost: &[PathBuf],
     floor: u64,
@@ -147,7 +150,7 @@ pub(crate) fn consistent(
         let before = read_newest(paths)?;
         fail_point!("listing::metadata_read");
         let sizes = known_sizes(before.as_ref(), segment_size);
-        let prefer = move_preference(before.as_ref(), paths);
+        let prefer = move_preference(before.as_ref(), paths, ids);
         let listed = layout::list(paths, &online, prefer, &sizes);
         let after = read_newest(paths)?;
         let unchanged = before.as_ref().map(|c| c.seq) == after.as_ref().map(|c| c.seq);

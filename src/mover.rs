@@ -14,23 +14,33 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::checkpoint::{Checkpoint, Move};
-use crate::dirs::DirState;
+use crate::checkpoint::{Checkpoint, DirRecord, Move};
+use crate::dirs::{Dir, DirState};
 use crate::error::{Error, IoContext, Result};
 use crate::failpoint::fail_point;
 use crate::fs::{remove_durably, segment_name, sync_dir, TEMP_SUFFIX};
+use crate::locate::Store;
 use crate::segment::Segment;
 use crate::state::{Change, State};
 use crate::sync::locked;
 
 /// At open: completes or rolls back a move a crash interrupted, then clears the intent (written
 /// with the next checkpoint, before any append).
-pub(crate) fn finish_interrupted_move(c: &mut Checkpoint) -> Result<()> {
+pub(crate) fn finish_interrupted_move(c: &mut Checkpoint, store: &Store) -> Result<()> {
     let Some(m) = c.moving.take() else {
         return Ok(());
     };
     let name = segment_name(m.start);
-    let (from, to) = (PathBuf::from(&m.from), PathBuf::from(&m.to));
+    let (Some(from), Some(to)) = (store.path_of(&m.from), store.path_of(&m.to)) else {
+        // A directory of the move was not given: the open's checks of the listing decide.
+        log::warn!(
+            "an interrupted move of segment {name} from {} to {} is left as it is: a directory \
+             of it was not given",
+            m.from.path,
+            m.to.path
+        );
+        return Ok(());
+    };
     let (src, dst) = (from.join(&name), to.join(&name));
     let _ = fs::remove_file(to.join(format!("{name}{TEMP_SUFFIX}")));
     if dst.exists() && src.exists() {
@@ -158,10 +168,14 @@ pub(crate) fn move_segment(state: &State, start: u64, dest: &Path) -> Result<()>
         return Ok(());
     }
     // 1. The intent.
+    let record = |d: &Dir| DirRecord {
+        id: d.id.clone(),
+        path: d.path.to_string_lossy().into_owned(),
+    };
     state.set_move_intent(Some(Move {
         start,
-        from: state.dirs[seg.dir()].path.to_string_lossy().into_owned(),
-        to: state.dirs[to].path.to_string_lossy().into_owned(),
+        from: record(&state.dirs[seg.dir()]),
+        to: record(&state.dirs[to]),
     }))?;
     let result = copy_and_switch(state, &seg, to);
     // 6. The intent goes, whatever happened: on failure the source is still the copy in use.

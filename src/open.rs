@@ -5,17 +5,19 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::checkpoint::{read_newest, Checkpoint};
+use crate::checkpoint::{Checkpoint, DirRecord};
 use crate::dirs::{Dir, DirState};
 use crate::error::{Error, Result};
 use crate::flusher::flush_data;
 use crate::fs::remove_durably;
+use crate::identity::{self, Identity};
 use crate::layout::{self, Found};
 use crate::listing::{self, check_covers, known_sizes, with_holes};
+use crate::locate::{locate, Given, Store};
 use crate::lock::StoreLock;
 use crate::mover::finish_interrupted_move;
 use crate::options::Options;
-use crate::paths::{absolute_overrides, check_paths, create_dir_durably, to_strings};
+use crate::paths::{absolute_overrides, check_paths, create_dir_durably};
 use crate::recovery::recover;
 use crate::segment::Segment;
 use crate::segments::SegmentList;
@@ -81,19 +83,27 @@ fn prepare_writable(paths: Vec<PathBuf>) -> Result<(Vec<Dir>, StoreLock)> {
             return Err(e);
         }
     }
-    warn_shared_devices(&dirs);
+    note_shared_devices(&dirs);
     Ok((dirs, lock))
 }
 
-fn warn_shared_devices(dirs: &[Dir]) {
-    for (i, a) in dirs.iter().enumerate() {
-        if let Some(b) = dirs[..i].iter().find(|b| b.dev.is_some() && b.dev == a.dev) {
-            log::warn!(
-                "directories {} and {} are on the same filesystem; its free space counts once",
-                b.path.display(),
-                a.path.display()
-            );
+/// Says once, as information, which directories share a filesystem: expected in a test or a
+/// demo, and worth knowing in production (their free space counts once, and one disk failing
+/// takes all of them).
+fn note_shared_devices(dirs: &[Dir]) {
+    let mut groups: Vec<Vec<&Dir>> = Vec::new();
+    for d in dirs.iter().filter(|d| d.dev.is_some()) {
+        match groups.iter_mut().find(|g| g[0].dev == d.dev) {
+            Some(g) => g.push(d),
+            None => groups.push(vec![d]),
         }
+    }
+    for g in groups.iter().filter(|g| g.len() > 1) {
+        let names: Vec<String> = g.iter().map(|d| d.path.display().to_string()).collect();
+        log::info!(
+            "directories {} are on one filesystem: its free space counts once",
+            names.join(", ")
+        );
     }
 }
 
@@ -102,28 +112,28 @@ fn paths_of(dirs: &[Dir]) -> Vec<PathBuf> {
 }
 
 fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> Result<Opened> {
-    let configured_writable = to_strings(&writable);
-    let (mut dirs, lock) = prepare_writable(writable)?;
     for path in &read_only {
         if !path.is_dir() {
-            return Err(Error::io(
-                "opening read-only directory (it must exist)",
-                path,
-                std::io::Error::from_raw_os_error(libc::ENOENT),
-            ));
+            return Err(Error::config(format!(
+                "read-only directory {} does not exist; read_only_paths name existing \
+                 directories of the store",
+                path.display()
+            )));
         }
     }
+    let (mut dirs, lock) = prepare_writable(writable)?;
     dirs.extend(read_only.iter().map(|p| Dir::new(p.clone(), true)));
+    let store = locate(&given(&dirs), false)?;
     let all = paths_of(&dirs);
     let online: Vec<bool> = dirs
         .iter()
         .map(|d| d.state().0 != DirState::Offline)
         .collect();
     // As read, to know at the end whether this open changed anything the file says.
-    let on_disk = read_newest(&all)?;
+    let on_disk = store.ckpt.clone();
     let mut ckpt = on_disk.clone();
     if let Some(c) = ckpt.as_mut() {
-        finish_interrupted_move(c)?;
+        finish_interrupted_move(c, &store)?;
     }
     let sizes = known_sizes(ckpt.as_ref(), opts.segment_size);
     let mut listing = layout::list(&all, &online, None, &sizes)?;
@@ -139,9 +149,9 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
         remove_durably(dup)?;
     }
     let lost = opts.accept_lost.clone();
+    let mut missing = Vec::new();
     if let Some(c) = &ckpt {
-        let known: Vec<PathBuf> = all.iter().chain(&lost).cloned().collect();
-        check_left_out_dirs(c, &known, &listing.segments)?;
+        missing = check_left_out(c, &store.left_out, &lost, &listing.segments)?;
         // Files wholly below the recorded head are leftovers of an interrupted deletion.
         for f in listing.segments.iter().filter(|f| f.end() <= c.min_offset) {
             log::warn!(
@@ -155,8 +165,16 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
         listing.segments.retain(|f| f.end() > c.min_offset);
     }
     listing.segments = with_holes(listing.segments, &lost, ckpt.as_ref(), opts.segment_size);
-    layout::check(&listing.segments, &sizes, false)?;
-    check_covers(&listing.segments, ckpt.as_ref(), 0, &all)?;
+    layout::check(&listing.segments, &sizes, false)
+        .and_then(|_| check_covers(&listing.segments, ckpt.as_ref(), 0, &all))
+        .map_err(|e| missing_dirs_error(&missing, e))?;
+    if ckpt.as_ref().is_some_and(|c| !c.clean) && !missing.is_empty() {
+        // What it held past the last flush (a process crash keeps it) is known nowhere else.
+        return Err(missing_dirs_error(
+            &missing,
+            Error::config("it may hold records written after the last flush"),
+        ));
+    }
 
     let list = layout::to_list(listing.segments, &[], opts.segment_size);
     let hint = ckpt
@@ -174,10 +192,15 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     });
     let mut checkpoint = match ckpt {
         Some(c) => c,
-        None => Checkpoint::new(Vec::new(), Vec::new(), opts.segment_size),
+        None => Checkpoint::new(opts.segment_size),
     };
-    checkpoint.dirs = configured_writable;
-    checkpoint.read_only_dirs = to_strings(&read_only);
+    identify(&mut dirs, &store, &checkpoint.store_id, opts.file_mode);
+    let record = |d: &Dir| DirRecord {
+        id: d.id.clone(),
+        path: d.path.to_string_lossy().into_owned(),
+    };
+    checkpoint.dirs = dirs.iter().filter(|d| !d.read_only).map(record).collect();
+    checkpoint.read_only_dirs = dirs.iter().filter(|d| d.read_only).map(record).collect();
     let mut sizes: BTreeSet<u64> = checkpoint.segment_sizes.iter().copied().collect();
     sizes.insert(opts.segment_size);
     sizes.extend(list.as_slice().iter().map(|s| s.size()));
@@ -232,38 +255,91 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     })
 }
 
+fn given(dirs: &[Dir]) -> Vec<Given> {
+    dirs.iter()
+        .map(|d| Given {
+            path: d.path.clone(),
+            read_only: d.read_only,
+            online: d.state().0 != DirState::Offline,
+        })
+        .collect()
+}
+
+/// Gives every directory its id, writing `rmqlog.id` where it has none yet (a new directory, or
+/// one of a 0.1 store: the upgrade). A directory that cannot take the file keeps being known by
+/// its path (a read-only one may be on a read-only filesystem).
+fn identify(dirs: &mut [Dir], store: &Store, store_id: &str, mode: u32) {
+    for (dir, found) in dirs.iter_mut().zip(&store.dirs) {
+        let identity = match &found.id {
+            Some(id) => Identity {
+                dir_id: id.clone(),
+                ..Identity::new(store_id)
+            },
+            None => Identity::new(store_id),
+        };
+        let writable = dir.state().0 != DirState::Offline;
+        dir.id = if found.has_identity || !writable {
+            found.id.clone()
+        } else {
+            match identity::write(&dir.path, &identity, mode) {
+                Ok(()) => Some(identity.dir_id),
+                Err(e) => {
+                    log::warn!(
+                        "{} keeps being known by its path only: {e}",
+                        dir.path.display()
+                    );
+                    None
+                }
+            }
+        };
+    }
+}
+
 fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> Result<Opened> {
     for d in given.iter().chain(&read_only) {
         if !d.is_dir() {
-            return Err(Error::io(
-                "opening read-only (the directory must exist)",
-                d,
-                std::io::Error::from_raw_os_error(libc::ENOENT),
-            ));
+            return Err(Error::not_found(d, " (the directory does not exist)"));
         }
     }
-    let mut paths = given.clone();
-    paths.extend(read_only.iter().cloned());
-    // Any one directory of the store finds the others through the checkpoint.
-    let mut dirs: Vec<Dir> = paths.iter().map(|p| Dir::new(p.clone(), false)).collect();
-    if let Some(c) = read_newest(&paths)? {
-        for (d, ro) in c
-            .dirs
-            .iter()
-            .map(|d| (d, false))
-            .chain(c.read_only_dirs.iter().map(|d| (d, true)))
-        {
-            let d = PathBuf::from(d);
-            if !paths.contains(&d) {
-                paths.push(d.clone());
-                dirs.push(Dir::new(d, ro));
-            }
-        }
+    let wanted: Vec<Given> = given
+        .iter()
+        .map(|p| (p, false))
+        .chain(read_only.iter().map(|p| (p, true)))
+        .map(|(p, ro)| Given {
+            path: p.clone(),
+            read_only: ro,
+            online: true,
+        })
+        .collect();
+    // Any one directory of the store finds the others (`locate`).
+    let store = locate(&wanted, true)?;
+    let paths: Vec<PathBuf> = store.dirs.iter().map(|d| d.path.clone()).collect();
+    let ids: Vec<Option<String>> = store.dirs.iter().map(|d| d.id.clone()).collect();
+    let dirs: Vec<Dir> = store
+        .dirs
+        .iter()
+        .map(|d| {
+            let mut dir = Dir::new(d.path.clone(), d.read_only);
+            dir.id = d.id.clone();
+            dir
+        })
+        .collect();
+    let (ckpt, list, end, last_ts) = recovered_view(&paths, &ids, &opts).map_err(|e| {
+        let missing: Vec<DirRecord> = store.left_out.iter().map(|(r, _)| r.clone()).collect();
+        missing_dirs_error(&missing, e)
+    })?;
+    if ckpt.is_none() && !store.identified && list.first().is_none() {
+        let names: Vec<String> = given.iter().map(|p| p.display().to_string()).collect();
+        let what = if names.len() == 1 {
+            " (the directory holds no rmqlog.meta, rmqlog.id or segment file)"
+        } else {
+            " (the directories hold no rmqlog.meta, rmqlog.id or segment file)"
+        };
+        return Err(Error::not_found(names.join(":"), what));
     }
-    let (ckpt, list, end, last_ts) = recovered_view(&paths, &opts)?;
     let min = list.first().map_or(end, |s| s.start());
     let flushed = ckpt.as_ref().map_or(0, |c| c.flushed_offset.min(end));
-    let checkpoint = ckpt.unwrap_or_else(|| Checkpoint::new(Vec::new(), Vec::new(), 0));
+    let checkpoint = ckpt.unwrap_or_else(|| Checkpoint::new(0));
     let state = State::new(Parts {
         opts,
         dirs,
@@ -286,11 +362,12 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
 /// that moves or goes between the listing and the scan of the tail makes it list again.
 fn recovered_view(
     paths: &[PathBuf],
+    ids: &[Option<String>],
     opts: &Options,
 ) -> Result<(Option<Checkpoint>, SegmentList, u64, u64)> {
     let mut gone = None;
     for _ in 0..LIST_ATTEMPTS {
-        let view = listing::consistent(paths, opts.segment_size, &opts.accept_lost, 0)?;
+        let view = listing::consistent(paths, ids, opts.segment_size, &opts.accept_lost, 0)?;
         let Some(view) = view else {
             break;
         };
@@ -314,36 +391,75 @@ fn recovered_view(
     }))
 }
 
-/// A directory the store's metadata lists but the caller left out must not hold segments the log
-/// still needs and the given directories lack (a store copied or mounted elsewhere, with the old
-/// copy still around, needs nothing from the old one).
-fn check_left_out_dirs(c: &Checkpoint, given: &[PathBuf], have: &[Found]) -> Result<()> {
-    let left_out: Vec<PathBuf> = c
-        .all_dirs()
-        .map(PathBuf::from)
-        .filter(|d| !given.contains(d))
-        .collect();
-    if left_out.is_empty() {
-        return Ok(());
+/// The recorded directories a writer's open was not given. One still at its recorded path (its
+/// identity says so) must hold no segment the log needs: it then leaves the store. One not found
+/// there is returned, unless `accept_lost` names it: the log must do without it.
+fn check_left_out(
+    c: &Checkpoint,
+    left_out: &[(DirRecord, bool)],
+    lost: &[PathBuf],
+    have: &[Found],
+) -> Result<Vec<DirRecord>> {
+    let mut missing = Vec::new();
+    for (rec, _) in left_out {
+        let path = PathBuf::from(&rec.path);
+        if lost.contains(&path) {
+            continue;
+        }
+        let there = path.is_dir()
+            && match (&rec.id, identity::read(&path)) {
+                (Some(id), Some(found)) => found.store_id == c.store_id && found.dir_id == *id,
+                (None, None) => true,
+                _ => false,
+            };
+        if !there {
+            missing.push(rec.clone());
+            continue;
+        }
+        let listing = layout::list(std::slice::from_ref(&path), &[true], None, &[])?;
+        let needed = listing
+            .segments
+            .iter()
+            .filter(|f| f.end() > c.min_offset && !have.iter().any(|h| h.start == f.start))
+            .count();
+        if needed > 0 {
+            let s = if needed == 1 { "" } else { "s" };
+            return Err(Error::config(format!(
+                "directory {} of this store was left out but holds {needed} segment{s} the log \
+                 needs; add it to paths",
+                path.display()
+            )));
+        }
+        log::info!(
+            "directory {} leaves the store: it was not given and holds no segment the log needs",
+            path.display()
+        );
     }
-    let listing = layout::list(&left_out, &vec![true; left_out.len()], None, &[])?;
-    let needed: Vec<String> = listing
-        .segments
-        .iter()
-        .filter(|f| f.end() > c.min_offset && !have.iter().any(|h| h.start == f.start))
-        .map(|f| f.path.display().to_string())
-        .collect();
-    if needed.is_empty() {
-        return Ok(());
+    Ok(missing)
+}
+
+/// `e`, a listing that does not add up, as the configuration error it is when directories of the
+/// store were not found: it names them and the fix.
+fn missing_dirs_error(missing: &[DirRecord], e: Error) -> Error {
+    if missing.is_empty() || !matches!(e, Error::Corruption { .. } | Error::Configuration(_)) {
+        return e;
     }
-    Err(Error::corruption(
-        None,
-        None,
-        format!(
-            "directories of this store were left out but hold segments the log needs: {}; add \
-             them to paths",
-            needed.join(", ")
-        ),
+    let names: Vec<&str> = missing.iter().map(|r| r.path.as_str()).collect();
+    let why = match &e {
+        // Its first clause, without the file it names: "gap: offsets [a, b) are in no segment".
+        Error::Corruption { reason, .. } => reason.split([';', '(']).next().unwrap_or(reason),
+        Error::Configuration(why) => why.as_str(),
+        _ => "",
+    };
+    let why = why.trim_end();
+    let (dirs, its) = match names.len() {
+        1 => ("directory", "its path"),
+        _ => ("directories", "their paths"),
+    };
+    Error::config(format!(
+        "{dirs} {} of this store not found: {why}. Give {its} in paths, or \
+         accept_lost={names:?} if lost",
+        names.join(", ")
     ))
 }
 

@@ -85,12 +85,6 @@ fn follow_links(p: &Path) -> PathBuf {
     p
 }
 
-pub(crate) fn to_strings(dirs: &[PathBuf]) -> Vec<String> {
-    dirs.iter()
-        .map(|d| d.to_string_lossy().into_owned())
-        .collect()
-}
-
 /// Makes the paths of per-directory ratios absolute, so they match the store's directories.
 pub(crate) fn absolute_overrides(opts: &mut Options) -> Result<()> {
     for (p, _) in &mut opts.max_used_ratio.overrides {

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from rmqlog import CommitLog, CorruptionError
+from rmqlog import CommitLog, ConfigurationError
 
 
 def test_directory_deleted_under_a_running_writer(tmp_path):
@@ -31,7 +31,7 @@ def test_directory_deleted_under_a_running_writer(tmp_path):
     log.close()
     assert any(ev[0] == dirs[1] and ev[2] == "offline" for ev in events)
 
-    with pytest.raises(CorruptionError):
+    with pytest.raises(ConfigurationError, match="accept_lost"):
         CommitLog(dirs[0::2], segment_size=8192)
     with CommitLog(dirs[0::2], segment_size=8192, accept_lost=[dirs[1]]) as again:
         assert again.holes(), "the lost directory's offsets are holes"

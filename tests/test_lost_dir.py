@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from rmqlog import CommitLog, CorruptionError
+from rmqlog import CommitLog, ConfigurationError, CorruptionError
 
 
 def build(tmp_path, n=300):
@@ -19,9 +19,12 @@ def build(tmp_path, n=300):
 def test_lost_directory_fails_closed_then_opens_with_holes(tmp_path):
     dirs, offs, segs = build(tmp_path)
     shutil.rmtree(dirs[1])  # the disk died
-    with pytest.raises(CorruptionError) as err:
+    # A directory gone is a setup question, not damage: the error names it and both ways on.
+    with pytest.raises(ConfigurationError) as err:
         CommitLog([dirs[0], dirs[2]], segment_size=8192)
-    assert "gap" in str(err.value) or "missing" in str(err.value)
+    msg = str(err.value)
+    assert not isinstance(err.value, CorruptionError)
+    assert dirs[1] in msg and "accept_lost" in msg and "gap" in msg, msg
 
     lost = {start for start, _, d in segs if d == dirs[1]}
     with CommitLog([dirs[0], dirs[2]], segment_size=8192, accept_lost=[dirs[1]]) as log:

@@ -84,7 +84,10 @@ def test_interrupted_move_leaves_exactly_one_copy(tmp_path, stage):
     src = Path(dirs[0]) / f"{start:020d}"
     log.close()
     # The state a writer killed at each step of a move leaves on disk.
-    write_meta(dirs, lambda m: m.update(moving={"start": start, "from": dirs[0], "to": dirs[1]}))
+    # The intent names the directories by their records (id, and the path they had).
+    write_meta(
+        dirs, lambda m: m.update(moving={"start": start, "from": m["dirs"][0], "to": m["dirs"][1]})
+    )
     if stage == "copying":
         with open(src, "rb") as f:
             (Path(dirs[1]) / f"{start:020d}.tmp").write_bytes(f.read(SEG // 3))
@@ -128,7 +131,7 @@ def move_stage(moving: dict | None) -> str:
     if moving is None:
         return "between moves"
     name = f"{moving['start']:020d}"
-    src, dst = Path(moving["from"]) / name, Path(moving["to"]) / name
+    src, dst = Path(moving["from"]["path"]) / name, Path(moving["to"]["path"]) / name
     if dst.with_name(name + ".tmp").exists():
         return "copying"
     if dst.exists():

@@ -15,6 +15,7 @@ from rmqlog._native import (
     ClosedError,
     CommitLog,
     CommitLogError,
+    ConfigurationError,
     CorruptionError,
     DirInfo,
     DiskFullError,
@@ -26,6 +27,7 @@ from rmqlog._native import (
     ScanIterator,
     Segment,
     StoreLockedError,
+    StoreNotFoundError,
     WriterPoisonedError,
     __version__,
 )
@@ -43,6 +45,7 @@ __all__ = [
     "ClosedError",
     "CommitLog",
     "CommitLogError",
+    "ConfigurationError",
     "CorruptionError",
     "DirInfo",
     "DiskFullError",
@@ -54,6 +57,7 @@ __all__ = [
     "ScanIterator",
     "Segment",
     "StoreLockedError",
+    "StoreNotFoundError",
     "WriterPoisonedError",
     "__version__",
 ]

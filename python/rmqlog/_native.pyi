@@ -14,6 +14,7 @@ __all__ = [
     "ClosedError",
     "CommitLog",
     "CommitLogError",
+    "ConfigurationError",
     "CorruptionError",
     "DirInfo",
     "DiskFullError",
@@ -26,6 +27,7 @@ __all__ = [
     "Segment",
     "SegmentBuffer",
     "StoreLockedError",
+    "StoreNotFoundError",
     "WriterPoisonedError",
     "__version__",
     "_flush_logging",
@@ -64,6 +66,12 @@ class DiskFullError(CommitLogError, OSError):
 
 class StoreLockedError(CommitLogError):
     """Another writer holds the store."""
+
+class StoreNotFoundError(CommitLogError, FileNotFoundError):
+    """The paths hold no rmqlog store (a read-only open of the wrong folder)."""
+
+class ConfigurationError(CommitLogError, ValueError):
+    """The directories given do not make up the store: one missing, foreign, or a copy."""
 
 class CorruptionError(CommitLogError):
     """A record or the on-disk layout failed validation."""

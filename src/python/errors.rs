@@ -14,6 +14,8 @@ struct Tree {
     too_large: Py<PyType>,
     disk_full: Py<PyType>,
     locked: Py<PyType>,
+    not_found: Py<PyType>,
+    configuration: Py<PyType>,
     corruption: Py<PyType>,
     read_only: Py<PyType>,
     closed: Py<PyType>,
@@ -74,6 +76,18 @@ fn build(py: Python<'_>) -> PyResult<Tree> {
             &[b()],
             "Another writer holds the store.",
         )?,
+        not_found: make(
+            py,
+            "StoreNotFoundError",
+            &[b(), exc("FileNotFoundError")?],
+            "The paths hold no rmqlog store (a read-only open of the wrong folder).",
+        )?,
+        configuration: make(
+            py,
+            "ConfigurationError",
+            &[b(), exc("ValueError")?],
+            "The directories given do not make up the store: one missing, foreign, or a copy.",
+        )?,
         corruption: make(
             py,
             "CorruptionError",
@@ -108,6 +122,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         &t.too_large,
         &t.disk_full,
         &t.locked,
+        &t.not_found,
+        &t.configuration,
         &t.corruption,
         &t.read_only,
         &t.closed,
@@ -150,6 +166,10 @@ fn to_py(e: Error) -> PyErr {
                     None => PyOSError::new_err(msg),
                 };
             }
+            Error::StoreNotFound { path, .. } => {
+                let args = (libc::ENOENT, msg, path.to_string_lossy().into_owned());
+                return PyErr::from_type(t.not_found.bind(py).clone(), args);
+            }
             Error::DiskFull { .. } => {
                 return PyErr::from_type(t.disk_full.bind(py).clone(), (libc::ENOSPC, msg));
             }
@@ -157,6 +177,7 @@ fn to_py(e: Error) -> PyErr {
             Error::InvalidOffset { .. } => &t.invalid_offset,
             Error::MessageTooLarge { .. } => &t.too_large,
             Error::StoreLocked { .. } => &t.locked,
+            Error::Configuration(_) => &t.configuration,
             Error::Corruption { .. } => &t.corruption,
             Error::ReadOnly(_) => &t.read_only,
             Error::Closed => &t.closed,
