@@ -16,6 +16,7 @@ use crate::crc_line;
 use crate::error::{Error, IoContext, Result};
 use crate::fs::{atomic_write, is_no_space};
 use crate::identity::random_id;
+use crate::settings::WriterSettings;
 
 /// Name of the metadata file in every directory of a store.
 pub const CHECKPOINT_FILE: &str = "rmqlog.meta";
@@ -25,7 +26,7 @@ const FORMAT_PATHS: u32 = 1;
 const FILE_LEN: usize = 4096;
 
 /// What the store knows about itself.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Checkpoint {
     /// Format version of this file.
     pub format: u32,
@@ -52,6 +53,9 @@ pub struct Checkpoint {
     /// A segment move in progress: until it is cleared, the source copy is the one in use.
     #[serde(default)]
     pub moving: Option<Move>,
+    /// The settings of the writer that last opened the store.
+    #[serde(default)]
+    pub writer: Option<WriterSettings>,
 }
 
 /// One directory of the store.
@@ -132,6 +136,7 @@ impl From<PathsCheckpoint> for Checkpoint {
                 from: by_path(m.from),
                 to: by_path(m.to),
             }),
+            writer: None,
         }
     }
 }
@@ -152,6 +157,7 @@ impl Checkpoint {
             max_offset: 0,
             max_timestamp_ms: 0,
             moving: None,
+            writer: None,
         }
     }
 

@@ -59,6 +59,7 @@ mod recovery;
 mod roll;
 mod segment;
 mod segments;
+mod settings;
 mod state;
 mod stats;
 mod sync;
@@ -78,5 +79,6 @@ pub use crate::options::{EventFn, FlushMode, Options, PerDir, PlaceFn, Strategy,
 pub use crate::reader::{RecordRef, Scan};
 pub use crate::record::{FILLER_LEN, HEADER_LEN};
 pub use crate::segment::{Mapping, MAX_OFFSET};
+pub use crate::settings::WriterSettings;
 pub use crate::stats::StatsSnapshot;
 pub use crate::verify::BadRange;

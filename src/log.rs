@@ -15,6 +15,7 @@ use crate::mover::{self, Moved};
 use crate::open::{open, Opened};
 use crate::options::Options;
 use crate::reader::{self, RecordRef, Scan};
+use crate::settings::WriterSettings;
 use crate::state::State;
 use crate::stats::StatsSnapshot;
 use crate::sync::locked;
@@ -317,6 +318,14 @@ impl CommitLog {
     /// The options the log was opened with.
     pub fn options(&self) -> &Options {
         &self.state.opts
+    }
+
+    /// The settings the store's writer recorded in its metadata (this log's own, for a writer):
+    /// what a read-only open shows as the store's. `None` for a store that records none (written
+    /// by rmqlog 0.1 and not opened by a writer since).
+    pub fn recorded_settings(&self) -> Result<Option<WriterSettings>> {
+        self.state.check_open()?;
+        Ok(self.state.recorded_settings())
     }
 
     /// Read-only logs: picks up records and segments a writer appended since; returns `max_offset`.

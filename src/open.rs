@@ -21,6 +21,7 @@ use crate::paths::{absolute_overrides, check_paths, create_dir_durably};
 use crate::recovery::recover;
 use crate::segment::Segment;
 use crate::segments::SegmentList;
+use crate::settings::WriterSettings;
 use crate::state::{Parts, State};
 use crate::tail_hint::{self, TailHints};
 use crate::writer::Writer;
@@ -201,6 +202,7 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     };
     checkpoint.dirs = dirs.iter().filter(|d| !d.read_only).map(record).collect();
     checkpoint.read_only_dirs = dirs.iter().filter(|d| d.read_only).map(record).collect();
+    checkpoint.writer = Some(WriterSettings::of(&opts));
     let mut sizes: BTreeSet<u64> = checkpoint.segment_sizes.iter().copied().collect();
     sizes.insert(opts.segment_size);
     sizes.extend(list.as_slice().iter().map(|s| s.size()));

@@ -260,6 +260,9 @@ class CommitLog:
         """Every directory, in configuration order (paths, then read_only_paths)."""
     def stats(self) -> dict[str, int | str | None]:
         """Counters: appends, segments created and deleted, cleaner passes and last error, ..."""
+    def recorded_settings(self) -> dict[str, object] | None:
+        """The settings the store's writer recorded in its metadata (this log's own, for a
+        writer); None when the store records none (written by rmqlog 0.1, no writer since)."""
     def clean(self, force: bool = False) -> int:
         """Runs one cleaning pass now; returns the number of segments deleted. ``force=True``
         ignores ``delete_hours``."""

@@ -367,6 +367,30 @@ impl PyCommitLog {
         Ok(d)
     }
 
+    /// The settings the store's writer recorded (this log's own, for a writer), or `None` when the
+    /// store records none (written by rmqlog 0.1 and not opened by a writer since).
+    fn recorded_settings<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(w) = self.log.recorded_settings()? else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("version", w.version)?;
+        d.set_item("segment_size", w.segment_size)?;
+        d.set_item("strategy", w.strategy)?;
+        d.set_item("flush", w.flush)?;
+        d.set_item("flush_interval_ms", w.flush_interval_ms)?;
+        d.set_item("max_message_size", w.max_message_size)?;
+        d.set_item("retention_hours", w.retention_hours)?;
+        d.set_item("retention_bytes", w.retention_bytes)?;
+        let hours = w.delete_hours.map(|h| PyTuple::new(py, h)).transpose()?;
+        d.set_item("delete_hours", hours)?;
+        d.set_item("max_used_ratio", w.max_used_ratio)?;
+        d.set_item("force_clean_ratio", w.force_clean_ratio)?;
+        d.set_item("min_free_bytes", w.min_free_bytes)?;
+        d.set_item("clean_interval_ms", w.clean_interval_ms)?;
+        Ok(Some(d))
+    }
+
     /// Moves a sealed segment to another writable directory of the store, online; records read
     /// earlier stay valid. The active segment is refused.
     #[pyo3(signature = (start_offset, dest_path, /))]

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use super::State;
 use crate::checkpoint::{Checkpoint, Move};
 use crate::error::{Error, Result};
+use crate::settings::WriterSettings;
 use crate::sync::locked;
 
 impl State {
@@ -27,6 +28,11 @@ impl State {
     /// in `FlushMode::None` changes nothing and so syncs nothing.
     pub fn refresh_checkpoint(&self, on_disk: Option<&Checkpoint>) -> Result<()> {
         self.update_checkpoint(false, on_disk, |_| {})
+    }
+
+    /// The settings of the writer that last opened the store, as its metadata records them.
+    pub fn recorded_settings(&self) -> Option<WriterSettings> {
+        locked(&self.checkpoint).writer.clone()
     }
 
     /// Records (or, with `None`, clears) the intent of a segment move, durably.

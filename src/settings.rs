@@ -1,0 +1,53 @@
+//! The settings a store's writer ran with, recorded in the metadata so that tools reading the
+//! store (`rmqlog stat`) show the store's settings, never their own defaults.
+
+use serde::{Deserialize, Serialize};
+
+use crate::options::Options;
+
+/// The options of the writer that last opened the store (per-directory ratio overrides left out:
+/// `max_used_ratio` and `force_clean_ratio` are the values for directories without one).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WriterSettings {
+    /// The rmqlog version of that writer.
+    pub version: String,
+    pub segment_size: u64,
+    /// A strategy's name (`custom` for a function).
+    pub strategy: String,
+    /// `async`, `sync` or `none`.
+    pub flush: String,
+    pub flush_interval_ms: u64,
+    pub max_message_size: u32,
+    pub retention_hours: Option<f64>,
+    pub retention_bytes: Option<u64>,
+    pub delete_hours: Option<Vec<u32>>,
+    pub max_used_ratio: Option<f64>,
+    pub force_clean_ratio: Option<f64>,
+    pub min_free_bytes: u64,
+    pub clean_interval_ms: u64,
+}
+
+impl WriterSettings {
+    /// What a writer opened with `opts` records.
+    pub fn of(opts: &Options) -> WriterSettings {
+        WriterSettings {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            segment_size: opts.segment_size,
+            strategy: opts.strategy.name().to_string(),
+            flush: opts.flush.as_str().to_string(),
+            flush_interval_ms: millis(opts.flush_interval),
+            max_message_size: opts.max_message_size,
+            retention_hours: opts.retention_hours,
+            retention_bytes: opts.retention_bytes,
+            delete_hours: opts.delete_hours.clone(),
+            max_used_ratio: Option::<f64>::from(opts.max_used_ratio.default),
+            force_clean_ratio: opts.force_clean_ratio.default,
+            min_free_bytes: opts.min_free_bytes,
+            clean_interval_ms: millis(opts.clean_interval),
+        }
+    }
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
