@@ -209,6 +209,14 @@ def test_demo_temporary_dir_is_removed(run):
 # stat
 
 
+def _recorded(dirs):
+    """What the store records of its writer's settings (None: nothing, or a core that records
+    none)."""
+    with CommitLog(dirs, read_only=True) as log:
+        read = getattr(log, "recorded_settings", None)
+        return None if read is None else json.loads(json.dumps(read()))  # as JSON has them
+
+
 def _api_view(dirs):
     with CommitLog(dirs, read_only=True) as log:
         segs = log.segments()
@@ -257,7 +265,7 @@ def test_stat_json_matches_api(run, store):
         assert len(d["segments"]) == d["segment_count"]
     # The read-only open's own options and counters are not the store's: none are reported.
     assert "stats" not in info
-    assert info["settings"] is None  # this store records no writer settings
+    assert info["settings"] == _recorded(dirs)
 
 
 def test_stat_several_positional_paths(run, store):
@@ -281,7 +289,7 @@ def test_stat_text(run, store):
     total = sum(s[2] for s in api["segments"])
     assert f"in {len(api['segments'])} segments; total bytes {total} " in out
     # every segment is listed under its own directory
-    listing = out.split("\n2 directories:\n")[1].split("\nsettings: ")[0]
+    listing = out.split("\n2 directories:\n")[1].split("\nsettings")[0]
     sections = re.split(r"^  (?=/)", listing, flags=re.M)
     by_dir = {s.splitlines()[0]: s for s in sections if s.strip()}
     assert set(by_dir) == {d[0] for d in api["dirs"]}
@@ -293,7 +301,9 @@ def test_stat_text(run, store):
         )
     for path, state, _total, nsegs, _err in api["dirs"]:
         assert re.search(rf"state {state} .* {nsegs} segments?$", by_dir[path], re.M)
-    assert out.endswith("\nsettings: not recorded in this store\n")
+    assert out.endswith(
+        "".join(line + "\n" for line in rmqlog_cli.render_recorded_settings(_recorded(dirs)))
+    )
 
 
 def test_stat_shows_no_settings_or_counters_of_its_own_open(run, tmp_path):
@@ -306,12 +316,18 @@ def test_stat_shows_no_settings_or_counters_of_its_own_open(run, tmp_path):
         assert log.stats()["appends"] == 60
     proc = run("stat", joined(dirs))
     assert proc.returncode == 0, proc.stderr
-    for own in ("round_robin", "async", "appends", "segments_created", "syncs", "strategy"):
+    for own in ("round_robin", "async", "appends", "segments_created", "syncs"):
         assert own not in proc.stdout, own
-    assert proc.stdout.endswith("\nsettings: not recorded in this store\n")
     info = json.loads(run("stat", joined(dirs), "--json").stdout)
-    assert info["settings"] is None
     assert not {"stats", "strategy", "flush", "appends"} & set(info)
+    recorded = _recorded(dirs)
+    assert info["settings"] == recorded
+    if recorded is None:  # a core whose stores record no settings: stat says so
+        assert proc.stdout.endswith("\nsettings: not recorded in this store\n")
+    else:  # the writer's, never the reader's defaults
+        assert (recorded["strategy"], recorded["flush"]) == ("most_free", "sync")
+        assert "\nsettings (recorded by the writer):\n" in proc.stdout
+        assert "\n  strategy: most_free\n" in proc.stdout and "\n  flush: sync\n" in proc.stdout
 
 
 def test_recorded_settings_are_rendered_when_the_store_has_them():
@@ -319,10 +335,19 @@ def test_recorded_settings_are_rendered_when_the_store_has_them():
     one line per setting."""
     render = rmqlog_cli.render_recorded_settings
     assert render(None) == ["settings: not recorded in this store"]
-    assert render({"strategy": "most_free", "flush": "sync"}) == [
+    assert render(
+        {"strategy": "most_free", "flush": "sync", "delete_hours": (2, 3), "ratio": None}
+    ) == [
         "settings (recorded by the writer):",
         "  strategy: most_free",
         "  flush: sync",
+        "  delete_hours: 2, 3",
+        "  ratio: none",
+    ]
+    assert render({"delete_hours": [4], "on": True}) == [
+        "settings (recorded by the writer):",
+        "  delete_hours: 4",
+        "  on: true",
     ]
     info = {
         "paths": ["/s"],
@@ -354,7 +379,7 @@ def test_singular_and_plural_counts(run, tmp_path):
     assert run("verify", d).stdout == f"OK: {end} bytes, 1 segment verified\n"
     assert run("rebalance", d).stdout.splitlines()[0] == "0 segments moved"
     empty = tmp_path / "empty"
-    empty.mkdir()
+    CommitLog(empty, segment_size=SEG).close()  # a store without records
     assert "size: 0 data bytes in 0 segments; " in run("stat", empty).stdout
     assert run("verify", empty).stdout == "OK: 0 bytes, 0 segments verified\n"
     bench = run("bench", "--records", 1, "--size", 1, "--segment-size", "64k").stdout
@@ -371,7 +396,7 @@ def test_plural():
 
 
 def test_stat_empty_store(run, tmp_path):
-    (tmp_path / "empty").mkdir()
+    CommitLog(tmp_path / "empty").close()  # a store whose writer appended nothing
     info = json.loads(run("stat", "--json", tmp_path / "empty").stdout)
     assert (info["min_offset"], info["max_offset"], info["segment_count"]) == (0, 0, 0)
 
@@ -787,6 +812,17 @@ def test_exit_codes_are_mapped_in_one_place(store, capsys, monkeypatch, restore_
     assert rmqlog_cli.main(["stat", "/nowhere"]) == 2
     captured = capsys.readouterr()
     assert (captured.out, captured.err) == ("", "rmqlog: error: no rmqlog store at /nowhere\n")
+
+    def no_store_errno(paths):  # an OSError's form: errno, message, file
+        raise StoreNotFound(2, f"no rmqlog store at {paths[0]} (it holds no store)", paths[0])
+
+    monkeypatch.setattr(cli_stat, "open_read_only", no_store_errno)
+    assert rmqlog_cli.main(["stat", "/nowhere"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == "rmqlog: error: no rmqlog store at /nowhere (it holds no store)\n"
+    assert cli_run._one_line(PermissionError(13, "Permission denied", "/x")) == (
+        "Permission denied: /x"
+    )
 
     def bug(paths):
         raise RuntimeError("a bug")

@@ -58,8 +58,16 @@ def exit_code_of(e: BaseException) -> int | None:
 
 
 def _one_line(e: BaseException) -> str:
-    """An exception's message on one line (its type name when it has none)."""
-    msg = " ".join(str(e).split())
+    """An exception's message on one line (its type name when it has none); an OSError's without
+    the ``[Errno N]`` prefix, with the file it names when the message does not."""
+    msg = str(e)
+    if isinstance(e, OSError) and e.strerror:
+        msg = e.strerror
+        for name in (e.filename, e.filename2):
+            shown = os.fsdecode(name) if isinstance(name, str | bytes) else name
+            if shown is not None and str(shown) not in msg:
+                msg += f": {shown}"
+    msg = " ".join(msg.split())
     return msg or type(e).__name__
 
 

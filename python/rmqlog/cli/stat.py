@@ -19,14 +19,29 @@ def recorded_settings(clog: CommitLog) -> dict[str, Any] | None:
     """The settings the store's writer recorded in the store (strategy, flush mode, ...), or None
     when the store records none. This is where ``stat`` gets them; it never shows ``clog``'s own.
     """
-    return None  # the store's metadata does not record its writer's settings yet
+    # CommitLog.recorded_settings() comes with the metadata that records them; a core without it
+    # records none.
+    read = getattr(clog, "recorded_settings", None)
+    return None if read is None else read()
 
 
 def render_recorded_settings(settings: Mapping[str, Any] | None) -> list[str]:
     """The lines ``rmqlog stat`` prints for :func:`recorded_settings`' result."""
     if settings is None:
         return ["settings: not recorded in this store"]
-    return ["settings (recorded by the writer):", *(f"  {k}: {v}" for k, v in settings.items())]
+    lines = [f"  {k}: {_setting(v)}" for k, v in settings.items()]
+    return ["settings (recorded by the writer):", *lines]
+
+
+def _setting(value: Any) -> str:
+    """A recorded setting as text: ``none``, ``true``, ``2, 3`` for a sequence."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list | tuple):
+        return ", ".join(_setting(v) for v in value) or "none"
+    return str(value)
 
 
 def stat_info(clog: CommitLog) -> dict[str, Any]:
