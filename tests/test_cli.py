@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import fcntl
+import io
 import itertools
 import json
 import logging
@@ -21,8 +23,9 @@ from pathlib import Path
 import pytest
 
 import rmqlog
-from rmqlog import HEADER_LEN, CommitLog
+from rmqlog import HEADER_LEN, CommitLog, CommitLogError
 from rmqlog import cli as rmqlog_cli
+from rmqlog.cli import UsageError
 
 SEG = 4096
 SUBCOMMANDS = ["demo", "stat", "dump", "verify", "bench", "move", "rebalance"]
@@ -128,6 +131,42 @@ def test_help(run, sub):
             assert opt in proc.stdout
 
 
+def _options_with_values(parser):
+    """(subcommand, action) of every option that takes a value, over the parser's subcommands."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sp in sub.choices.items():
+        for action in sp._actions:
+            if action.option_strings and action.nargs != 0 and not action.required:
+                yield name, action
+
+
+def test_subcommands_are_all_tested_and_documented():
+    parser = rmqlog_cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(sub.choices) == SUBCOMMANDS
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    block = readme.split("The command line:\n\n```sh\n")[1].split("```")[0]
+    for name in SUBCOMMANDS:
+        assert re.search(rf"^rmqlog {name}\b", block, re.M), name
+
+
+@pytest.mark.parametrize("sub", SUBCOMMANDS)
+def test_help_shows_every_default(run, sub):
+    """Every option that takes a value says its default in --help (or what happens without it)."""
+    text = " ".join(run(sub, "--help").stdout.split())
+    options = [a for name, a in _options_with_values(rmqlog_cli.build_parser()) if name == sub]
+    assert options or sub == "stat" or sub == "verify"
+    for action in options:
+        flag = max(action.option_strings, key=len)
+        m = re.search(rf" {re.escape(flag)} [A-Z_ \[\]{{}},a-z.]*?  ?(.*?)(?= --?[a-z]|$)", text)
+        assert m and "(default: " in m.group(1), (flag, text)
+    if sub == "bench":
+        for shown in ("(default: 100000)", "(default: 256)", "(default: async)", "(default: 64m)"):
+            assert shown in text, shown
+    if sub in ("bench", "demo", "rebalance"):
+        assert "64k, 64m, 1g, 64MiB" in text  # the size syntax
+
+
 def test_version(run):
     proc = run("--version")
     assert proc.returncode == 0
@@ -170,6 +209,14 @@ def test_demo_temporary_dir_is_removed(run):
 # stat
 
 
+def _recorded(dirs):
+    """What the store records of its writer's settings (None: nothing, or a core that records
+    none)."""
+    with CommitLog(dirs, read_only=True) as log:
+        read = getattr(log, "recorded_settings", None)
+        return None if read is None else json.loads(json.dumps(read()))  # as JSON has them
+
+
 def _api_view(dirs):
     with CommitLog(dirs, read_only=True) as log:
         segs = log.segments()
@@ -180,7 +227,6 @@ def _api_view(dirs):
             "paths": log.paths,
             "segments": [(s.start_offset, s.path, s.size, s.written) for s in segs],
             "dirs": [(d.path, d.state, d.total_bytes, d.segments, d.error) for d in log.dirs()],
-            "stats": log.stats(),
         }
 
 
@@ -217,10 +263,9 @@ def test_stat_json_matches_api(run, store):
         )
         assert names == on_disk
         assert len(d["segments"]) == d["segment_count"]
-    stats = info["stats"]
-    assert stats.keys() == api["stats"].keys()
-    assert stats["strategy"] == api["stats"]["strategy"] == "round_robin"
-    assert stats["appends"] == 0  # a read-only open appends nothing
+    # The read-only open's own options and counters are not the store's: none are reported.
+    assert "stats" not in info
+    assert info["settings"] == _recorded(dirs)
 
 
 def test_stat_several_positional_paths(run, store):
@@ -244,7 +289,8 @@ def test_stat_text(run, store):
     total = sum(s[2] for s in api["segments"])
     assert f"in {len(api['segments'])} segments; total bytes {total} " in out
     # every segment is listed under its own directory
-    sections = re.split(r"^  (?=/)", out.split("directories:\n")[1].split("stats:")[0], flags=re.M)
+    listing = out.split("\n2 directories:\n")[1].split("\nsettings")[0]
+    sections = re.split(r"^  (?=/)", listing, flags=re.M)
     by_dir = {s.splitlines()[0]: s for s in sections if s.strip()}
     assert set(by_dir) == {d[0] for d in api["dirs"]}
     for start, path, size, written in api["segments"]:
@@ -254,13 +300,103 @@ def test_stat_text(run, store):
             in (section)
         )
     for path, state, _total, nsegs, _err in api["dirs"]:
-        assert re.search(rf"state {state} .* segments {nsegs}$", by_dir[path], re.M)
-    for key, value in api["stats"].items():
-        assert f"  {key}: {value}\n" in out
+        assert re.search(rf"state {state} .* {nsegs} segments?$", by_dir[path], re.M)
+    assert out.endswith(
+        "".join(line + "\n" for line in rmqlog_cli.render_recorded_settings(_recorded(dirs)))
+    )
+
+
+def test_stat_shows_no_settings_or_counters_of_its_own_open(run, tmp_path):
+    """A store written with most_free and sync: stat must not show the defaults (round_robin,
+    async) nor the zero counters of its own read-only open as the store's."""
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    with CommitLog(dirs, segment_size=SEG, strategy="most_free", flush="sync") as log:
+        for i in range(60):
+            log.append(body_of(i))
+        assert log.stats()["appends"] == 60
+    proc = run("stat", joined(dirs))
+    assert proc.returncode == 0, proc.stderr
+    for own in ("round_robin", "async", "appends", "segments_created", "syncs"):
+        assert own not in proc.stdout, own
+    info = json.loads(run("stat", joined(dirs), "--json").stdout)
+    assert not {"stats", "strategy", "flush", "appends"} & set(info)
+    recorded = _recorded(dirs)
+    assert info["settings"] == recorded
+    if recorded is None:  # a core whose stores record no settings: stat says so
+        assert proc.stdout.endswith("\nsettings: not recorded in this store\n")
+    else:  # the writer's, never the reader's defaults
+        assert (recorded["strategy"], recorded["flush"]) == ("most_free", "sync")
+        assert "\nsettings (recorded by the writer):\n" in proc.stdout
+        assert "\n  strategy: most_free\n" in proc.stdout and "\n  flush: sync\n" in proc.stdout
+
+
+def test_recorded_settings_are_rendered_when_the_store_has_them():
+    """The hook for the writer's recorded settings: None renders as not recorded, a dict as
+    one line per setting."""
+    render = rmqlog_cli.render_recorded_settings
+    assert render(None) == ["settings: not recorded in this store"]
+    assert render(
+        {"strategy": "most_free", "flush": "sync", "delete_hours": (2, 3), "ratio": None}
+    ) == [
+        "settings (recorded by the writer):",
+        "  strategy: most_free",
+        "  flush: sync",
+        "  delete_hours: 2, 3",
+        "  ratio: none",
+    ]
+    assert render({"delete_hours": [4], "on": True}) == [
+        "settings (recorded by the writer):",
+        "  delete_hours: 4",
+        "  on: true",
+    ]
+    info = {
+        "paths": ["/s"],
+        "min_offset": 0,
+        "max_offset": 0,
+        "flushed_offset": 0,
+        "data_bytes": 0,
+        "segment_count": 0,
+        "total_bytes": 0,
+        "written_bytes": 0,
+        "dirs": [],
+        "settings": {"strategy": "most_free"},
+    }
+    out = io.StringIO()
+    rmqlog_cli.print_stat(info, out)
+    assert out.getvalue().endswith("\nsettings (recorded by the writer):\n  strategy: most_free\n")
+
+
+def test_singular_and_plural_counts(run, tmp_path):
+    """One record in one segment of a one-directory store: every count agrees with its noun."""
+    d = tmp_path / "one"
+    with CommitLog(d, segment_size=SEG) as log:
+        off = log.append(b"x")
+        end = log.max_offset
+    out = run("stat", d).stdout
+    assert f"size: {end - off} data bytes in 1 segment; " in out
+    assert "\n1 directory:\n" in out
+    assert re.search(r"used \S+  1 segment$", out, re.M)
+    assert run("verify", d).stdout == f"OK: {end} bytes, 1 segment verified\n"
+    assert run("rebalance", d).stdout.splitlines()[0] == "0 segments moved"
+    empty = tmp_path / "empty"
+    CommitLog(empty, segment_size=SEG).close()  # a store without records
+    assert "size: 0 data bytes in 0 segments; " in run("stat", empty).stdout
+    assert run("verify", empty).stdout == "OK: 0 bytes, 0 segments verified\n"
+    bench = run("bench", "--records", 1, "--size", 1, "--segment-size", "64k").stdout
+    assert bench.startswith("rmqlog bench: 1 record of 1 B, ")
+
+
+def test_plural():
+    p = rmqlog_cli.plural
+    assert [p(n, "segment") for n in (0, 1, 2)] == ["0 segments", "1 segment", "2 segments"]
+    assert p(1, "directory", "directories") == "1 directory"
+    assert p(3, "directory", "directories") == "3 directories"
+    assert p(1, "byte") == "1 byte"
+    assert p(1500, "record", commas=True) == "1,500 records"
 
 
 def test_stat_empty_store(run, tmp_path):
-    (tmp_path / "empty").mkdir()
+    CommitLog(tmp_path / "empty").close()  # a store whose writer appended nothing
     info = json.loads(run("stat", "--json", tmp_path / "empty").stdout)
     assert (info["min_offset"], info["max_offset"], info["segment_count"]) == (0, 0, 0)
 
@@ -444,7 +580,7 @@ def test_verify_flipped_body_byte(run, store):
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     lines = proc.stdout.splitlines()
     assert lines[0] == f"CORRUPT: [{target}, {end}) body CRC mismatch"
-    assert lines[-1].startswith("FAILED: 1 damaged range(s) in ")
+    assert lines[-1].startswith("FAILED: 1 damaged range in ")
     assert "Traceback" not in proc.stderr
     doc = json.loads(run("verify", joined(dirs), "--json").stdout)
     assert doc["ok"] is False
@@ -462,6 +598,7 @@ def test_verify_two_damaged_ranges(run, store):
         f"CORRUPT: [{offs[5]}, {ends[0]}) body CRC mismatch",
         f"CORRUPT: [{offs[90]}, {ends[1]}) body CRC mismatch",
     ]
+    assert proc.stdout.splitlines()[-1].startswith("FAILED: 2 damaged ranges in ")
 
 
 def _segment_files(dirs: list[str]) -> list[Path]:
@@ -494,19 +631,22 @@ def test_verify_store_that_does_not_open(run, store):
     assert_one_error_line(run("stat", joined(dirs)), seg.name)
 
 
-def test_verify_progress_bar_on_a_terminal(store):
-    """With stderr a terminal, tqdm draws a bar there; stdout keeps only the result."""
-    dirs, _ = store
+def _on_terminal(tmp_path, *args, stdout_terminal=False):
+    """Runs the installed ``rmqlog`` with stderr a terminal (a pty), and stdout that terminal too
+    or a file. Returns (exit code, what went to the file or None, what the terminal got)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    out_path = tmp_path / "stdout.txt"
     chunks = []
     try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "rmqlog", "verify", joined(dirs)],
-            stdout=subprocess.PIPE,
-            stderr=slave,
-            env={**_env(), "TERM": "xterm"},
-        )
+        with open(out_path, "wb") as out_file:
+            proc = subprocess.Popen(
+                [_script(), *map(str, args)],
+                stdout=slave if stdout_terminal else out_file,
+                stderr=slave,
+                env={**_env(), "TERM": "xterm"},
+                cwd=tmp_path,
+            )
         os.close(slave)
         while True:  # read while the child runs: Linux may drop what is left at hangup
             if select.select([master], [], [], 0.1)[0]:
@@ -519,15 +659,74 @@ def test_verify_progress_bar_on_a_terminal(store):
                 chunks.append(data)
             elif proc.poll() is not None:
                 break
-        out = proc.stdout.read()
-        proc.wait(timeout=60)
+        proc.wait(timeout=120)
     finally:
         os.close(master)
-    assert proc.returncode == 0
-    assert out.decode().startswith("OK: ")
-    err = b"".join(chunks).decode(errors="replace")
-    assert re.search(r"verify:\s+\d+%\|", err), err
-    assert "OK:" not in err
+    out = None if stdout_terminal else out_path.read_text()
+    return proc.returncode, out, b"".join(chunks).decode(errors="replace")
+
+
+def test_verify_progress_bar_on_a_terminal(store, tmp_path):
+    """With stderr a terminal, a bar by bytes verified is drawn there; stdout keeps the result."""
+    dirs, _ = store
+    code, out, term = _on_terminal(tmp_path, "verify", joined(dirs))
+    assert code == 0
+    assert out.startswith("OK: ")
+    api = _api_view(dirs)
+    total = api["max"] - api["min"]
+    assert re.search(r"verify:\s+\d+%\|", term), term
+    assert f"/{total / 1024:.2f}k " in term, term  # counted in bytes, the log's size in all
+    assert "OK:" not in term
+
+
+def test_dump_progress_bar_only_when_records_do_not_go_to_the_terminal(store, tmp_path):
+    dirs, written = store
+    code, out, term = _on_terminal(tmp_path, "dump", joined(dirs))
+    assert code == 0
+    assert len(out.splitlines()) == len(written)
+    assert re.search(r"dump:\s+\d+%\|", term), term
+    assert "offset: " not in term
+    # records on the terminal: a bar there would break their lines
+    code, _, term = _on_terminal(tmp_path, "dump", joined(dirs), stdout_terminal=True)
+    assert code == 0
+    lines = [line for line in term.splitlines() if line.strip()]
+    assert len(lines) == len(written)
+    assert all(line.startswith("offset: ") for line in lines), lines[:3]
+    assert "%|" not in term and "\r" not in term.replace("\r\n", "\n")
+
+
+def test_bench_and_move_show_progress_on_a_terminal(store, tmp_path):
+    code, out, term = _on_terminal(tmp_path, "bench", "--records", 3000, "--size", 16)
+    assert code == 0 and out.startswith("rmqlog bench: ")
+    for phase in ("append", "append_batch", "read", "scan"):
+        assert re.search(rf"{phase}:\s+\d+%\|", term), (phase, term)
+    dirs, _ = store
+    with CommitLog(dirs, read_only=True) as ro:
+        first = ro.segments()[0]
+    dest = next(d for d in dirs if not first.path.startswith(str(d)))
+    code, out, term = _on_terminal(
+        tmp_path, "move", joined(dirs), "--segment", first.start_offset, "--to", dest
+    )
+    assert code == 0 and out.startswith(f"moved {first.start_offset} to ")
+    assert f"move {first.start_offset} to {dest} [00:0" in term, term
+
+
+def test_no_progress_when_stderr_is_not_a_terminal(run, store):
+    dirs, _ = store
+    with CommitLog(dirs, read_only=True) as ro:
+        first = ro.segments()[0]
+    dest = next(d for d in dirs if not first.path.startswith(str(d)))
+    for args in (
+        ("verify", joined(dirs)),
+        ("dump", joined(dirs)),
+        ("bench", "--records", 2000, "--size", 8),
+        ("move", joined(dirs), "--segment", first.start_offset, "--to", dest),
+        ("rebalance", joined(dirs)),
+    ):
+        proc = run(*args)
+        assert proc.returncode == 0, (args, proc.stderr)
+        assert "%|" not in proc.stderr and "\r" not in proc.stderr, (args, proc.stderr)
+        assert "[00:" not in proc.stderr, (args, proc.stderr)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -589,6 +788,69 @@ def test_main_returns_exit_codes(store, capsys, restore_rmqlog_logger):
     assert rmqlog_cli.main(["dump", joined(dirs), "--count", "x"]) == 2
     assert capsys.readouterr().err.startswith("rmqlog: error: argument --count")
     assert rmqlog_cli.main(["--help"]) == 0
+
+
+def test_exit_codes_are_mapped_in_one_place(store, capsys, monkeypatch, restore_rmqlog_logger):
+    """run.EXIT_CODES maps exceptions to exit codes; a store-not-found error (a CommitLogError and
+    a FileNotFoundError) is exit 2 with its message on one line; anything else is a bug and
+    propagates with its traceback."""
+    from rmqlog.cli import run as cli_run
+    from rmqlog.cli import stat as cli_stat
+
+    assert all(code in (1, 2) for _, code in cli_run.EXIT_CODES)
+    for exc in (UsageError("x"), CommitLogError("x"), FileNotFoundError(2, "x"), ValueError()):
+        assert cli_run.exit_code_of(exc) == 2
+    assert cli_run.exit_code_of(RuntimeError()) is None
+
+    class StoreNotFound(CommitLogError, FileNotFoundError):
+        pass
+
+    def no_store(paths):
+        raise StoreNotFound(f"no rmqlog store at {paths[0]}")
+
+    monkeypatch.setattr(cli_stat, "open_read_only", no_store)
+    assert rmqlog_cli.main(["stat", "/nowhere"]) == 2
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("", "rmqlog: error: no rmqlog store at /nowhere\n")
+
+    def no_store_errno(paths):  # an OSError's form: errno, message, file
+        raise StoreNotFound(2, f"no rmqlog store at {paths[0]} (it holds no store)", paths[0])
+
+    monkeypatch.setattr(cli_stat, "open_read_only", no_store_errno)
+    assert rmqlog_cli.main(["stat", "/nowhere"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == "rmqlog: error: no rmqlog store at /nowhere (it holds no store)\n"
+    assert cli_run._one_line(PermissionError(13, "Permission denied", "/x")) == (
+        "Permission denied: /x"
+    )
+
+    def bug(paths):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(cli_stat, "open_read_only", bug)
+    with pytest.raises(RuntimeError, match="a bug"):
+        rmqlog_cli.main(["stat", "/nowhere"])
+
+
+# ---------------------------------------------------------------------------------------------
+# sizes
+
+
+def test_sizes_on_the_command_line(run, tmp_path):
+    """Sizes take the Spark options' syntax: bytes, or binary units."""
+    proc = run("bench", "--records", 10, "--size", "1k", "--segment-size", "64k", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert (doc["size"], doc["segment_size"]) == (1024, 64 << 10)
+    proc = run("bench", "--records", 10, "--size", "100", "--segment-size", "1MiB", "--json")
+    assert json.loads(proc.stdout)["segment_size"] == 1 << 20
+    for bad in ("64x", "1.5m", "-4k", "0x1000", "m", ""):
+        proc = run("bench", "--records", 10, f"--segment-size={bad}")
+        assert_one_error_line(proc, r"--segment-size.*expected .*4096.* 64k, 64m, 1g")
+    assert_one_error_line(run("bench", "--segment-size", "1k"), r"at least 4096 \(4k\)")
+    assert_one_error_line(run("bench", "--segment-size", "5000"), "not a multiple of 4096")
+    assert_one_error_line(run("rebalance", tmp_path, "--max-bytes", "0"), "--max-bytes")
+    assert_one_error_line(run("demo", "--size", "big"), "--size.* 64k, 64m, 1g")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -146,7 +146,8 @@ def test_import_rmqlog_does_not_import_pyspark():
 @pytest.mark.parametrize(
     ("options", "mode", "message"),
     [
-        ({"path": "/x", "max_partition_byte": "1"}, None, "unknown option(s) max_partition_byte"),
+        ({"path": "/x", "max_partition_byte": "1"}, None, "unknown option max_partition_byte"),
+        ({"path": "/x", "a": "1", "b": "2"}, None, "unknown options a, b; accepted options: path"),
         ({"path": "/x", "batch_bytes": "lots"}, None, "batch_bytes='lots'"),
         ({"path": "/x", "batch_bytes": "4g"}, None, "at most 2147483647"),
         ({"path": "/x", "max_partition_bytes": "1k"}, None, "at least 4096"),
@@ -287,10 +288,135 @@ def test_bad_option_fails_at_planning(spark, store):
     with pytest.raises(Exception, match="batch_bytes='many'") as e:
         load(spark, store.paths, batch_bytes="many")  # fails in load(): no job runs
     assert "ValueError" in str(e.value)
-    with pytest.raises(Exception, match=r"unknown option\(s\) startoffset"):
+    with pytest.raises(Exception, match=r"unknown option startoffset \(did you mean start_offset"):
         load(spark, store.paths, startOffset=5)
     with pytest.raises(Exception, match=r"spark\.readStream only"):
         load(spark, store.paths, max_bytes_per_trigger="1m").count()
+
+
+# Every option: (name, a bad value, what its error must say is accepted, a good value, the reads
+# that take it). Bad values fail at load(), for spark.read and spark.readStream alike.
+BOTH, BATCH, STREAM = ("read", "readStream"), ("read",), ("readStream",)
+OPTIONS = [
+    ("paths", os.pathsep, "directories joined by", None, BOTH),
+    ("start_offset", "first", '"earliest" or "latest"', "earliest", BOTH),
+    ("end_offset", "-1", 'an offset >= 0 or "latest"', "latest", BATCH),
+    ("start_timestamp", "yesterday", "milliseconds since the epoch", "0", BOTH),
+    ("end_timestamp", "1.5", "milliseconds since the epoch", str(2**62), BATCH),
+    ("max_partition_bytes", "1k", "at least 4096 (4k)", "64k", BOTH),
+    ("batch_bytes", "lots", "64k, 64m, 1g", "1m", BOTH),
+    ("batch_records", "0", "an integer >= 1", "1_000", BOTH),
+    ("fail_on_data_loss", "maybe", '"true" or "false"', "false", BOTH),
+    ("max_records_per_trigger", "none", "an integer >= 1", "500", STREAM),
+    ("max_bytes_per_trigger", "1.5m", "64k, 64m, 1g", "64KiB", STREAM),
+]
+
+
+def _reader(spark, kind, **options):
+    reader = getattr(spark, kind).format("rmqlog")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader
+
+
+def test_every_option_is_tested():
+    from rmqlog.spark.options import _KNOWN
+
+    assert {name for name, *_ in OPTIONS} | {"path"} == set(_KNOWN)
+
+
+@pytest.mark.parametrize("kind", BOTH)
+@pytest.mark.parametrize(("name", "bad", "accepted"), [o[:3] for o in OPTIONS])
+def test_bad_value_of_every_option_fails_at_load(spark, store, kind, name, bad, accepted):
+    """Whether or not this kind of read takes the option, a bad value fails in load(), with the
+    option, the value and what is accepted; never PySpark's UnboundLocalError."""
+    reader = _reader(spark, kind, **{name: bad})
+    with pytest.raises(Exception) as e:  # Spark wraps the ValueError in an AnalysisException
+        reader.load() if name == "paths" else reader.load(store.paths)
+    msg = str(e.value)
+    assert f"rmqlog: option {name}={bad!r} is not valid" in msg, msg
+    assert accepted in msg, msg
+    assert "ValueError" in msg and "UnboundLocalError" not in msg
+
+
+@pytest.mark.parametrize("kind", BOTH)
+def test_unknown_option_fails_at_load(spark, store, kind):
+    with pytest.raises(Exception, match=r"unknown option batchsize; accepted options: path"):
+        _reader(spark, kind, batchSize="10").load(store.paths)
+    with pytest.raises(Exception, match=r"no store given"):
+        _reader(spark, kind).load()
+
+
+@pytest.mark.parametrize("kind", BOTH)
+@pytest.mark.parametrize(("name", "good", "kinds"), [(o[0], o[3], o[4]) for o in OPTIONS])
+def test_good_value_of_every_option_loads(spark, store, kind, name, good, kinds):
+    """A good value loads, for the reads that take the option and (refused later, see below) for
+    the others: load() cannot tell a batch read from a stream."""
+    if name == "paths":
+        df = _reader(spark, kind, paths=store.paths).load()
+    else:
+        df = _reader(spark, kind, **{name: good}).load(store.paths)
+    assert df.isStreaming == (kind == "readStream")
+    assert df.columns == ["offset", "timestamp", "body", "segment"]
+
+
+def test_batch_read_with_every_batch_option(spark, store):
+    good = {name: good for name, _, _, good, kinds in OPTIONS if "read" in kinds and good}
+    df = _reader(spark, "read", **good).load(store.paths)
+    assert rows_of(df) == store.records
+
+
+def test_stream_with_every_stream_option(spark, store, tmp_path):
+    good = {name: good for name, _, _, good, kinds in OPTIONS if "readStream" in kinds and good}
+    got: list[tuple[int, bytes]] = []
+    sizes: list[int] = []
+
+    def collect(df, _batch_id):
+        rows = [(r.offset, bytes(r.body)) for r in df.collect()]
+        sizes.append(len(rows))
+        got.extend(rows)
+
+    query = (
+        _reader(spark, "readStream", **good)
+        .load(store.paths)
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assert sorted(got) == store.records
+    assert len(sizes) >= len(store.records) // 500 and max(sizes) <= 500
+
+
+@pytest.mark.parametrize("name", ["max_records_per_trigger", "max_bytes_per_trigger"])
+def test_trigger_limit_on_a_batch_read_fails_when_planned(spark, store, name):
+    df = _reader(spark, "read", **{name: "100"}).load(store.paths)  # load() cannot know
+    with pytest.raises(Exception) as e:
+        df.count()
+    msg = str(e.value)
+    assert f"rmqlog: option {name} applies to spark.readStream only" in msg, msg
+    assert "UnboundLocalError" not in msg
+
+
+@pytest.mark.parametrize("name", ["end_offset", "end_timestamp"])
+def test_end_on_a_stream_fails_the_query_with_its_message(spark, store, tmp_path, name):
+    """Raising in streamReader() would end in PySpark's UnboundLocalError (its stream runner
+    cleans up a reader it never got): the query fails with the option's message instead."""
+    df = _reader(spark, "readStream", **{name: "100"}).load(store.paths)  # load() cannot know
+    query = (
+        df.writeStream.format("memory")
+        .queryName(f"refused_{name}")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    with pytest.raises(Exception) as e:
+        query.awaitTermination(120)
+    msg = str(e.value)
+    assert f"rmqlog: option {name} applies to spark.read only" in msg, msg
+    assert "UnboundLocalError" not in msg
+    assert not query.isActive
 
 
 WRITER = textwrap.dedent(

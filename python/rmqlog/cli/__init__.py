@@ -1,18 +1,24 @@
-"""The ``rmqlog`` command line: inspect, dump, verify and benchmark a commit log.
+"""The ``rmqlog`` command line: inspect, dump, verify, benchmark and rebalance a commit log.
 
-    rmqlog demo   [--dir D] [--records N] [--size B]
-    rmqlog stat   PATHS [--json]
-    rmqlog dump   PATHS [--from OFF] [--count N] [--data] [--hex] [--json]
-    rmqlog verify PATHS [--json]
-    rmqlog bench  [--records N] [--size B] [--dirs D ...] [--flush async|sync|none]
+    rmqlog demo      [--dir D] [--records N] [--size SIZE]
+    rmqlog stat      PATHS [--json]
+    rmqlog dump      PATHS [--from OFF] [--count N] [--data] [--hex] [--json]
+    rmqlog verify    PATHS [--json]
+    rmqlog bench     [--records N] [--size SIZE] [--dirs D ...] [--flush async|sync|none]
+                     [--segment-size SIZE] [--json]
+    rmqlog move      PATHS --segment START --to DIR [--read-only-paths DIR ...] [--json]
+    rmqlog rebalance PATHS [--max-bytes SIZE] [--read-only-paths DIR ...] [--json]
 
 ``PATHS`` is one argument with the store's directories joined by ``os.pathsep``
-(``/d0/store:/d1/store``), or several positional directories; stores are opened read-only, and
-any one directory finds the others through ``rmqlog.meta``.
+(``/d0/store:/d1/store``), or several positional directories; ``stat``, ``dump`` and ``verify``
+open the store read-only, and any one directory finds the others through ``rmqlog.meta``.
+``SIZE`` is a number of bytes or one with a binary unit (``4096``, ``64k``, ``64m``, ``1g``,
+``64MiB``): the syntax of the Spark options (:mod:`rmqlog._sizes`).
 
-Data goes to stdout, logs and progress bars (only on a terminal) to stderr. Exit codes: 0 on
-success, 1 when ``verify`` finds corruption, 2 on any error (bad arguments, a missing directory,
-an unreadable store), reported as one line ``rmqlog: error: ...``.
+Data goes to stdout, logs and progress bars (only when stderr is a terminal) to stderr. Exit
+codes: 0 on success, 1 when ``verify`` finds corruption, 2 on any error (bad arguments, a missing
+directory, an unreadable store), reported as one line ``rmqlog: error: ...``; the exceptions that
+map to them are listed in one place, :data:`rmqlog.cli.run.EXIT_CODES`.
 """
 
 from rmqlog.cli.bench import FlushMode, cmd_bench, percentile, run_bench
@@ -26,17 +32,26 @@ from rmqlog.cli.common import (
     human_bytes,
     iso_utc,
     open_read_only,
+    plural,
+    progress,
     render_text,
     split_paths,
 )
 from rmqlog.cli.demo import cmd_demo
 from rmqlog.cli.dump import cmd_dump, iter_records
 from rmqlog.cli.parser import build_parser
-from rmqlog.cli.run import main
-from rmqlog.cli.stat import cmd_stat, print_stat, stat_info
+from rmqlog.cli.run import EXIT_CODES, main
+from rmqlog.cli.stat import (
+    cmd_stat,
+    print_stat,
+    recorded_settings,
+    render_recorded_settings,
+    stat_info,
+)
 from rmqlog.cli.verify import cmd_verify
 
 __all__ = [
+    "EXIT_CODES",
     "EXIT_CORRUPT",
     "EXIT_ERROR",
     "EXIT_OK",
@@ -55,7 +70,11 @@ __all__ = [
     "main",
     "open_read_only",
     "percentile",
+    "plural",
     "print_stat",
+    "progress",
+    "recorded_settings",
+    "render_recorded_settings",
     "render_text",
     "run_bench",
     "split_paths",

@@ -18,8 +18,9 @@ from rmqlog.cli.common import (
     EXIT_OK,
     UsageError,
     _emit_json,
-    _progress,
     human_bytes,
+    plural,
+    progress,
     split_paths,
 )
 
@@ -74,7 +75,7 @@ def run_bench(
         append = clog.append
         offsets: list[int] = []
         lat = [0] * records
-        with _progress(records, "append", "rec") as bar:
+        with progress(records, "append", "rec") as bar:
             t0 = pc()
             for i in range(records):
                 a = pc()
@@ -87,7 +88,7 @@ def run_bench(
             elapsed = pc() - t0
         results.append(_phase("append", records, records * size, elapsed, lat))
 
-        with _progress(records, "append_batch", "rec") as bar:
+        with progress(records, "append_batch", "rec") as bar:
             t0 = pc()
             for start in range(0, records, batch):
                 chunk = [pool[i & 15] for i in range(start, min(start + batch, records))]
@@ -101,7 +102,7 @@ def run_bench(
         read = clog.read
         lat = [0] * len(picks)
         nbytes = 0
-        with _progress(len(picks), "read", "rec") as bar:
+        with progress(len(picks), "read", "rec") as bar:
             t0 = pc()
             for i, off in enumerate(picks):
                 a = pc()
@@ -114,7 +115,7 @@ def run_bench(
         results.append(_phase("read (random)", len(picks), nbytes, elapsed, lat))
 
         count = nbytes = 0
-        with _progress(len(offsets), "scan", "rec") as bar:
+        with progress(len(offsets), "scan", "rec") as bar:
             t0 = pc()
             for _off, body in clog.scan():
                 count += 1
@@ -165,7 +166,8 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
         return EXIT_OK
     where = "a temporary directory" if tmp else os.pathsep.join(dirs)
     print(
-        f"rmqlog bench: {args.records:,} records of {args.size} B, flush={args.flush}, "
+        f"rmqlog bench: {plural(args.records, 'record', commas=True)} of {args.size} B, "
+        f"flush={args.flush}, "
         f"segment {human_bytes(args.segment_size)}, in {where}",
         file=out,
     )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
@@ -80,20 +82,79 @@ def human_bytes(n: int | float) -> str:
     raise AssertionError("unreachable")
 
 
-def _progress(total: int, desc: str, unit: str = "B") -> tqdm:
-    """A progress bar on stderr, shown only when stderr is a terminal."""
+def plural(n: int, noun: str, nouns: str | None = None, *, commas: bool = False) -> str:
+    """``n`` and the noun that agrees with it: ``1 segment``, ``2 segments``, ``0 directories``
+    (``nouns`` when the plural is not ``noun + "s"``; ``commas``: ``1,000 records``)."""
+    count = f"{n:,}" if commas else str(n)
+    return f"{count} {noun if n == 1 else nouns or noun + 's'}"
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # replaced or closed
+        return False
+
+
+def _show_progress(stdout_is_data: bool) -> bool:
+    """Whether to draw progress: only when stderr (where bars go) is a terminal, and, for a
+    command that prints records as it goes (``dump``), not when those go to a terminal too (the bar
+    would break their lines; it is drawn when they go to a file or a pipe)."""
+    if not _is_terminal(sys.stderr):
+        return False
+    return not (stdout_is_data and _is_terminal(sys.stdout))
+
+
+def progress(
+    total: int | None, desc: str, unit: str = "B", *, stdout_is_data: bool = False
+) -> tqdm:
+    """The progress bar of every long command: on stderr, only when :func:`_show_progress`
+    allows, erased when done. ``unit="B"`` counts bytes in binary units; ``total=None`` counts
+    without a bar (a total is unknown)."""
     scale = unit == "B"
+    fmt = "{desc}: {n_fmt} [{elapsed}]" if total is None and not scale else None
     return tqdm(
         total=total,
         desc=desc,
         unit=unit,
         unit_scale=scale,
         unit_divisor=1024 if scale else 1000,
-        disable=None,
+        bar_format=fmt,
+        disable=not _show_progress(stdout_is_data),
         file=sys.stderr,
         leave=False,
         dynamic_ncols=True,
     )
+
+
+@contextlib.contextmanager
+def working(desc: str) -> Iterator[None]:
+    """Progress of one long call that reports none (``move``): the description and the time
+    elapsed, redrawn by a thread while the call runs (it releases the GIL)."""
+    bar = tqdm(
+        total=None,
+        desc=desc,
+        bar_format="{desc} [{elapsed}]",
+        disable=not _show_progress(False),
+        file=sys.stderr,
+        leave=False,
+    )
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(0.25):
+            bar.refresh()
+
+    ticker = threading.Thread(target=tick, name="rmqlog-progress", daemon=True)
+    if not bar.disable:
+        ticker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        if ticker.is_alive():
+            ticker.join()
+        bar.close()
 
 
 def _emit_json(obj: Any, out: TextIO) -> None:

@@ -11,9 +11,9 @@ from rmqlog.cli.common import (
     EXIT_OK,
     UsageError,
     _emit_json,
-    _progress,
     iso_utc,
     open_read_only,
+    progress,
     render_text,
 )
 
@@ -27,7 +27,11 @@ def iter_records(clog: CommitLog, start: int | None, count: int | None) -> Itera
     first = lo if start is None else start
     if count == 0:
         return
-    bar = _progress(hi - first, "dump") if count is None else _progress(count, "dump", "rec")
+    bar = (
+        progress(hi - first, "dump", stdout_is_data=True)
+        if count is None
+        else progress(count, "dump", "rec", stdout_is_data=True)
+    )
     with bar:
         n = 0
         for offset, body in clog.scan(start=first):

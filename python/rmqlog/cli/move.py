@@ -9,7 +9,7 @@ import argparse
 from typing import TextIO
 
 from rmqlog import CommitLog
-from rmqlog.cli.common import EXIT_OK, _emit_json, _progress, split_paths
+from rmqlog.cli.common import EXIT_OK, _emit_json, plural, progress, split_paths, working
 
 
 def _open_writer(args: argparse.Namespace) -> CommitLog:
@@ -20,7 +20,8 @@ def _open_writer(args: argparse.Namespace) -> CommitLog:
 def cmd_move(args: argparse.Namespace, out: TextIO) -> int:
     """``rmqlog move PATHS --segment START --to DIR``: moves one sealed segment online."""
     with _open_writer(args) as log:
-        log.move_segment(args.segment, args.to)
+        with working(f"move {args.segment} to {args.to}"):
+            log.move_segment(args.segment, args.to)
         seg = next(s for s in log.segments() if s.start_offset == args.segment)
         if args.json:
             _emit_json({"segment": args.segment, "path": seg.path}, out)
@@ -35,7 +36,7 @@ def cmd_rebalance(args: argparse.Namespace, out: TextIO) -> int:
     with _open_writer(args) as log:
         step = max((s.size for s in log.segments()), default=0)
         budget = args.max_bytes
-        with _progress(0, "rebalance", unit="segment") as bar:
+        with progress(None, "rebalance: segments moved", unit="segment") as bar:
             # One segment per call, so the bar moves and --max-bytes is honoured exactly.
             while step and (budget is None or budget >= step):
                 done = log.rebalance(max_bytes=step)
@@ -57,7 +58,7 @@ def cmd_rebalance(args: argparse.Namespace, out: TextIO) -> int:
     else:
         for s, a, b in moves:
             print(f"moved {s}: {a} -> {b}", file=out)
-        print(f"{len(moves)} segment(s) moved", file=out)
+        print(f"{plural(len(moves), 'segment')} moved", file=out)
         for path, r in ratios.items():
             print(f"  {path}: used {'?' if r is None else f'{r:.1%}'}", file=out)
     return EXIT_OK

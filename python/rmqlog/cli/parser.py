@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from rmqlog import __version__
+from rmqlog._sizes import SIZE_FORMS, format_size, parse_size
 from rmqlog.cli.bench import cmd_bench
 from rmqlog.cli.common import PROG, UsageError
 from rmqlog.cli.demo import cmd_demo
@@ -19,6 +20,10 @@ from rmqlog.cli.verify import cmd_verify
 
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors raise :class:`UsageError` instead of printing usage."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         """Raises :class:`UsageError` with argparse's message and a pointer to ``--help``."""
@@ -45,34 +50,71 @@ def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
     return parse
 
 
+def _size_at_least(minimum: int, what: str, multiple_of: int = 1) -> Callable[[str], int]:
+    """An argparse ``type`` accepting sizes (:mod:`rmqlog._sizes`, as the Spark options do):
+    ``4096``, ``64k``, ``64m``, ``1g``, ``64MiB``; at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            return parse_size(text, minimum=minimum, multiple_of=multiple_of)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"invalid {what} {text!r}: {e}") from None
+
+    parse.__name__ = what
+    return parse
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Ends each option's help with its default, ``(default: X)``, unless the help names it; an
+    option without a value (None) says what happens without it in its own help."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if (
+            "default" in text
+            or not action.option_strings
+            or action.required
+            or action.default in (None, False, argparse.SUPPRESS)
+        ):
+            return text
+        return f"{text} (default: %(default)s)".lstrip()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``rmqlog`` argument parser with its subcommands."""
     p = _Parser(
         prog=PROG,
-        description="Inspect, dump, verify and benchmark an rmqlog commit log.",
-        epilog="PATHS: one argument with directories joined by "
-        f"{os.pathsep!r}, or several directories. Exit codes: 0 ok, 1 corruption found "
-        "(verify), 2 error.",
+        description="Inspect, dump, verify, benchmark and rebalance an rmqlog commit log.",
+        epilog=f"PATHS: one argument with directories joined by {os.pathsep!r}, or several "
+        f"directories. SIZE: {SIZE_FORMS}. Exit codes: 0 ok, 1 corruption found (verify), "
+        "2 error. Progress bars go to stderr when it is a terminal.",
     )
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level to stderr")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def json_arg(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--json", action="store_true", help="print one JSON object")
+    def json_arg(sp: argparse.ArgumentParser, what: str = "print one JSON object") -> None:
+        sp.add_argument("--json", action="store_true", help=what)
 
     def read_only_paths_arg(sp: argparse.ArgumentParser) -> None:
         sp.add_argument(
-            "--read-only-paths", nargs="*", metavar="DIR", help="the store's read-only directories"
+            "--read-only-paths",
+            nargs="*",
+            metavar="DIR",
+            help="the store's read-only directories (default: none)",
         )
 
-    def paths_arg(sp: argparse.ArgumentParser) -> None:
+    def paths_arg(sp: argparse.ArgumentParser, read_only: bool = True) -> None:
+        found = "; one is enough, it finds the others" if read_only else ""
         sp.add_argument(
             "paths",
             nargs="+",
             metavar="PATHS",
-            help=f"the store's directories (several, or joined by {os.pathsep!r})",
+            help=f"the store's directories (several, or joined by {os.pathsep!r}){found}",
         )
+
+    def size_help(text: str) -> str:
+        return f"{text}; SIZE is bytes (4096) or binary units (64k, 64m, 1g, 64MiB)"
 
     sp = sub.add_parser(
         "demo",
@@ -82,20 +124,29 @@ def build_parser() -> argparse.ArgumentParser:
             "them back zero-copy and shows where each segment went."
         ),
     )
-    sp.add_argument("--dir", help="root for the three directories (default: a temporary one)")
     sp.add_argument(
-        "--records", type=_int_at_least(1, "record count"), help="records (default 200000)"
+        "--dir", help="root for the three directories (default: a temporary one, removed after)"
     )
     sp.add_argument(
-        "--size", type=_int_at_least(0, "size"), help="body size in bytes (default 256)"
+        "--records",
+        metavar="N",
+        type=_int_at_least(1, "record count"),
+        help="records to write (default: 200000)",
+    )
+    sp.add_argument(
+        "--size",
+        metavar="SIZE",
+        type=_size_at_least(0, "size"),
+        help=size_help("body size of each record (default: 256)"),
     )
     sp.set_defaults(func=cmd_demo)
 
     sp = sub.add_parser(
         "stat",
-        help="offsets, segments per directory, disk usage, counters",
+        help="offsets, segments per directory, disk usage",
         description="Opens the store read-only and prints its offsets, segments per directory, "
-        "each directory's state and disk usage, and the log's counters.",
+        "each directory's state and disk usage, and the settings its writer recorded, if any. "
+        "Counters and options of the stat process itself are not the store's and are not shown.",
     )
     paths_arg(sp)
     json_arg(sp)
@@ -105,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
         "dump",
         help="print records (offset, timestamp, size, body)",
         description="Prints one line per record: offset, timestamp (ms and ISO UTC), body size, "
-        "next offset, and the body on request.",
+        "next offset, and the body on request. With stdout a file or a pipe and stderr a "
+        "terminal, a progress bar shows on stderr.",
     )
     paths_arg(sp)
     sp.add_argument(
@@ -113,24 +165,27 @@ def build_parser() -> argparse.ArgumentParser:
         dest="start",
         metavar="OFF",
         type=_int_at_least(0, "offset"),
-        help="first record's offset (default: min_offset); must be a record boundary",
+        help="first record's offset, a record boundary (default: the log's min_offset)",
     )
     sp.add_argument(
-        "--count", metavar="N", type=_int_at_least(0, "count"), help="at most N records"
+        "--count",
+        metavar="N",
+        type=_int_at_least(0, "count"),
+        help="at most N records (default: all, to the end of the log)",
     )
     sp.add_argument(
         "--data", action="store_true", help="print the body as text (repr-like escapes)"
     )
     sp.add_argument("--hex", action="store_true", help="print the body as hex")
-    sp.add_argument("--json", action="store_true", help="one JSON object per line")
+    json_arg(sp, "one JSON object per line")
     sp.set_defaults(func=cmd_dump)
 
     sp = sub.add_parser(
         "verify",
         help="check every record's CRCs (exit 1 on corruption)",
         description="Opens the store read-only and checks every record (headers, stored "
-        "offsets, body CRCs). Exit code 0 when clean, 1 when damage is found (each damaged "
-        "range is printed), 2 on an error.",
+        "offsets, body CRCs), with a progress bar by bytes verified on a terminal. Exit code 0 "
+        "when clean, 1 when damage is found (each damaged range is printed), 2 on an error.",
     )
     paths_arg(sp)
     json_arg(sp)
@@ -143,23 +198,35 @@ def build_parser() -> argparse.ArgumentParser:
         "offsets and scans the log; prints throughput and p50/p99/p999 latencies.",
     )
     sp.add_argument(
-        "--records", type=_int_at_least(1, "record count"), default=100_000, help="(100000)"
+        "--records",
+        metavar="N",
+        type=_int_at_least(1, "record count"),
+        default=100_000,
+        help="records per phase",
     )
     sp.add_argument(
-        "--size", type=_int_at_least(0, "size"), default=256, help="body size in bytes (256)"
+        "--size",
+        metavar="SIZE",
+        type=_size_at_least(0, "size"),
+        default=format_size(256),
+        help=size_help("body size of each record"),
     )
     sp.add_argument(
         "--dirs",
         nargs="+",
         metavar="D",
-        help="empty or new directories for the store (default: a temporary directory)",
+        help="empty or new directories for the store (default: a temporary directory, removed "
+        "after)",
     )
-    sp.add_argument("--flush", choices=("async", "sync", "none"), default="async")
+    sp.add_argument(
+        "--flush", choices=("async", "sync", "none"), default="async", help="the log's flush mode"
+    )
     sp.add_argument(
         "--segment-size",
-        type=_int_at_least(4096, "segment size"),
-        default=64 << 20,
-        help="bytes, a multiple of 4096 (64 MiB)",
+        metavar="SIZE",
+        type=_size_at_least(4096, "size", multiple_of=4096),
+        default=format_size(64 << 20),
+        help=size_help("segment file size, a multiple of 4096"),
     )
     json_arg(sp)
     sp.set_defaults(func=cmd_bench)
@@ -170,15 +237,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Opens the store as its writer and moves one sealed segment online (copy, "
         "sync, rename, switch readers, delete the source). The active segment is refused.",
     )
-    paths_arg(sp)
+    paths_arg(sp, read_only=False)
     sp.add_argument(
         "--segment",
         type=_int_at_least(0, "--segment"),
         required=True,
         metavar="START",
-        help="start offset of the segment (see `rmqlog stat`)",
+        help="start offset of the segment (see `rmqlog stat`; required)",
     )
-    sp.add_argument("--to", required=True, metavar="DIR", help="destination directory")
+    sp.add_argument("--to", required=True, metavar="DIR", help="destination directory (required)")
     read_only_paths_arg(sp)
     json_arg(sp)
     sp.set_defaults(func=cmd_move)
@@ -189,12 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Opens the store as its writer and moves sealed segments from the most to "
         "the least used directory while that narrows the gap.",
     )
-    paths_arg(sp)
+    paths_arg(sp, read_only=False)
     sp.add_argument(
         "--max-bytes",
-        type=_int_at_least(1, "--max-bytes"),
+        metavar="SIZE",
+        type=_size_at_least(1, "size"),
         default=None,
-        help="move at most this many bytes",
+        help=size_help("move at most this many bytes (default: no limit)"),
     )
     read_only_paths_arg(sp)
     json_arg(sp)

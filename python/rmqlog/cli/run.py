@@ -39,9 +39,35 @@ def _setup_logging(verbose: bool) -> None:
     logger.setLevel(logging.INFO if verbose else logging.WARNING)
 
 
+# The one place where an exception that ends a command becomes an exit code: the first entry
+# whose types match wins, and the error is reported as one line ``rmqlog: error: <message>``.
+# (Other exceptions are bugs: Python prints their traceback.) ``verify`` is the one command that
+# turns an exception into a result, not an error: a store that does not open because it is
+# corrupt is reported as corruption found (exit 1), in cli/verify.py.
+EXIT_CODES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
+    ((UsageError,), EXIT_ERROR),  # a bad command line
+    ((CommitLogError,), EXIT_ERROR),  # the store refused or failed the operation
+    ((OSError,), EXIT_ERROR),  # a missing or unreadable directory
+    ((ValueError, TypeError), EXIT_ERROR),  # an argument the store's API refuses
+)
+
+
+def exit_code_of(e: BaseException) -> int | None:
+    """The exit code :data:`EXIT_CODES` gives ``e``; None when it lists no type of ``e``."""
+    return next((code for types, code in EXIT_CODES if isinstance(e, types)), None)
+
+
 def _one_line(e: BaseException) -> str:
-    """An exception's message on one line (its type name when it has none)."""
-    msg = " ".join(str(e).split())
+    """An exception's message on one line (its type name when it has none); an OSError's without
+    the ``[Errno N]`` prefix, with the file it names when the message does not."""
+    msg = str(e)
+    if isinstance(e, OSError) and e.strerror:
+        msg = e.strerror
+        for name in (e.filename, e.filename2):
+            shown = os.fsdecode(name) if isinstance(name, str | bytes) else name
+            if shown is not None and str(shown) not in msg:
+                msg += f": {shown}"
+    msg = " ".join(msg.split())
     return msg or type(e).__name__
 
 
@@ -51,8 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except UsageError as e:
-        print(f"{PROG}: error: {_one_line(e)}", file=sys.stderr)
-        return EXIT_ERROR
+        return _report(e)
     except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else EXIT_OK
     _setup_logging(args.verbose)
@@ -67,9 +92,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
-    except (UsageError, CommitLogError, OSError, ValueError, TypeError) as e:
-        # The core's log records (warnings of the open that failed) come first: the error line
-        # is the last one.
-        _native._flush_logging()
-        print(f"{PROG}: error: {_one_line(e)}", file=sys.stderr)
-        return EXIT_ERROR
+    except Exception as e:
+        if exit_code_of(e) is None:
+            raise
+        return _report(e)
+
+
+def _report(e: BaseException) -> int:
+    """Prints ``e`` as the one error line and returns its exit code (:data:`EXIT_CODES`)."""
+    # The core's log records (warnings of the open that failed) come first: the error line is the
+    # last one.
+    _native._flush_logging()
+    print(f"{PROG}: error: {_one_line(e)}", file=sys.stderr)
+    code = exit_code_of(e)
+    return EXIT_ERROR if code is None else code

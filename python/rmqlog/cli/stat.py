@@ -1,13 +1,47 @@
-"""``rmqlog stat``: a store's offsets, segments per directory, disk usage and counters."""
+"""``rmqlog stat``: a store's offsets, segments per directory, disk usage, recorded settings.
+
+Only what the store itself tells: a read-only open's own options (strategy, flush mode) and
+counters (``CommitLog.stats()``) are this process's, not the writer's, and are never shown.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 from rmqlog import CommitLog
-from rmqlog.cli.common import EXIT_OK, _emit_json, human_bytes, open_read_only
+from rmqlog.cli.common import EXIT_OK, _emit_json, human_bytes, open_read_only, plural
+
+
+def recorded_settings(clog: CommitLog) -> dict[str, Any] | None:
+    """The settings the store's writer recorded in the store (strategy, flush mode, ...), or None
+    when the store records none. This is where ``stat`` gets them; it never shows ``clog``'s own.
+    """
+    # CommitLog.recorded_settings() comes with the metadata that records them; a core without it
+    # records none.
+    read = getattr(clog, "recorded_settings", None)
+    return None if read is None else read()
+
+
+def render_recorded_settings(settings: Mapping[str, Any] | None) -> list[str]:
+    """The lines ``rmqlog stat`` prints for :func:`recorded_settings`' result."""
+    if settings is None:
+        return ["settings: not recorded in this store"]
+    lines = [f"  {k}: {_setting(v)}" for k, v in settings.items()]
+    return ["settings (recorded by the writer):", *lines]
+
+
+def _setting(value: Any) -> str:
+    """A recorded setting as text: ``none``, ``true``, ``2, 3`` for a sequence."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list | tuple):
+        return ", ".join(_setting(v) for v in value) or "none"
+    return str(value)
 
 
 def stat_info(clog: CommitLog) -> dict[str, Any]:
@@ -63,7 +97,7 @@ def stat_info(clog: CommitLog) -> dict[str, Any]:
         "written_bytes": sum(s.written for s in segments),
         "dirs": dirs,
         "segments": seg_rows,
-        "stats": clog.stats(),
+        "settings": recorded_settings(clog),
     }
 
 
@@ -84,18 +118,19 @@ def print_stat(info: dict[str, Any], out: TextIO) -> None:
         f"flushed {info['flushed_offset']}"
     )
     p(
-        f"size: {info['data_bytes']} data bytes in {info['segment_count']} segments; "
+        f"size: {plural(info['data_bytes'], 'data byte')} in "
+        f"{plural(info['segment_count'], 'segment')}; "
         f"total bytes {info['total_bytes']} ({human_bytes(info['total_bytes'])}), "
         f"written {info['written_bytes']}"
     )
-    p("directories:")
+    p(f"{plural(len(info['dirs']), 'directory', 'directories')}:")
     for d in info["dirs"]:
         p(f"  {d['path']}")
         if d["state"] is not None:
             p(
                 f"    state {d['state']}  free {d['free_bytes']} ({human_bytes(d['free_bytes'])})"
                 f"  total {d['total_bytes']} ({human_bytes(d['total_bytes'])})"
-                f"  used {_ratio(d['used_ratio'])}  segments {d['segment_count']}"
+                f"  used {_ratio(d['used_ratio'])}  {plural(d['segment_count'], 'segment')}"
             )
         if d["error"]:
             p(f"    error: {d['error']}")
@@ -104,13 +139,12 @@ def print_stat(info: dict[str, Any], out: TextIO) -> None:
                 f"    {s['name']}  [{s['start_offset']}, {s['start_offset'] + s['size']})  "
                 f"written {s['written']} / {s['size']}"
             )
-    p("stats:")
-    for key, value in info["stats"].items():
-        p(f"  {key}: {value}")
+    for line in render_recorded_settings(info["settings"]):
+        p(line)
 
 
 def cmd_stat(args: argparse.Namespace, out: TextIO) -> int:
-    """``rmqlog stat``: offsets, segments per directory, disk usage and counters."""
+    """``rmqlog stat``: offsets, segments per directory, disk usage, recorded settings."""
     with open_read_only(args.paths) as clog:
         info = stat_info(clog)
     if args.json:

@@ -6,7 +6,14 @@ import argparse
 from typing import TextIO
 
 from rmqlog import CorruptionError
-from rmqlog.cli.common import EXIT_CORRUPT, EXIT_OK, _emit_json, _progress, open_read_only
+from rmqlog.cli.common import (
+    EXIT_CORRUPT,
+    EXIT_OK,
+    _emit_json,
+    open_read_only,
+    plural,
+    progress,
+)
 
 
 def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
@@ -25,23 +32,23 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
         nsegs = sum(
             1 for s in clog.segments() if s.start_offset < hi and s.start_offset + s.size > lo
         )
-        with _progress(hi - lo, "verify") as bar:
+        # The core reports (bytes done, bytes in all) after each segment it checked.
+        with progress(hi - lo, "verify") as bar:
 
-            def progress(done: int, total: int) -> None:
+            def advance(done: int, total: int) -> None:
                 bar.total = total
                 bar.update(done - bar.n)
 
-            bad = clog.verify(progress=progress)
+            bad = clog.verify(progress=advance)
     damaged = [{"start": s, "end": e, "reason": r} for s, e, r in bad]
     if args.json:
         _emit_json({"ok": not bad, "bytes": hi - lo, "segments": nsegs, "damaged": damaged}, out)
-    elif not bad:
-        print(f"OK: {hi - lo} bytes, {nsegs} segments verified", file=out)
+        return EXIT_CORRUPT if bad else EXIT_OK
+    checked = f"{plural(hi - lo, 'byte')}, {plural(nsegs, 'segment')} verified"
+    if not bad:
+        print(f"OK: {checked}", file=out)
     else:
         for d in damaged:
             print(f"CORRUPT: [{d['start']}, {d['end']}) {d['reason']}", file=out)
-        print(
-            f"FAILED: {len(bad)} damaged range(s) in {hi - lo} bytes, {nsegs} segments verified",
-            file=out,
-        )
+        print(f"FAILED: {plural(len(bad), 'damaged range')} in {checked}", file=out)
     return EXIT_CORRUPT if bad else EXIT_OK

@@ -1,11 +1,13 @@
 """The data source's options: parsed and validated into an :class:`Options` (plain, picklable)."""
 
+import difflib
 import json
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from rmqlog._sizes import parse_size
 
 DEFAULT_BATCH_BYTES = 64 << 20
 DEFAULT_BATCH_RECORDS = 65536
@@ -45,7 +47,6 @@ _KNOWN = (
     "fail_on_data_loss",
     *_STREAM_ONLY,
 )
-_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 def _bad(name: str, value: Any, accepted: str) -> ValueError:
@@ -62,21 +63,13 @@ def _int(name: str, value: str, minimum: int = 0) -> int:
     return n
 
 
-_SIZE = re.compile(r"(\d+)\s*([kmgt]?)(i?b)?")
-
-
 def _size(name: str, value: str, maximum: int | None = None, minimum: int = 1) -> int:
-    """A byte count: ``1048576``, ``512k``, ``64m``, ``64MiB``, ``1g`` (binary units)."""
-    accepted = "a number of bytes, such as 1048576, 512k, 64m or 1g"
-    if minimum > 1:
-        accepted += f", at least {minimum}"
-    if maximum is not None:
-        accepted += f", at most {maximum}"
-    m = _SIZE.fullmatch(str(value).strip().lower().replace("_", ""))
-    n = int(m.group(1)) * _SIZE_UNITS[m.group(2)] if m else 0
-    if n < max(minimum, 1) or (maximum is not None and n > maximum):
-        raise _bad(name, value, accepted)
-    return n
+    """A byte count in the syntax of :mod:`rmqlog._sizes` (the CLI's too): ``1048576``, ``512k``,
+    ``64m``, ``64MiB``, ``1g`` (binary units)."""
+    try:
+        return parse_size(value, minimum=minimum, maximum=maximum)
+    except ValueError as e:
+        raise ValueError(f"rmqlog: option {name}={value!r} is not valid: {e}") from None
 
 
 def _bool(name: str, value: str) -> bool:
@@ -118,6 +111,16 @@ def _parse_paths(options: Mapping[str, str]) -> tuple[str, ...]:
     return found[0]
 
 
+def _unknown_options(unknown: list[str]) -> str:
+    """The error for options no rmqlog source knows, with the closest known name of each."""
+    named = []
+    for k in unknown:
+        close = difflib.get_close_matches(k.replace("-", "_"), _KNOWN, n=1, cutoff=0.75)
+        named.append(f"{k} (did you mean {close[0]}?)" if close else k)
+    what = "option" if len(unknown) == 1 else "options"
+    return f"rmqlog: unknown {what} {', '.join(named)}; accepted options: {', '.join(_KNOWN)}"
+
+
 def parse_options(options: Mapping[str, str], mode: str | None = None) -> Options:
     """Validates data source options; ``mode`` is ``"batch"``, ``"stream"`` or None (both).
 
@@ -126,9 +129,7 @@ def parse_options(options: Mapping[str, str], mode: str | None = None) -> Option
     keys = {str(k).lower(): v for k, v in options.items()}
     unknown = sorted(k for k in keys if k not in _KNOWN)
     if unknown:
-        raise ValueError(
-            f"rmqlog: unknown option(s) {', '.join(unknown)}; accepted options: {', '.join(_KNOWN)}"
-        )
+        raise ValueError(_unknown_options(unknown))
     if mode == "stream":
         for k in _BATCH_ONLY:
             if k in keys:
@@ -154,10 +155,16 @@ def parse_options(options: Mapping[str, str], mode: str | None = None) -> Option
                 ) from None
     if "end_offset" in keys:
         v = str(keys["end_offset"]).strip().lower()
-        kw["end_offset"] = None if v == "latest" else _int("end_offset", keys["end_offset"])
+        try:
+            kw["end_offset"] = None if v == "latest" else _int("end_offset", v)
+        except ValueError:
+            raise _bad("end_offset", keys["end_offset"], 'an offset >= 0 or "latest"') from None
     for k in ("start_timestamp", "end_timestamp"):
         if k in keys:
-            kw[k] = _int(k, keys[k])
+            try:
+                kw[k] = _int(k, keys[k])
+            except ValueError:
+                raise _bad(k, keys[k], "milliseconds since the epoch, an integer >= 0") from None
     if "max_partition_bytes" in keys:
         kw["max_partition_bytes"] = _size(
             "max_partition_bytes", keys["max_partition_bytes"], minimum=_MIN_PARTITION_BYTES

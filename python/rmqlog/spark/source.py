@@ -1,8 +1,17 @@
-"""The ``rmqlog`` data source itself, and registering it with a SparkSession."""
+"""The ``rmqlog`` data source itself, and registering it with a SparkSession.
 
-from typing import Any
+When options are checked: Spark builds the data source (``__init__``, then ``schema()`` unless the
+query gives a schema) in ``load()``, for ``spark.read`` and ``spark.readStream`` alike and with the
+same options, so every option's name and value is checked there. Whether the DataFrame is a batch
+or a stream is only known later: ``reader()`` runs when a batch query is planned (its first
+action), ``streamReader()`` when a streaming query starts. An option of the other kind of read
+(``end_offset`` on a stream, a trigger limit on a batch read) is refused there.
+"""
 
-from pyspark.sql.datasource import DataSource
+from collections.abc import Iterator, MutableMapping
+from typing import Any, NoReturn
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from rmqlog.spark.batch import RmqlogReader
@@ -16,21 +25,64 @@ NAME = "rmqlog"
 class RmqlogDataSource(DataSource):
     """The ``rmqlog`` data source: ``spark.read.format("rmqlog").load(paths)`` and readStream."""
 
+    def __init__(self, options: MutableMapping[str, str]) -> None:
+        super().__init__(options)
+        parse_options(options)  # bad options fail at load(), before any job, schema given or not
+
     @classmethod
     def name(cls) -> str:
         return NAME
 
     def schema(self) -> StructType:
-        parse_options(self.options)  # bad options fail at load(), before any job
         return SCHEMA
 
     def reader(self, schema: StructType) -> RmqlogReader:
         _check_schema(schema)
         return RmqlogReader(parse_options(self.options, "batch"))
 
-    def streamReader(self, schema: StructType) -> RmqlogStreamReader:
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         _check_schema(schema)
-        return RmqlogStreamReader(parse_options(self.options, "stream"))
+        try:
+            opts = parse_options(self.options, "stream")
+        except ValueError as e:
+            # Raising here would reach PySpark's stream runner before its reader exists: its
+            # cleanup then fails with an UnboundLocalError that hides this message.
+            return _RefusedStreamReader(e)
+        return RmqlogStreamReader(opts)
+
+
+class _RefusedStreamReader(DataSourceStreamReader):
+    """A stream whose options were refused: every call Spark makes raises that error."""
+
+    def __init__(self, error: ValueError) -> None:
+        self.error = error
+
+    def _raise(self, *_args: Any) -> NoReturn:
+        raise self.error
+
+    def initialOffset(self) -> dict:
+        self._raise()
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        self._raise()
+
+    def getDefaultReadLimit(self) -> Any:
+        self._raise()
+
+    def reportLatestOffset(self) -> dict | None:
+        self._raise()
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        self._raise()
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        self._raise()
+
+    def commit(self, end: dict) -> None:
+        self._raise()
+
+    def stop(self) -> None:
+        """Nothing to release."""
 
 
 def register(spark: Any) -> type[RmqlogDataSource]:
