@@ -401,6 +401,46 @@ def test_stat_empty_store(run, tmp_path):
     assert (info["min_offset"], info["max_offset"], info["segment_count"]) == (0, 0, 0)
 
 
+@pytest.mark.parametrize("command", ["stat", "verify", "dump"])
+@pytest.mark.parametrize("where", ["empty", "missing", "parent"])
+def test_a_folder_without_a_store_is_exit_2_never_ok(run, tmp_path, command, where):
+    CommitLog(tmp_path / "parent" / "store").close()
+    (tmp_path / "empty").mkdir()
+    path = {"empty": "empty", "missing": "nope", "parent": "parent"}[where]
+    proc = run(command, tmp_path / path)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stdout == "" and "OK" not in proc.stderr
+    assert proc.stderr == f"rmqlog: error: no rmqlog store at {tmp_path / path}" + (
+        " (the directory does not exist)\n"
+        if where == "missing"
+        else " (the directory holds no rmqlog.meta, rmqlog.id or segment file)\n"
+    )
+    assert list((tmp_path / "empty").iterdir()) == []
+
+
+def test_setup_mistakes_are_exit_2_and_damage_exit_1(run, tmp_path):
+    dirs = [tmp_path / "s" / f"d{i}" for i in range(3)]
+    with CommitLog([str(d) for d in dirs], segment_size=SEG) as log:
+        log.append_batch([body_of(i) * 20 for i in range(300)])
+    # A directory missing from the store: a configuration error, short, naming it.
+    shutil.move(dirs[2], tmp_path / "elsewhere")
+    proc = run("verify", dirs[0])
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert str(dirs[2]) in proc.stderr and "accept_lost" in proc.stderr
+    assert len(proc.stderr) < 300 + len("rmqlog: error: \n")
+    assert "CORRUPT" not in proc.stdout
+    # Given where it is now, the store verifies.
+    proc = run("verify", f"{dirs[0]}{os.pathsep}{dirs[1]}{os.pathsep}{tmp_path / 'elsewhere'}")
+    assert (proc.returncode, proc.stdout.split(":")[0]) == (0, "OK"), proc.stderr
+    # Damaged bytes are exit 1.
+    seg = sorted(dirs[1].glob("0*"))[0]
+    data = bytearray(seg.read_bytes())
+    data[200] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    proc = run("verify", f"{dirs[0]}{os.pathsep}{dirs[1]}{os.pathsep}{tmp_path / 'elsewhere'}")
+    assert proc.returncode == 1 and "CORRUPT" in proc.stdout, (proc.stdout, proc.stderr)
+
+
 # ---------------------------------------------------------------------------------------------
 # dump
 

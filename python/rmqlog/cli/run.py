@@ -9,8 +9,14 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from rmqlog import CommitLogError, _native
-from rmqlog.cli.common import EXIT_ERROR, EXIT_OK, PROG, UsageError
+from rmqlog import (
+    CommitLogError,
+    ConfigurationError,
+    CorruptionError,
+    StoreNotFoundError,
+    _native,
+)
+from rmqlog.cli.common import EXIT_CORRUPT, EXIT_ERROR, EXIT_OK, PROG, UsageError
 from rmqlog.cli.parser import build_parser
 
 
@@ -46,6 +52,9 @@ def _setup_logging(verbose: bool) -> None:
 # corrupt is reported as corruption found (exit 1), in cli/verify.py.
 EXIT_CODES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
     ((UsageError,), EXIT_ERROR),  # a bad command line
+    ((StoreNotFoundError,), EXIT_ERROR),  # no store at the path given
+    ((ConfigurationError,), EXIT_ERROR),  # directories missing, foreign, or a copy with its original
+    ((CorruptionError,), EXIT_CORRUPT),  # damaged bytes, and only they
     ((CommitLogError,), EXIT_ERROR),  # the store refused or failed the operation
     ((OSError,), EXIT_ERROR),  # a missing or unreadable directory
     ((ValueError, TypeError), EXIT_ERROR),  # an argument the store's API refuses
