@@ -340,6 +340,18 @@ def test_bad_value_of_every_option_fails_at_load(spark, store, kind, name, bad, 
 
 
 @pytest.mark.parametrize("kind", BOTH)
+def test_a_folder_without_a_store_fails_at_load(spark, tmp_path, kind):
+    """Not an empty DataFrame: the path holds no store."""
+    (tmp_path / "empty").mkdir()
+    for path in (tmp_path / "empty", tmp_path / "nope"):
+        with pytest.raises(Exception) as e:
+            _reader(spark, kind).load(str(path))
+        msg = str(e.value)
+        assert "StoreNotFoundError" in msg and f"no rmqlog store at {path}" in msg, msg
+    assert list((tmp_path / "empty").iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", BOTH)
 def test_unknown_option_fails_at_load(spark, store, kind):
     with pytest.raises(Exception, match=r"unknown option batchsize; accepted options: path"):
         _reader(spark, kind, batchSize="10").load(store.paths)

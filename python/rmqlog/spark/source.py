@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from rmqlog.spark.batch import RmqlogReader
+from rmqlog.spark.batch import RmqlogReader, _open
 from rmqlog.spark.options import parse_options
 from rmqlog.spark.schema import SCHEMA, _check_schema
 from rmqlog.spark.stream import RmqlogStreamReader
@@ -27,7 +27,9 @@ class RmqlogDataSource(DataSource):
 
     def __init__(self, options: MutableMapping[str, str]) -> None:
         super().__init__(options)
-        parse_options(options)  # bad options fail at load(), before any job, schema given or not
+        # Bad options fail at load(), before any job, schema given or not; so does a path that
+        # holds no store (a read-only open: no lock, nothing written).
+        _open(parse_options(options).paths).close()
 
     @classmethod
     def name(cls) -> str:
