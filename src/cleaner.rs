@@ -213,17 +213,17 @@ pub(crate) fn clean_pass(state: &State, force: bool) -> Result<usize> {
     *locked(&state.stats.clean_last_error) = result.as_ref().err().map(|e| e.to_string());
     let deleted = result?;
     if let Some(ctx) = ctx.filter(|_| !deleted.reasons.is_empty()) {
-        let why = |r: Reason| explain(r, state, &ctx, force);
+        let why = |r: Reason| explain(r, state, &ctx);
         log::info!("retention {}", deleted.describe(state, why));
     }
     Ok(deleted.reasons.len())
 }
 
 /// Why segments went for `reason`, as the INFO line says it.
-fn explain(reason: Reason, state: &State, ctx: &PassContext, force: bool) -> String {
+fn explain(reason: Reason, state: &State, ctx: &PassContext) -> String {
     let opts = &state.opts;
     let pct = |r: f64| format!("{:.0}%", r * 100.0);
-    let disks = |over: fn(&DirUsage) -> bool, ratio: fn(&DirUsage) -> Option<f64>, name| {
+    let disks = |over: fn(&DirUsage) -> bool, ratio: fn(&DirUsage) -> Option<f64>, name: &str| {
         let listed: Vec<String> = state
             .dirs
             .iter()
@@ -233,7 +233,7 @@ fn explain(reason: Reason, state: &State, ctx: &PassContext, force: bool) -> Str
                 let used = d.usage?.used_ratio();
                 let limit = ratio(d)?;
                 Some(format!(
-                    "disk {} used {} > {name} {}",
+                    "disk {} used {} {name} {}",
                     dir.path.display(),
                     pct(used),
                     pct(limit)
@@ -249,21 +249,23 @@ fn explain(reason: Reason, state: &State, ctx: &PassContext, force: bool) -> Str
                 .delete_hours
                 .as_ref()
                 .map(|h| h.contains(&ctx.hour));
-            let when = if delete_hour == Some(true) {
-                format!(" at delete hour {}", ctx.hour)
-            } else if ctx.dirs.iter().any(DirUsage::over_max) {
-                format!(
-                    " before a delete hour: {}",
-                    disks(DirUsage::over_max, |d| d.max_ratio, "max_used_ratio")
-                )
-            } else if force && delete_hour == Some(false) {
-                " (clean(force=True) ignores delete_hours)".to_string()
-            } else {
-                String::new()
+            let when = match delete_hour {
+                None => String::new(),
+                Some(true) => format!(" at delete hour {}", ctx.hour),
+                Some(false) if ctx.dirs.iter().any(DirUsage::over_max) => format!(
+                    "; outside delete_hours because {}",
+                    disks(DirUsage::over_max, |d| d.max_ratio, "> max_used_ratio")
+                ),
+                // Otherwise only a forced pass deletes outside delete_hours.
+                Some(false) => " (clean(force=True) ignores delete_hours)".to_string(),
             };
             format!("older than {hours} h{when}")
         }
-        Reason::DiskUsage => disks(DirUsage::over_force, |d| d.force_ratio, "force_clean_ratio"),
+        Reason::DiskUsage => disks(
+            DirUsage::over_force,
+            |d| d.force_ratio,
+            ">= force_clean_ratio",
+        ),
         Reason::Size => format!(
             "the log holds {} bytes, over retention_bytes {}",
             ctx.total,
