@@ -37,7 +37,6 @@ pub enum Reason {
     Truncated,
 }
 
-
 /// What planning knows of one sealed segment, oldest first.
 #[derive(Debug, Clone, Copy)]
 pub struct Candidate {
@@ -245,10 +244,7 @@ fn explain(reason: Reason, state: &State, ctx: &PassContext) -> String {
     match reason {
         Reason::Expired => {
             let hours = opts.retention_hours.unwrap_or(0.0);
-            let delete_hour = opts
-                .delete_hours
-                .as_ref()
-                .map(|h| h.contains(&ctx.hour));
+            let delete_hour = opts.delete_hours.as_ref().map(|h| h.contains(&ctx.hour));
             let when = match delete_hour {
                 None => String::new(),
                 Some(true) => format!(" at delete hour {}", ctx.hour),
@@ -319,7 +315,10 @@ impl Deleted {
         }
         let causes: Vec<String> = match runs.as_slice() {
             [(r, _)] => vec![why(*r)],
-            _ => runs.iter().map(|&(r, c)| format!("{c} {}", why(r))).collect(),
+            _ => runs
+                .iter()
+                .map(|&(r, c)| format!("{c} {}", why(r)))
+                .collect(),
         };
         format!(
             "deleted {n} segment{} [{}, {}) from {}: {}",

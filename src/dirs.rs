@@ -76,10 +76,7 @@ impl Usage {
 pub fn usage(path: &Path) -> std::io::Result<Option<Usage>> {
     let s = rustix::fs::statvfs(path)?;
     Ok(Usage::from_counts(
-        s.f_blocks,
-        s.f_bfree,
-        s.f_bavail,
-        s.f_frsize,
+        s.f_blocks, s.f_bfree, s.f_bavail, s.f_frsize,
     ))
 }
 

@@ -317,7 +317,11 @@ impl Options {
     /// passes delete nothing.
     pub fn retention_configured(&self) -> bool {
         let forced = self.force_clean_ratio.default.is_some()
-            || self.force_clean_ratio.overrides.iter().any(|(_, r)| r.is_some());
+            || self
+                .force_clean_ratio
+                .overrides
+                .iter()
+                .any(|(_, r)| r.is_some());
         self.retention_hours.is_some() || self.retention_bytes.is_some() || forced
     }
 

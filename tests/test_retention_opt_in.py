@@ -129,9 +129,7 @@ def test_the_broker_preset_deletes_and_says_why_once_per_pass(mnt, old_store, ca
 def test_the_broker_preset_at_its_delete_hour_needs_no_disk_pressure(mnt, old_store):
     store, _ = old_store
     now = datetime.datetime.now().hour
-    log = mnt.log(
-        store, preset="broker", delete_hours=[now, (now + 1) % 24], max_used_ratio=None
-    )
+    log = mnt.log(store, preset="broker", delete_hours=[now, (now + 1) % 24], max_used_ratio=None)
     assert log.clean() == 4
 
 
@@ -168,7 +166,13 @@ def test_presets_are_listed_and_differ_from_the_defaults_only_in_retention_and_s
     broker = PRESETS["broker"]
     assert sorted(broker) == sorted(DEFAULTS)
     changed = {k for k in DEFAULTS if broker[k] != DEFAULTS[k]}
-    assert changed == {"preset", "segment_size", "retention_hours", "delete_hours", "max_used_ratio"}
+    assert changed == {
+        "preset",
+        "segment_size",
+        "retention_hours",
+        "delete_hours",
+        "max_used_ratio",
+    }
     assert (broker["retention_hours"], broker["delete_hours"], broker["max_used_ratio"]) == (
         72.0,
         (4,),
@@ -192,3 +196,26 @@ def test_an_unknown_preset_is_refused_before_the_disk_is_touched(tmp_path, prese
     with pytest.raises(error, match=text):
         CommitLog(target, preset=preset)
     assert not Path(target).exists()
+
+
+def test_forced_cleaning_without_max_used_ratio_frees_to_just_under_the_force_ratio(mnt, caplog):
+    caplog.set_level(logging.INFO, logger="rmqlog")
+    seg = 32 * KIB
+    disk = mnt.tmpfs("disk", 1 * MIB)
+    log = mnt.log(disk, segment_size=seg, force_clean_ratio=0.9, max_deletes_per_pass=100)
+    while _mounts.used_ratio(disk) < 0.6:
+        log.append(b"y" * (seg // 2 + 64))
+    assert log.clean(force=True) == 0  # under the force ratio; nothing else configured
+    s = os.statvfs(disk)
+    used = (s.f_blocks - s.f_bfree) * s.f_frsize
+    _mounts.fill(disk, math.ceil((0.93 * s.f_blocks * s.f_frsize - used) / 4096) * 4096)
+    assert _mounts.used_ratio(disk) > 0.9
+    deleted = log.clean()
+    assert deleted > 0
+    # Just under the force ratio: one segment fewer would have left it at or over.
+    s = os.statvfs(disk)
+    total, used = s.f_blocks * s.f_frsize, (s.f_blocks - s.f_bfree) * s.f_frsize
+    assert used < 0.9 * total <= used + seg
+    (line,) = retention_records(caplog)
+    assert line.startswith(f"retention deleted {deleted} segment")
+    assert f"disk {disk} used 9" in line and ">= force_clean_ratio 90%" in line

@@ -97,7 +97,9 @@ def test_min_free_bytes_does_not_refuse_it(faultfs, nosize, tmp_path):
     # min_free_bytes of 1 PiB refuses every disk whose free space is known: only the unknown
     # one takes segments, and the append succeeds.
     local = tmp_path / "local"
-    log = faultfs.log([local, nosize], segment_size=SEG, min_free_bytes=1 << 50, clean_interval_ms=0)
+    log = faultfs.log(
+        [local, nosize], segment_size=SEG, min_free_bytes=1 << 50, clean_interval_ms=0
+    )
     rolls(log, 4)
     known, unknown = log.dirs()
     assert known.state == "full" and "min_free_bytes" in known.error

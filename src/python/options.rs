@@ -162,7 +162,10 @@ pub fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 pub fn presets(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     for &name in Options::PRESETS {
-        d.set_item(name, option_values(py, &Options::preset(name)?, Some(name))?)?;
+        d.set_item(
+            name,
+            option_values(py, &Options::preset(name)?, Some(name))?,
+        )?;
     }
     Ok(d)
 }
@@ -212,9 +215,8 @@ fn off_or<'a, 'py>(v: Option<&'a Bound<'py, PyAny>>) -> Option<Option<&'a Bound<
 pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
     let mut o = match k.preset.filter(|v| !v.is_none()) {
         None => Options::default(),
-        Some(v) => Options::preset(&args::string(v, "preset")?).map_err(|e| {
-            PyValueError::new_err(format!("{e} (or None for rmqlog.DEFAULTS)"))
-        })?,
+        Some(v) => Options::preset(&args::string(v, "preset")?)
+            .map_err(|e| PyValueError::new_err(format!("{e} (or None for rmqlog.DEFAULTS)")))?,
     };
     if let Some(v) = k.segment_size {
         o.segment_size = args::uint(v, "segment_size")?;
