@@ -53,9 +53,7 @@ impl Usage {
         }
         self.used_bytes as f64 / denom as f64
     }
-}
 
-impl Usage {
     /// From statvfs counts; `None` when the filesystem reports no size (`f_blocks == 0`: FUSE
     /// filesystems without statfs, some network filesystems). Zero blocks means unknown, not full
     /// (Kafka KIP-178 falls back to counting segments there).
@@ -187,5 +185,26 @@ impl Dir {
             new,
             reason: reason.unwrap_or_else(|| "space available again".into()),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_blocks_is_unknown_and_zero_available_is_full() {
+        // What a FUSE filesystem without statfs reports: no size, not a full disk.
+        assert_eq!(Usage::from_counts(0, 0, 0, 0), None);
+        assert_eq!(Usage::from_counts(0, 0, 0, 4096), None);
+        let full = Usage::from_counts(100, 0, 0, 4096).unwrap();
+        assert_eq!((full.free_bytes, full.used_ratio()), (0, 1.0));
+        // Root-reserved blocks count neither as used nor as available (df's ratio).
+        let ext4 = Usage::from_counts(100, 10, 5, 1024).unwrap();
+        assert_eq!(
+            (ext4.total_bytes, ext4.free_bytes, ext4.used_bytes),
+            (102_400, 5120, 92_160)
+        );
+        assert!((ext4.used_ratio() - 90.0 / 95.0).abs() < 1e-12);
     }
 }

@@ -244,3 +244,49 @@ fn create_segment(
         tried: why.join("; "),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn dir(state: DirState, free: Option<u64>) -> DirInfo {
+        DirInfo {
+            path: PathBuf::from("/d"),
+            state,
+            total_bytes: free.map(|f| f * 2),
+            free_bytes: free,
+            used_ratio: free.map(|_| 0.5),
+            segments: 0,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn the_shortage_hint_suggests_a_segment_size_four_of_which_fit() {
+        let free = 32 << 20;
+        let hint = shortage_hint(&[dir(DirState::Full, Some(free))], 1 << 30, 0).unwrap();
+        assert!(
+            hint.contains("the most free space is 33554432 bytes"),
+            "{hint}"
+        );
+        assert!(
+            hint.contains("e.g. segment_size=8388608, four of which fit"),
+            "{hint}"
+        );
+        // min_free_bytes is kept out of what segments may use.
+        let hint = shortage_hint(&[dir(DirState::Full, Some(free))], 1 << 30, 16 << 20).unwrap();
+        assert!(hint.contains("segment_size=4194304,"), "{hint}");
+        // Unknown free space (a failed preallocation) or too little for four pages: no number.
+        for d in [dir(DirState::Full, None), dir(DirState::Full, Some(8192))] {
+            let hint = shortage_hint(&[d], 1 << 30, 0).unwrap();
+            assert!(!hint.contains("e.g."), "{hint}");
+            assert!(hint.contains("a smaller segment_size (a multiple of 4096) or free space"));
+        }
+        // Nothing refused for space (every directory offline): no hint.
+        assert_eq!(
+            shortage_hint(&[dir(DirState::Offline, Some(free))], 1 << 30, 0),
+            None
+        );
+    }
+}
