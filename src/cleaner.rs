@@ -169,6 +169,10 @@ struct PassContext {
 /// how many segments it deleted. With no retention configured it deletes nothing.
 pub(crate) fn clean_pass(state: &State, force: bool) -> Result<usize> {
     Stats::add(&state.stats.clean_passes, 1);
+    if !state.opts.retention_configured() {
+        *locked(&state.stats.clean_last_error) = None;
+        return Ok(0);
+    }
     let mut ctx = None;
     let result = delete_head(state, |p| {
         let now = SystemTime::now();

@@ -523,3 +523,30 @@ impl Options {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_delete_nothing_and_the_broker_preset_is_rocketmqs() {
+        let d = Options::default();
+        assert!(!d.retention_configured());
+        assert_eq!(d.segment_size, 64 << 20);
+        assert_eq!(d.max_used_ratio, PerDir::all(None));
+        assert_eq!(d.delete_hours, None);
+        let b = Options::preset("broker").unwrap();
+        assert!(b.retention_configured());
+        assert_eq!(
+            (b.segment_size, b.retention_hours, b.delete_hours.clone()),
+            (1 << 30, Some(72.0), Some(vec![4]))
+        );
+        assert_eq!(b.max_used_ratio, PerDir::all(Some(0.75)));
+        assert_eq!(b.force_clean_ratio, PerDir::all(None));
+        b.validate().unwrap();
+        let err = Options::preset("rocketmq").unwrap_err().to_string();
+        assert_eq!(err, "unknown preset \"rocketmq\"; accepted: \"broker\"");
+        // Forced cleaning alone is retention too.
+        assert!(d.force_clean_ratio(Some(0.9)).retention_configured());
+    }
+}
