@@ -1,7 +1,7 @@
 //! Layer 2: append of 100 B, 1 KiB and 64 KiB records, with `FlushMode::None` and `Sync`.
 //!
-//! Each iteration appends into a fresh log (default segment_size, 1 GiB, preallocated by
-//! `posix_fallocate`); opening it, its first append (which creates the first segment) and closing
+//! Each iteration appends into a fresh log (segment_size 1 GiB, the broker preset's, preallocated
+//! by `posix_fallocate`); opening it, its first append (which creates the first segment) and closing
 //! it are outside the clock. The segment's pages are not faulted in: first-touch page faults are
 //! part of what is measured (see docs/benchmarks.md). References in the same group,
 //! on the same records:

@@ -19,7 +19,7 @@ use common::*;
 use rmqlog::{FlushMode, HEADER_LEN};
 use serde_json::{json, Value};
 
-const DEFAULT_SEGMENT: u64 = 1 << 30; // rmqlog's default segment_size
+const BROKER_SEGMENT: u64 = 1 << 30; // the broker preset's segment_size (the default is 64 MiB)
 
 #[derive(Debug, Clone)]
 struct Params {
@@ -124,7 +124,7 @@ fn rust_append_1k_vs_memcpy(p: &Params) -> Value {
     let mut map = prefaulted(n * rec.len());
     let (mut ours, mut base) = (Vec::new(), Vec::new());
     for _ in 0..p.reps {
-        ours.push(time_appends(DEFAULT_SEGMENT, FlushMode::None, &b, n));
+        ours.push(time_appends(BROKER_SEGMENT, FlushMode::None, &b, n));
         base.push(timed(|| memcpy_records(&mut map, &header, &b, n)).0);
     }
     throughput_row(
@@ -132,7 +132,7 @@ fn rust_append_1k_vs_memcpy(p: &Params) -> Value {
         n,
         median(ours),
         median(base),
-        json!({"ours": "CommitLog::append, 1 KiB bodies, default segment_size (1 GiB), \
+        json!({"ours": "CommitLog::append, 1 KiB bodies, segment_size 1 GiB (broker preset), \
                         FlushMode::None, fresh log per repetition",
                "baseline": "memcpy of the same 32-byte header + 1 KiB body per record into a \
                             pre-faulted anonymous map of the same total size"}),
@@ -144,7 +144,7 @@ fn rust_append_100_vs_commitlog(p: &Params) -> Value {
     let b = body(100);
     let (mut ours, mut base) = (Vec::new(), Vec::new());
     for _ in 0..p.reps {
-        ours.push(time_appends(DEFAULT_SEGMENT, FlushMode::None, &b, n));
+        ours.push(time_appends(BROKER_SEGMENT, FlushMode::None, &b, n));
         let dir = tempdir();
         let mut cl = cl_open(dir.path(), None);
         base.push(timed(|| cl_fill(&mut cl, &b, n)).0);
@@ -154,7 +154,7 @@ fn rust_append_100_vs_commitlog(p: &Params) -> Value {
         n,
         median(ours),
         median(base),
-        json!({"ours": "CommitLog::append, 100 B bodies, default segment_size, FlushMode::None",
+        json!({"ours": "CommitLog::append, 100 B bodies, segment_size 1 GiB, FlushMode::None",
                "baseline": "commitlog 0.2 CommitLog::append_msg, default LogOptions (1 GB \
                             segments), same bodies"}),
     )
@@ -164,7 +164,7 @@ fn rust_read_vs_commitlog(p: &Params) -> Value {
     let n = p.read_log;
     let b = body(100);
     let dir = tempdir();
-    let (log, offsets) = build_log(dir.path(), DEFAULT_SEGMENT, n, 100);
+    let (log, offsets) = build_log(dir.path(), BROKER_SEGMENT, n, 100);
     let cdir = tempdir();
     let mut cl = cl_open(cdir.path(), None);
     cl_fill(&mut cl, &b, n);
@@ -206,7 +206,7 @@ fn sync_append_64k_vs_fdatasync(p: &Params) -> Value {
     let b = body(64 * 1024);
     let (mut ours, mut base) = (Vec::new(), Vec::new());
     for _ in 0..p.reps {
-        ours.push(time_appends(DEFAULT_SEGMENT, FlushMode::Sync, &b, n));
+        ours.push(time_appends(BROKER_SEGMENT, FlushMode::Sync, &b, n));
         let dir = tempdir();
         let f = preallocated_file(dir.path(), "ref", (n * b.len()) as u64);
         base.push(timed(|| pwrite_records(&f, &b, n, true)).0);
@@ -217,7 +217,7 @@ fn sync_append_64k_vs_fdatasync(p: &Params) -> Value {
         median(ours),
         median(base),
         json!({"ours": "CommitLog::append of single 64 KiB records, FlushMode::Sync (msync \
-                        per append), default segment_size",
+                        per append), segment_size 1 GiB",
                "baseline": "pwrite of 64 KiB + fdatasync, into a file preallocated with \
                             posix_fallocate"}),
     )

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use chrono::Timelike;
 
 use crate::background::{Next, Periodic};
-use crate::dirs::{usage, Usage};
+use crate::dirs::Usage;
 use crate::error::Result;
 use crate::failpoint::fail_point;
 use crate::options::Options;
@@ -26,7 +26,8 @@ use crate::sync::locked;
 /// Why a segment is deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
-    /// Older than `retention_hours`, at a delete hour or with a disk over `max_used_ratio`.
+    /// Older than `retention_hours`, at a delete hour, forced, or with a disk over
+    /// `max_used_ratio`.
     Expired,
     /// A disk over `force_clean_ratio`.
     DiskUsage,
@@ -34,17 +35,6 @@ pub enum Reason {
     Size,
     /// `truncate_before`.
     Truncated,
-}
-
-impl Reason {
-    fn as_str(self) -> &'static str {
-        match self {
-            Reason::Expired => "expired",
-            Reason::DiskUsage => "disk usage (forced)",
-            Reason::Size => "retention_bytes",
-            Reason::Truncated => "truncate_before",
-        }
-    }
 }
 
 /// What planning knows of one sealed segment, oldest first.
@@ -63,10 +53,26 @@ pub struct Candidate {
 pub struct DirUsage {
     /// `None` when the filesystem could not be read.
     pub usage: Option<Usage>,
-    /// Its `max_used_ratio`.
-    pub max_ratio: f64,
+    /// Its `max_used_ratio` (`None`: off).
+    pub max_ratio: Option<f64>,
     /// Its `force_clean_ratio`.
     pub force_ratio: Option<f64>,
+}
+
+impl DirUsage {
+    /// Over its `max_used_ratio` (never when that is off or the usage unknown).
+    fn over_max(&self) -> bool {
+        self.usage
+            .zip(self.max_ratio)
+            .is_some_and(|(u, max)| u.used_ratio() > max)
+    }
+
+    /// At or over its `force_clean_ratio` (the comparison that makes placement refuse it).
+    fn over_force(&self) -> bool {
+        self.usage
+            .zip(self.force_ratio)
+            .is_some_and(|(u, force)| u.used_ratio() >= force)
+    }
 }
 
 /// How many of the oldest sealed segments one pass deletes, and why each. Pure.
@@ -74,7 +80,7 @@ pub struct DirUsage {
 /// Forced cleaning (a directory at or over its `force_clean_ratio`) frees a directory's space
 /// only by deleting segments on that directory: the oldest segments go while some directory
 /// still over its ratio holds one of the remaining candidates, until the bytes deleted there
-/// bring it back to its `max_used_ratio`. A directory that the log's candidates on it cannot
+/// bring it back to its `max_used_ratio` (with that off, just under its force ratio). A directory that the log's candidates on it cannot
 /// bring back under its force ratio is over because of other programs' files, and makes the log
 /// delete nothing: space used by other programs is never a reason to delete more.
 pub fn plan(
@@ -85,9 +91,7 @@ pub fn plan(
     force: bool,
     total_bytes: u64,
 ) -> Vec<Reason> {
-    let over_max = dirs
-        .iter()
-        .any(|d| d.usage.is_some_and(|u| u.used_ratio() > d.max_ratio));
+    let over_max = dirs.iter().any(DirUsage::over_max);
     let delete_hour = opts
         .delete_hours
         .as_ref()
@@ -116,8 +120,11 @@ pub fn plan(
                 if (held as f64) <= over_force {
                     return 0;
                 }
-                let target = d.max_ratio * capacity;
-                (u.used_bytes as f64 - target).max(1.0) as u64
+                match d.max_ratio {
+                    Some(max) => (u.used_bytes as f64 - max * capacity).max(1.0) as u64,
+                    // Strictly under the force ratio, where placement takes the directory again.
+                    None => over_force.max(0.0) as u64 + 1,
+                }
             }
             _ => 0,
         })
@@ -151,10 +158,22 @@ pub fn plan(
     out
 }
 
+/// What a pass knew when it planned, for the line that says why it deleted.
+struct PassContext {
+    dirs: Vec<DirUsage>,
+    hour: u32,
+    total: u64,
+}
+
 /// One cleaning pass (the thread's, `clean()`, and a roll that found every disk full); returns
-/// how many segments it deleted.
+/// how many segments it deleted. With no retention configured it deletes nothing.
 pub(crate) fn clean_pass(state: &State, force: bool) -> Result<usize> {
     Stats::add(&state.stats.clean_passes, 1);
+    if !state.opts.retention_configured() {
+        *locked(&state.stats.clean_last_error) = None;
+        return Ok(0);
+    }
+    let mut ctx = None;
     let result = delete_head(state, |p| {
         let now = SystemTime::now();
         let cands: Vec<Candidate> = p
@@ -178,7 +197,7 @@ pub(crate) fn clean_pass(state: &State, force: bool) -> Result<usize> {
             .dirs
             .iter()
             .map(|d| DirUsage {
-                usage: usage(&d.path).ok(),
+                usage: d.usage(),
                 max_ratio: state.opts.max_used_ratio.get(&d.path),
                 force_ratio: state.opts.force_clean_ratio.get(&d.path),
             })
@@ -190,32 +209,141 @@ pub(crate) fn clean_pass(state: &State, force: bool) -> Result<usize> {
             .first()
             .map_or(0, |f| p.end.saturating_sub(f.start()));
         let hour = chrono::Local::now().hour();
-        plan(&cands, &dirs, &state.opts, hour, force, total)
+        let reasons = plan(&cands, &dirs, &state.opts, hour, force, total);
+        ctx = Some(PassContext { dirs, hour, total });
+        reasons
     });
     *locked(&state.stats.clean_last_error) = result.as_ref().err().map(|e| e.to_string());
-    result
+    let deleted = result?;
+    if let Some(ctx) = ctx.filter(|_| !deleted.reasons.is_empty()) {
+        let why = |r: Reason| explain(r, state, &ctx);
+        log::info!("retention {}", deleted.describe(state, why));
+    }
+    Ok(deleted.reasons.len())
+}
+
+/// Why segments went for `reason`, as the INFO line says it.
+fn explain(reason: Reason, state: &State, ctx: &PassContext) -> String {
+    let opts = &state.opts;
+    let pct = |r: f64| format!("{:.0}%", r * 100.0);
+    let disks = |over: fn(&DirUsage) -> bool, ratio: fn(&DirUsage) -> Option<f64>, name: &str| {
+        let listed: Vec<String> = state
+            .dirs
+            .iter()
+            .zip(&ctx.dirs)
+            .filter(|(_, d)| over(d))
+            .filter_map(|(dir, d)| {
+                let used = d.usage?.used_ratio();
+                let limit = ratio(d)?;
+                Some(format!(
+                    "disk {} used {} {name} {}",
+                    dir.path.display(),
+                    pct(used),
+                    pct(limit)
+                ))
+            })
+            .collect();
+        listed.join(", ")
+    };
+    match reason {
+        Reason::Expired => {
+            let hours = opts.retention_hours.unwrap_or(0.0);
+            let delete_hour = opts.delete_hours.as_ref().map(|h| h.contains(&ctx.hour));
+            let when = match delete_hour {
+                None => String::new(),
+                Some(true) => format!(" at delete hour {}", ctx.hour),
+                Some(false) if ctx.dirs.iter().any(DirUsage::over_max) => format!(
+                    "; outside delete_hours because {}",
+                    disks(DirUsage::over_max, |d| d.max_ratio, "> max_used_ratio")
+                ),
+                // Otherwise only a forced pass deletes outside delete_hours.
+                Some(false) => " (clean(force=True) ignores delete_hours)".to_string(),
+            };
+            format!("older than {hours} h{when}")
+        }
+        Reason::DiskUsage => disks(
+            DirUsage::over_force,
+            |d| d.force_ratio,
+            ">= force_clean_ratio",
+        ),
+        Reason::Size => format!(
+            "the log holds {} bytes, over retention_bytes {}",
+            ctx.total,
+            opts.retention_bytes.unwrap_or(0)
+        ),
+        Reason::Truncated => "truncate_before".to_string(),
+    }
 }
 
 /// [`CommitLog::truncate_before`](crate::CommitLog::truncate_before): returns the new
 /// `min_offset`.
 pub(crate) fn truncate_before(state: &State, offset: u64) -> Result<u64> {
-    delete_head(state, |p| {
+    let deleted = delete_head(state, |p| {
         fail_point!("truncate::planning");
         let n = p.sealed().iter().take_while(|s| s.end() <= offset).count();
         vec![Reason::Truncated; n]
     })?;
+    if !deleted.reasons.is_empty() {
+        let why = |_| format!("truncate_before({offset})");
+        log::info!("{}", deleted.describe(state, why));
+    }
     Ok(state.min_offset())
+}
+
+/// The segments one deletion removed, and why each.
+struct Deleted {
+    /// Offsets `[start, end)` of the segments removed.
+    range: (u64, u64),
+    /// Directory indices that held them, in order, each once.
+    dirs: Vec<usize>,
+    reasons: Vec<Reason>,
+}
+
+impl Deleted {
+    /// "deleted 3 segments [0, 3145728) from /d0/store, /d1/store: older than 72 h at delete hour
+    /// 4; 1 ...": each run of one reason once.
+    fn describe(&self, state: &State, why: impl Fn(Reason) -> String) -> String {
+        let n = self.reasons.len();
+        let dirs: Vec<String> = self
+            .dirs
+            .iter()
+            .filter_map(|&i| state.dirs.get(i))
+            .map(|d| d.path.display().to_string())
+            .collect();
+        let mut runs: Vec<(Reason, usize)> = Vec::new();
+        for &r in &self.reasons {
+            match runs.last_mut() {
+                Some((last, count)) if *last == r => *count += 1,
+                _ => runs.push((r, 1)),
+            }
+        }
+        let causes: Vec<String> = match runs.as_slice() {
+            [(r, _)] => vec![why(*r)],
+            _ => runs
+                .iter()
+                .map(|&(r, c)| format!("{c} {}", why(r)))
+                .collect(),
+        };
+        format!(
+            "deleted {n} segment{} [{}, {}) from {}: {}",
+            if n == 1 { "" } else { "s" },
+            self.range.0,
+            self.range.1,
+            dirs.join(", "),
+            causes.join("; ")
+        )
+    }
 }
 
 /// Deletes the first segments of the log: `plan` sees the list as it is under the change lock and
 /// says why each of the first sealed segments goes. Deletion stops before a segment whose
 /// directory refuses it (a read-only filesystem), so the log keeps no hole.
-fn delete_head(state: &State, plan: impl FnOnce(&Plan<'_>) -> Vec<Reason>) -> Result<usize> {
+fn delete_head(state: &State, plan: impl FnOnce(&Plan<'_>) -> Vec<Reason>) -> Result<Deleted> {
     state.change(|p| {
         let sealed = p.sealed();
-        let reasons = plan(p);
+        let mut reasons = plan(p);
         let mut n = 0;
-        for (seg, why) in sealed.iter().zip(&reasons) {
+        for seg in sealed.iter().take(reasons.len()) {
             if let Some(dir) = state.dirs.get(seg.dir()) {
                 if rustix::fs::access(&dir.path, rustix::fs::Access::WRITE_OK).is_err() {
                     log::warn!(
@@ -225,17 +353,26 @@ fn delete_head(state: &State, plan: impl FnOnce(&Plan<'_>) -> Vec<Reason>) -> Re
                     break;
                 }
             }
-            if !seg.is_lost() {
-                log::info!(
-                    "deleting segment {} ({})",
-                    seg.path().display(),
-                    why.as_str()
-                );
-            }
             n += 1;
         }
-        let change = (n > 0).then(|| Change::DeleteHead(sealed[..n].to_vec()));
-        Ok((change, n))
+        reasons.truncate(n);
+        let gone = &sealed[..n];
+        let mut dirs: Vec<usize> = Vec::new();
+        for seg in gone {
+            if !dirs.contains(&seg.dir()) {
+                dirs.push(seg.dir());
+            }
+        }
+        let deleted = Deleted {
+            range: (
+                gone.first().map_or(0, |s| s.start()),
+                gone.last().map_or(0, |s| s.end()),
+            ),
+            dirs,
+            reasons,
+        };
+        let change = (n > 0).then(|| Change::DeleteHead(gone.to_vec()));
+        Ok((change, deleted))
     })
 }
 
@@ -283,7 +420,7 @@ mod tests {
                 free_bytes: free,
                 used_bytes: used,
             }),
-            max_ratio: 0.75,
+            max_ratio: Some(0.75),
             force_ratio: force,
         }
     }
@@ -294,7 +431,7 @@ mod tests {
         let ages: Vec<u64> = (0..50)
             .map(|i| if (5..=20).contains(&i) { 1 } else { 100 })
             .collect();
-        let opts = Options::default().max_deletes_per_pass(100);
+        let opts = Options::broker().max_deletes_per_pass(100);
         let low = [dir(10, 90, None)];
         assert_eq!(plan(&cands(&ages), &low, &opts, 4, false, 5000).len(), 5);
         assert_eq!(plan(&cands(&ages), &low, &opts, 5, false, 5000).len(), 0);
@@ -350,6 +487,48 @@ mod tests {
             plan(&two, &d, &opts, 5, false, 500),
             vec![Reason::DiskUsage; 3]
         );
+    }
+
+    #[test]
+    fn the_defaults_delete_nothing_however_old_or_full() {
+        let opts = Options::default();
+        assert!(!opts.retention_configured());
+        let old = cands(&[10_000; 20]);
+        let mut full = dir(990, 10, None);
+        full.max_ratio = opts.max_used_ratio.default;
+        for force in [false, true] {
+            for hour in [0, 4, 23] {
+                assert!(plan(&old, &[full], &opts, hour, force, 2000).is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn forced_cleaning_without_max_used_ratio_frees_to_just_under_the_force_ratio() {
+        let young = cands(&[0; 20]);
+        let opts = Options::default().max_deletes_per_pass(100);
+        // 90 % used of 1000 bytes, force at 0.85: under it needs 51 bytes, one segment of 100.
+        let mut d = dir(900, 100, Some(0.85));
+        d.max_ratio = None;
+        assert_eq!(
+            plan(&young, &[d], &opts, 5, false, 2000),
+            vec![Reason::DiskUsage; 1]
+        );
+    }
+
+    #[test]
+    fn unknown_usage_is_never_over_a_ratio() {
+        let old = cands(&[100; 5]);
+        let opts = Options::broker().max_deletes_per_pass(100);
+        let unknown = DirUsage {
+            usage: None,
+            max_ratio: Some(0.1),
+            force_ratio: Some(0.2),
+        };
+        // Not a delete hour: only usage could make old segments go now, and it is unknown.
+        assert!(plan(&old, &[unknown], &opts, 5, false, 500).is_empty());
+        let young = cands(&[0; 5]);
+        assert!(plan(&young, &[unknown], &opts, 4, true, 500).is_empty());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use crate::sync::locked;
@@ -52,17 +53,29 @@ impl Usage {
         }
         self.used_bytes as f64 / denom as f64
     }
+
+    /// From statvfs counts; `None` when the filesystem reports no size (`f_blocks == 0`: FUSE
+    /// filesystems without statfs, some network filesystems). Zero blocks means unknown, not full
+    /// (Kafka KIP-178 falls back to counting segments there).
+    pub fn from_counts(blocks: u64, bfree: u64, bavail: u64, unit: u64) -> Option<Usage> {
+        if blocks == 0 {
+            return None;
+        }
+        let unit = unit.max(1);
+        Some(Usage {
+            total_bytes: blocks.saturating_mul(unit),
+            free_bytes: bavail.saturating_mul(unit),
+            used_bytes: blocks.saturating_sub(bfree).saturating_mul(unit),
+        })
+    }
 }
 
-/// Reads the usage of the filesystem holding `path`.
-pub fn usage(path: &Path) -> std::io::Result<Usage> {
+/// Reads the usage of the filesystem holding `path`; `Ok(None)` when it reports no size.
+pub fn usage(path: &Path) -> std::io::Result<Option<Usage>> {
     let s = rustix::fs::statvfs(path)?;
-    let unit = s.f_frsize.max(1);
-    Ok(Usage {
-        total_bytes: s.f_blocks.saturating_mul(unit),
-        free_bytes: s.f_bavail.saturating_mul(unit),
-        used_bytes: s.f_blocks.saturating_sub(s.f_bfree).saturating_mul(unit),
-    })
+    Ok(Usage::from_counts(
+        s.f_blocks, s.f_bfree, s.f_bavail, s.f_frsize,
+    ))
 }
 
 /// A snapshot of one directory for callers and placement strategies.
@@ -72,11 +85,11 @@ pub struct DirInfo {
     pub path: PathBuf,
     /// Current state.
     pub state: DirState,
-    /// Filesystem size (0 when unknown).
-    pub total_bytes: u64,
-    /// Space an unprivileged writer can use (0 when unknown).
-    pub free_bytes: u64,
-    /// Used ratio as `df` computes it (`None` when the filesystem could not be read).
+    /// Filesystem size; `None` when unknown (unreadable, or a filesystem that reports no size).
+    pub total_bytes: Option<u64>,
+    /// Space an unprivileged writer can use; `None` when unknown.
+    pub free_bytes: Option<u64>,
+    /// Used ratio as `df` computes it; `None` when unknown.
     pub used_ratio: Option<f64>,
     /// Live segments of this log in the directory.
     pub segments: usize,
@@ -107,6 +120,8 @@ pub(crate) struct Dir {
     /// Device id, for directories sharing a filesystem.
     pub dev: Option<u64>,
     state: Mutex<(DirState, Option<String>)>,
+    /// Set once the log said why this directory's usage is unknown (once per open).
+    usage_unknown_told: AtomicBool,
 }
 
 impl Dir {
@@ -123,7 +138,27 @@ impl Dir {
             read_only,
             dev,
             state: Mutex::new((state, None)),
+            usage_unknown_told: AtomicBool::new(false),
         }
+    }
+
+    /// Its filesystem's usage now; `None` when unknown. The first time, says why and what follows.
+    pub fn usage(&self) -> Option<Usage> {
+        let why = match usage(&self.path) {
+            Ok(Some(u)) => return Some(u),
+            Ok(None) => "its filesystem reports no size (statvfs f_blocks = 0)".to_string(),
+            Err(e) => format!("statvfs failed: {e}"),
+        };
+        if !self.usage_unknown_told.swap(true, Ordering::Relaxed) {
+            log::warn!(
+                "free space of {} is unknown ({why}): new segments are placed there by segment \
+                 count (fewest_segments), and usage never makes it full, ineligible by \
+                 min_free_bytes, or a reason to delete; a write failing for lack of space still \
+                 makes it full",
+                self.path.display()
+            );
+        }
+        None
     }
 
     pub fn state(&self) -> (DirState, Option<String>) {
@@ -153,5 +188,26 @@ impl Dir {
             new,
             reason: reason.unwrap_or_else(|| "space available again".into()),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_blocks_is_unknown_and_zero_available_is_full() {
+        // What a FUSE filesystem without statfs reports: no size, not a full disk.
+        assert_eq!(Usage::from_counts(0, 0, 0, 0), None);
+        assert_eq!(Usage::from_counts(0, 0, 0, 4096), None);
+        let full = Usage::from_counts(100, 0, 0, 4096).unwrap();
+        assert_eq!((full.free_bytes, full.used_ratio()), (0, 1.0));
+        // Root-reserved blocks count neither as used nor as available (df's ratio).
+        let ext4 = Usage::from_counts(100, 10, 5, 1024).unwrap();
+        assert_eq!(
+            (ext4.total_bytes, ext4.free_bytes, ext4.used_bytes),
+            (102_400, 5120, 92_160)
+        );
+        assert!((ext4.used_ratio() - 90.0 / 95.0).abs() < 1e-12);
     }
 }

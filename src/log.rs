@@ -261,7 +261,9 @@ impl CommitLog {
     }
 
     /// Runs one cleaning pass now; returns how many segments it deleted. `force` ignores
-    /// `delete_hours` (RocketMQ's manual delete).
+    /// `delete_hours` (RocketMQ's manual delete). With no retention configured (the default:
+    /// see [`Options::retention_configured`](crate::Options::retention_configured)) it deletes
+    /// nothing and returns 0.
     pub fn clean(&self, force: bool) -> Result<usize> {
         self.open_writer("clean")?;
         if let Some(cause) = self.state.cleaner_failure() {

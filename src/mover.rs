@@ -276,11 +276,11 @@ pub(crate) fn rebalance(state: &State, max_bytes: Option<u64>) -> Result<Vec<Mov
         let Some((start, size)) = candidate else {
             break;
         };
-        let cap = |i: usize| (infos[i].total_bytes.max(1)) as f64;
+        let cap = |i: usize| infos[i].total_bytes.unwrap_or(1).max(1) as f64;
         let new_hi = ratio(hi) - size as f64 / cap(hi);
         let new_lo = ratio(lo) + size as f64 / cap(lo);
         // Only moves that narrow the gap, never past the middle.
-        if new_lo > new_hi || infos[lo].free_bytes < size {
+        if new_lo > new_hi || infos[lo].free_bytes.is_none_or(|f| f < size) {
             break;
         }
         if max_bytes.is_some_and(|m| moved_bytes + size > m) {

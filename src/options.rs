@@ -172,7 +172,9 @@ pub type EventFn = dyn Fn(&DirEvent) + Send + Sync;
 /// Options of [`CommitLog::open`](crate::CommitLog::open).
 #[derive(Clone)]
 pub struct Options {
-    /// Size of new segment files, a multiple of 4096. Defaults to 1 GiB.
+    /// Size of new segment files, a multiple of 4096. Each is preallocated in full when created,
+    /// so this is the disk space the first append takes (see `docs/sizing.md`). Defaults to
+    /// 64 MiB ([`Options::broker`]: 1 GiB).
     pub segment_size: u64,
     /// Placement of new segments. Defaults to [`Strategy::RoundRobin`].
     pub strategy: Strategy,
@@ -192,9 +194,10 @@ pub struct Options {
     /// (reads there fail naming the directory, scans skip them) instead of failing. Defaults to
     /// none.
     pub accept_lost: Vec<PathBuf>,
-    /// Above this used ratio a directory's expired segments are deleted at once (RocketMQ
-    /// `diskMaxUsedSpaceRatio`). Defaults to 0.75.
-    pub max_used_ratio: PerDir<f64>,
+    /// Above this used ratio a directory's expired segments are deleted at once, outside
+    /// `delete_hours` (RocketMQ `diskMaxUsedSpaceRatio`); forced cleaning frees down to it. `None`
+    /// is off: disk usage never hastens expiry. Defaults to off ([`Options::broker`]: 0.75).
+    pub max_used_ratio: PerDir<Option<f64>>,
     /// Above this used ratio a directory takes no new segment and the oldest segments are deleted
     /// even if not expired (RocketMQ `diskSpaceCleanForciblyRatio`). Defaults to off: a library
     /// shares its disks with other programs.
@@ -204,10 +207,11 @@ pub struct Options {
     /// Called on every change of a directory's state. Defaults to none.
     pub on_dir_event: Option<Arc<EventFn>>,
     /// A sealed segment expires this long after its file was last modified; `None` turns time
-    /// expiry off (RocketMQ `fileReservedTime`). Defaults to 72 hours.
+    /// expiry off (RocketMQ `fileReservedTime`). Defaults to off: records are kept until
+    /// `truncate_before` ([`Options::broker`]: 72 hours).
     pub retention_hours: Option<f64>,
     /// Hours of the local day when expired segments are deleted on schedule; `None` means any
-    /// hour (RocketMQ `deleteWhen`). Defaults to 4.
+    /// hour (RocketMQ `deleteWhen`). Defaults to any hour ([`Options::broker`]: 4).
     pub delete_hours: Option<Vec<u32>>,
     /// Oldest sealed segments are deleted while the log without them stays at or above this size
     /// (Kafka `retention.bytes`). Defaults to off.
@@ -251,7 +255,7 @@ impl fmt::Debug for Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            segment_size: 1 << 30,
+            segment_size: 64 << 20,
             strategy: Strategy::RoundRobin,
             read_only: false,
             flush: FlushMode::Async,
@@ -259,12 +263,12 @@ impl Default for Options {
             max_message_size: 4 << 20,
             read_only_paths: Vec::new(),
             accept_lost: Vec::new(),
-            max_used_ratio: PerDir::all(0.75),
+            max_used_ratio: PerDir::all(None),
             force_clean_ratio: PerDir::all(None),
             min_free_bytes: 0,
             on_dir_event: None,
-            retention_hours: Some(72.0),
-            delete_hours: Some(vec![4]),
+            retention_hours: None,
+            delete_hours: None,
             retention_bytes: None,
             max_deletes_per_pass: 10,
             clean_interval: Duration::from_secs(10),
@@ -274,6 +278,53 @@ impl Default for Options {
 }
 
 impl Options {
+    /// Names accepted by [`Options::preset`].
+    pub const PRESETS: &'static [&'static str] = &["broker"];
+
+    /// RocketMQ broker's defaults (rmqlog's own until retention became opt-in): 1 GiB segments,
+    /// and sealed segments deleted 72 hours after their last write, at 4 a.m., or at any hour
+    /// while a disk is over 75 % used (`mappedFileSizeCommitLog`, `fileReservedTime=72`,
+    /// `deleteWhen=04`, `diskMaxUsedSpaceRatio=75`). For disks that hold nothing but the log. A
+    /// broker also forces cleaning at 85 % (`diskSpaceCleanForciblyRatio`): add
+    /// `.force_clean_ratio(Some(0.85))` for that.
+    #[must_use]
+    pub fn broker() -> Self {
+        Options {
+            segment_size: 1 << 30,
+            max_used_ratio: PerDir::all(Some(0.75)),
+            retention_hours: Some(72.0),
+            delete_hours: Some(vec![4]),
+            ..Options::default()
+        }
+    }
+
+    /// The options a preset names: `"broker"` ([`Options::broker`]).
+    pub fn preset(name: &str) -> Result<Self> {
+        match name {
+            "broker" => Ok(Options::broker()),
+            other => Err(Error::invalid(format!(
+                "unknown preset {other:?}; accepted: {}",
+                Options::PRESETS
+                    .iter()
+                    .map(|p| format!("{p:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    }
+
+    /// Whether any option asks for deletion (age, size or disk usage); without one, cleaning
+    /// passes delete nothing.
+    pub fn retention_configured(&self) -> bool {
+        let forced = self.force_clean_ratio.default.is_some()
+            || self
+                .force_clean_ratio
+                .overrides
+                .iter()
+                .any(|(_, r)| r.is_some());
+        self.retention_hours.is_some() || self.retention_bytes.is_some() || forced
+    }
+
     /// Sets [`Options::segment_size`].
     #[must_use]
     pub fn segment_size(mut self, bytes: u64) -> Self {
@@ -332,7 +383,7 @@ impl Options {
 
     /// Sets [`Options::max_used_ratio`] for every directory.
     #[must_use]
-    pub fn max_used_ratio(mut self, ratio: f64) -> Self {
+    pub fn max_used_ratio(mut self, ratio: Option<f64>) -> Self {
         self.max_used_ratio = PerDir::all(ratio);
         self
     }
@@ -419,8 +470,11 @@ impl Options {
             return Err(Error::invalid("flush_interval_ms must be at least 1"));
         }
         let ratio_ok = |r: f64| r > 0.0 && r <= 1.0;
-        let ratios = std::iter::once(self.max_used_ratio.default)
-            .chain(self.max_used_ratio.overrides.iter().map(|(_, r)| *r))
+        let ratios = self
+            .max_used_ratio
+            .default
+            .into_iter()
+            .chain(self.max_used_ratio.overrides.iter().filter_map(|(_, r)| *r))
             .chain(self.force_clean_ratio.default)
             .chain(
                 self.force_clean_ratio
@@ -467,5 +521,32 @@ impl Options {
             )));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_delete_nothing_and_the_broker_preset_is_rocketmqs() {
+        let d = Options::default();
+        assert!(!d.retention_configured());
+        assert_eq!(d.segment_size, 64 << 20);
+        assert_eq!(d.max_used_ratio, PerDir::all(None));
+        assert_eq!(d.delete_hours, None);
+        let b = Options::preset("broker").unwrap();
+        assert!(b.retention_configured());
+        assert_eq!(
+            (b.segment_size, b.retention_hours, b.delete_hours.clone()),
+            (1 << 30, Some(72.0), Some(vec![4]))
+        );
+        assert_eq!(b.max_used_ratio, PerDir::all(Some(0.75)));
+        assert_eq!(b.force_clean_ratio, PerDir::all(None));
+        b.validate().unwrap();
+        let err = Options::preset("rocketmq").unwrap_err().to_string();
+        assert_eq!(err, "unknown preset \"rocketmq\"; accepted: \"broker\"");
+        // Forced cleaning alone is retention too.
+        assert!(d.force_clean_ratio(Some(0.9)).retention_configured());
     }
 }

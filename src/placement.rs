@@ -31,20 +31,22 @@ pub fn order(
             let first = ((start / segment_size) % n as u64) as usize;
             idx.rotate_left(first);
         }
-        Strategy::MostFree if eligible.iter().all(|d| d.used_ratio.is_some()) => {
-            idx.sort_by_key(|&i| std::cmp::Reverse(eligible[i].free_bytes));
-        }
-        Strategy::MostFree | Strategy::FewestSegments => {
-            if matches!(strategy, Strategy::MostFree) {
-                log::warn!("free space unreadable for some directory; placing by segment count");
-            }
+        // Kafka KIP-178: where some free space is unknown, free-space strategies count segments
+        // (the directory said why once, when its usage was first unknown).
+        Strategy::MostFree | Strategy::WeightedFree
+            if eligible.iter().any(|d| d.free_bytes.is_none()) =>
+        {
             idx.sort_by_key(|&i| eligible[i].segments);
+        }
+        Strategy::FewestSegments => idx.sort_by_key(|&i| eligible[i].segments),
+        Strategy::MostFree => {
+            idx.sort_by_key(|&i| std::cmp::Reverse(eligible[i].free_bytes));
         }
         Strategy::WeightedFree => {
             let weights: Vec<u64> = eligible
                 .iter()
                 .zip(shares)
-                .map(|(d, &share)| d.free_bytes / share.max(1) as u64)
+                .map(|(d, &share)| d.free_bytes.unwrap_or(0) / share.max(1) as u64)
                 .collect();
             let total: u64 = weights.iter().sum();
             if total > 0 {
@@ -81,8 +83,8 @@ mod tests {
             .map(|(i, (&free_bytes, &segments))| DirInfo {
                 path: PathBuf::from(format!("/d{i}")),
                 state: DirState::Writable,
-                total_bytes: 1000,
-                free_bytes,
+                total_bytes: Some(1000),
+                free_bytes: Some(free_bytes),
                 used_ratio: Some(0.5),
                 segments,
                 error: None,
@@ -124,12 +126,22 @@ mod tests {
             order(&Strategy::FewestSegments, &d, &s, 0, 1),
             vec![1, 2, 0]
         );
-        let mut unknown = d.clone();
-        unknown[0].used_ratio = None;
-        assert_eq!(
-            order(&Strategy::MostFree, &unknown, &s, 0, 1),
-            vec![1, 2, 0]
-        );
+    }
+
+    #[test]
+    fn free_space_strategies_count_segments_where_free_space_is_unknown() {
+        // Directory 0 reports no size: it has the fewest segments, so it goes first, and
+        // directory 2 (most free) does not take every segment.
+        let mut d = dirs(&[50, 90, 900], &[1, 3, 2]);
+        d[0].free_bytes = None;
+        d[0].total_bytes = None;
+        d[0].used_ratio = None;
+        let s = [1, 1, 1];
+        for strategy in [Strategy::MostFree, Strategy::WeightedFree] {
+            for start in 0..50 {
+                assert_eq!(order(&strategy, &d, &s, start, 1), vec![0, 2, 1]);
+            }
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use crate::cleaner::clean_pass;
 use crate::dirs::{DirInfo, DirState};
 use crate::error::{Error, Result};
 use crate::fs::{create_preallocated, is_no_space, remove_durably, segment_name};
-use crate::options::PlaceFn;
+use crate::options::{PlaceFn, SEGMENT_ALIGN};
 use crate::placement;
 use crate::segment::{Mapping, Segment, MAX_OFFSET};
 use crate::state::{Change, State};
@@ -61,7 +61,8 @@ pub(crate) fn roll(
 
 /// Judges every writable directory now (usage, `min_free_bytes`, `force_clean_ratio`), reporting
 /// changes, and returns the eligible ones: (index into `dirs`, info). `pending`: directories of
-/// segments being created, not listed yet.
+/// segments being created, not listed yet. A directory whose usage is unknown is never judged by
+/// it: it stays eligible unless a creation there failed for lack of space (see [`last_resorts`]).
 pub(crate) fn eligible_dirs(state: &State, pending: &[usize]) -> Vec<(usize, DirInfo)> {
     let need = state.opts.segment_size + state.opts.min_free_bytes;
     let mut out = Vec::new();
@@ -70,18 +71,18 @@ pub(crate) fn eligible_dirs(state: &State, pending: &[usize]) -> Vec<(usize, Dir
             continue;
         }
         let force = state.opts.force_clean_ratio.get(&info.path);
-        let refusal = match info.used_ratio {
-            // Unknown usage: try it; creation reports a real shortage.
-            None => None,
-            Some(_) if info.free_bytes < need => Some(format!(
-                "{} bytes free, a new segment needs {need} (segment_size + min_free_bytes)",
-                info.free_bytes
+        let refusal = match (info.free_bytes, info.used_ratio) {
+            // Unknown usage: only a failed creation (ENOSPC) says it is full.
+            (None, _) | (_, None) if info.state == DirState::Full => continue,
+            (None, _) | (_, None) => None,
+            (Some(free), _) if free < need => Some(format!(
+                "{free} bytes free, a new segment needs {need} (segment_size + min_free_bytes)"
             )),
-            Some(r) if force.is_some_and(|f| r >= f) => Some(format!(
+            (_, Some(r)) if force.is_some_and(|f| r >= f) => Some(format!(
                 "used ratio {r:.3} is at or above force_clean_ratio {}",
                 force.unwrap_or(1.0)
             )),
-            Some(_) => None,
+            _ => None,
         };
         match refusal {
             Some(why) => state.set_dir_state(i, DirState::Full, Some(why)),
@@ -92,6 +93,48 @@ pub(crate) fn eligible_dirs(state: &State, pending: &[usize]) -> Vec<(usize, Dir
         }
     }
     out
+}
+
+/// Directories of unknown usage that a creation found full (ENOSPC): tried after the eligible
+/// ones, since only another attempt can tell that space came back.
+fn last_resorts(state: &State) -> Vec<usize> {
+    state
+        .dir_infos()
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d.state == DirState::Full && d.used_ratio.is_none())
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// What a `DiskFull` error suggests when directories were refused for space: a segment size that
+/// fits four times in the largest known free space (less `min_free_bytes`), or freeing space.
+fn shortage_hint(infos: &[DirInfo], segment_size: u64, min_free: u64) -> Option<String> {
+    if !infos.iter().any(|d| d.state == DirState::Full) {
+        return None;
+    }
+    let most_free = infos
+        .iter()
+        .filter(|d| d.state == DirState::Full)
+        .filter_map(|d| d.free_bytes)
+        .max();
+    let usable = most_free.map(|f| f.saturating_sub(min_free));
+    let fits = |size: u64| usable.is_some_and(|u| u / 4 >= size);
+    let mut suggest = SEGMENT_ALIGN;
+    while suggest * 2 < segment_size && fits(suggest * 2) {
+        suggest *= 2;
+    }
+    Some(match most_free {
+        Some(free) if fits(suggest) && suggest < segment_size => format!(
+            "segment_size is {segment_size} bytes, preallocated in full; the most free space is \
+             {free} bytes: pass a smaller segment_size (a multiple of {SEGMENT_ALIGN}, e.g. \
+             segment_size={suggest}, four of which fit) or free space"
+        ),
+        _ => format!(
+            "segment_size is {segment_size} bytes, preallocated in full: pass a smaller \
+             segment_size (a multiple of {SEGMENT_ALIGN}) or free space"
+        ),
+    })
 }
 
 /// Asks a custom strategy for each start; a bad answer falls back to the built-in order. Called
@@ -155,6 +198,11 @@ fn create_segment(
         order.retain(|&i| i != h);
         order.insert(0, h);
     }
+    for i in last_resorts(state) {
+        if !order.contains(&i) {
+            order.push(i);
+        }
+    }
     for dir_idx in order {
         let dir = &state.dirs[dir_idx].path;
         let created =
@@ -164,7 +212,10 @@ fn create_segment(
                 Ok((seg, map))
             });
         match created {
-            Ok(c) => return Ok(c),
+            Ok(c) => {
+                state.set_dir_state(dir_idx, DirState::Writable, None);
+                return Ok(c);
+            }
             Err(Error::Io { source, .. }) if is_no_space(&source) => {
                 state.set_dir_state(dir_idx, DirState::Full, Some(source.to_string()));
             }
@@ -175,8 +226,8 @@ fn create_segment(
             }
         }
     }
-    let why: Vec<String> = state
-        .dir_infos()
+    let infos = state.dir_infos();
+    let mut why: Vec<String> = infos
         .iter()
         .map(|d| {
             let error = d
@@ -187,8 +238,55 @@ fn create_segment(
             format!("{}: {}{error}", d.path.display(), d.state.as_str())
         })
         .collect();
+    why.extend(shortage_hint(&infos, size, state.opts.min_free_bytes));
     Err(Error::DiskFull {
         needed: size,
         tried: why.join("; "),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn dir(state: DirState, free: Option<u64>) -> DirInfo {
+        DirInfo {
+            path: PathBuf::from("/d"),
+            state,
+            total_bytes: free.map(|f| f * 2),
+            free_bytes: free,
+            used_ratio: free.map(|_| 0.5),
+            segments: 0,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn the_shortage_hint_suggests_a_segment_size_four_of_which_fit() {
+        let free = 32 << 20;
+        let hint = shortage_hint(&[dir(DirState::Full, Some(free))], 1 << 30, 0).unwrap();
+        assert!(
+            hint.contains("the most free space is 33554432 bytes"),
+            "{hint}"
+        );
+        assert!(
+            hint.contains("e.g. segment_size=8388608, four of which fit"),
+            "{hint}"
+        );
+        // min_free_bytes is kept out of what segments may use.
+        let hint = shortage_hint(&[dir(DirState::Full, Some(free))], 1 << 30, 16 << 20).unwrap();
+        assert!(hint.contains("segment_size=4194304,"), "{hint}");
+        // Unknown free space (a failed preallocation) or too little for four pages: no number.
+        for d in [dir(DirState::Full, None), dir(DirState::Full, Some(8192))] {
+            let hint = shortage_hint(&[d], 1 << 30, 0).unwrap();
+            assert!(!hint.contains("e.g."), "{hint}");
+            assert!(hint.contains("a smaller segment_size (a multiple of 4096) or free space"));
+        }
+        // Nothing refused for space (every directory offline): no hint.
+        assert_eq!(
+            shortage_hint(&[dir(DirState::Offline, Some(free))], 1 << 30, 0),
+            None
+        );
+    }
 }

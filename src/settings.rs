@@ -40,7 +40,7 @@ impl WriterSettings {
             retention_hours: opts.retention_hours,
             retention_bytes: opts.retention_bytes,
             delete_hours: opts.delete_hours.clone(),
-            max_used_ratio: Option::<f64>::from(opts.max_used_ratio.default),
+            max_used_ratio: opts.max_used_ratio.default,
             force_clean_ratio: opts.force_clean_ratio.default,
             min_free_bytes: opts.min_free_bytes,
             clean_interval_ms: millis(opts.clean_interval),

@@ -267,6 +267,11 @@ class FaultFS:
         self._call(cmd="lazy", on=on)
         self._lazy = on
 
+    def no_size(self, on: bool = True) -> None:
+        """statfs reports no size (every block count zero), as a FUSE filesystem without statfs
+        does. Not kept across :meth:`remount`."""
+        self._call(cmd="no_size", on=on)
+
     def cut(self) -> None:
         """The power goes: unsynced data is dropped, later writes and syncs are ignored."""
         self._call(cmd="cut")

@@ -40,6 +40,9 @@ one line, each reply one JSON line, ``{"ok": true, ...}`` or ``{"ok": false, "er
 - ``{"cmd": "lazy", "on": true}``: lazy mode on or off (turning it off writes the unsynced data
   to BACKING, without syncing it).
 - ``{"cmd": "cut"}``: a power cut, see below.
+- ``{"cmd": "no_size", "on": true}``: statfs answers as libfuse does for a filesystem that does
+  not implement it (LazyFS, some network filesystems): ``f_bsize`` 512, ``f_namemax`` 255, every
+  count zero (``f_blocks = f_bfree = f_bavail = 0``). Off again with ``"on": false``.
 
 Lazy mode (the model of LazyFS). Data written to a file (a ``write`` from the program, or the
 kernel writing back dirty pages of a map) is not written to BACKING: the daemon keeps it in
@@ -233,6 +236,7 @@ class FaultFS(fuse.Operations):
         self.faults: defaultdict[str, Counter[str]] = defaultdict(Counter)
         self.lazy = False
         self.cut = False
+        self.no_size = False
         self.pending: dict[int, Pending] = {}
         self.fh_ino: dict[int, int] = {}
 
@@ -352,6 +356,9 @@ class FaultFS(fuse.Operations):
                         p.apply()
                 self.lazy = on
                 return {"ok": True}
+            if cmd == "no_size":
+                self.no_size = bool(req.get("on", True))
+                return {"ok": True}
             if cmd == "cut":
                 for p in self.pending.values():
                     p.close()
@@ -378,6 +385,8 @@ class FaultFS(fuse.Operations):
     @_locked
     def statfs(self, path: str) -> dict[str, int]:
         self._fault("statfs", path)
+        if self.no_size:
+            return {"f_bsize": 512, "f_namemax": 255}  # libfuse's answer without a statfs
         sv = os.statvfs(self._full(path))
         keys = ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree")
         out = {k: getattr(sv, k) for k in keys}

@@ -3,7 +3,8 @@
 Expiry is judged from a segment file's mtime, so tests age files with ``os.utime``. Tests about
 disk usage run on small tmpfs mounts (skipped only where this process may not mount); the others
 run in the test's temporary directory with ``max_used_ratio=1.0``, so that how full the host's
-disk happens to be never counts as disk pressure.
+disk happens to be never counts as disk pressure. Retention is off by default: each test
+configures what it tests.
 """
 
 from __future__ import annotations
@@ -211,6 +212,7 @@ def test_any_disk_over_max_used_ratio_expires_segments_at_any_hour(mnt):
         segment_size=SEG,
         retention_hours=1.0,
         delete_hours=not_now(),
+        max_used_ratio=0.75,
         max_deletes_per_pass=100,
         clean_interval_ms=0,
     )
@@ -310,6 +312,7 @@ def test_a_roll_with_every_disk_full_runs_a_cleaning_pass(mnt):
         segment_size=seg,
         retention_hours=1.0,
         delete_hours=not_now(),
+        max_used_ratio=0.75,
         clean_interval_ms=0,
     )
     written = {}

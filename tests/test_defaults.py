@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import rmqlog
-from rmqlog import DEFAULTS, CommitLog
+from rmqlog import DEFAULTS, PRESETS, CommitLog
 
 STUB = Path(rmqlog._native.__file__).with_name("_native.pyi")
 
@@ -49,19 +49,29 @@ def test_defaults_are_read_only():
         DEFAULTS["retention_hours"] = 1.0  # type: ignore[index]
 
 
-@pytest.mark.parametrize("given", [{}, {"retention_hours": None}])
-def test_retention_hours_not_given_is_the_default_and_none_is_off(tmp_path, given):
-    """Not given, ``retention_hours`` is ``DEFAULTS["retention_hours"]`` (old segments expire); an
-    explicit None turns expiry off (nothing expires however old)."""
-    assert DEFAULTS["retention_hours"] is not None
-    old = time.time() - (DEFAULTS["retention_hours"] + 1) * 3600
-    with CommitLog(tmp_path / "d", segment_size=4096, clean_interval_ms=0, **given) as log:
+@pytest.mark.parametrize(
+    ("given", "deleted"),
+    [
+        ({}, 0),
+        ({"retention_hours": None}, 0),
+        ({"preset": "broker"}, 3),
+        ({"preset": "broker", "retention_hours": None}, 0),
+        ({"retention_hours": 1.0}, 3),
+    ],
+)
+def test_retention_is_off_unless_configured(tmp_path, given, deleted):
+    """Not given, ``retention_hours`` is off (``DEFAULTS``): nothing expires however old. The
+    broker preset expires segments after 72 hours; an explicit None beats the preset."""
+    assert DEFAULTS["retention_hours"] is None
+    old = time.time() - (PRESETS["broker"]["retention_hours"] + 1) * 3600
+    opts = {"segment_size": 4096, "clean_interval_ms": 0, **given}
+    with CommitLog(tmp_path / "d", **opts) as log:
         while len(log.segments()) < 4:
             log.append(b"x" * 500)
         for seg in log.segments():
             os.utime(seg.path, (old, old))
-        deleted = log.clean(force=True)
-    assert deleted == (3 if not given else 0)
+        assert log.clean(force=True) == deleted
+        assert log.clean(force=True) == 0
 
 
 def test_max_offset_is_the_largest_signed_64_bit_integer():

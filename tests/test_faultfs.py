@@ -164,3 +164,14 @@ def test_failed_fsync_drops_lazy_data(faultfs):
         os.close(fd)
     faultfs.power_cut()
     assert f.read_bytes() == b"old"
+
+
+def test_no_size_makes_statfs_report_no_blocks(faultfs):
+    assert os.statvfs(faultfs.path).f_blocks > 0
+    faultfs.no_size()
+    sv = os.statvfs(faultfs.path)
+    assert (sv.f_blocks, sv.f_bfree, sv.f_bavail) == (0, 0, 0)
+    (faultfs.path / "a").write_bytes(b"still works")  # only the report changes
+    faultfs.no_size(on=False)
+    assert os.statvfs(faultfs.path).f_blocks > 0
+    assert (faultfs.backing / "a").read_bytes() == b"still works"

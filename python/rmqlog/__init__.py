@@ -35,6 +35,10 @@ from rmqlog._native import (
 DEFAULTS = MappingProxyType(_native.DEFAULTS)
 """The value each keyword argument of ``CommitLog`` takes when it is not given (read-only)."""
 
+PRESETS = MappingProxyType({k: MappingProxyType(v) for k, v in _native.PRESETS.items()})
+"""For each ``CommitLog(preset=...)`` name, the value each keyword argument takes with it when it
+is not given (read-only). ``"broker"``: RocketMQ broker's retention and 1 GiB segments."""
+
 # Deliver the Rust side's queued log records before the interpreter shuts down.
 atexit.register(_native._shutdown_logging)
 
@@ -42,6 +46,7 @@ __all__ = [
     "DEFAULTS",
     "HEADER_LEN",
     "MAX_OFFSET",
+    "PRESETS",
     "ClosedError",
     "CommitLog",
     "CommitLogError",

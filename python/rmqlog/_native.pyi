@@ -11,6 +11,7 @@ __all__ = [
     "DEFAULTS",
     "HEADER_LEN",
     "MAX_OFFSET",
+    "PRESETS",
     "ClosedError",
     "CommitLog",
     "CommitLogError",
@@ -39,7 +40,9 @@ HEADER_LEN: int
 MAX_OFFSET: int
 """The largest offset a log holds, 2**63 - 1: offsets are signed 64-bit in Arrow, Spark and Java."""
 DEFAULTS: dict[str, object]
-"""The value each keyword argument of ``CommitLog`` takes when it is not given."""
+"""The value each keyword argument of ``CommitLog`` takes when it is not given (no preset)."""
+PRESETS: dict[str, dict[str, object]]
+"""For each ``preset`` name, the value each keyword argument takes with it when not given."""
 
 def _shutdown_logging() -> None:
     """Delivers queued log records and stops the delivery thread (run at exit)."""
@@ -134,14 +137,15 @@ class DirInfo:
     def state(self) -> Literal["writable", "read_only", "full", "offline"]:
         """Whether new segments may go here, and if not, why."""
     @property
-    def total_bytes(self) -> int:
-        """Size of its filesystem (0 when unknown)."""
+    def total_bytes(self) -> int | None:
+        """Size of its filesystem; None when unknown (unreadable, or a filesystem that reports no
+        size, such as a FUSE filesystem without statfs)."""
     @property
-    def free_bytes(self) -> int:
-        """Space an unprivileged writer can use there (statvfs ``f_bavail``; 0 when unknown)."""
+    def free_bytes(self) -> int | None:
+        """Space an unprivileged writer can use there (statvfs ``f_bavail``); None when unknown."""
     @property
     def used_ratio(self) -> float | None:
-        """Used ratio as ``df`` computes it, or None when the filesystem cannot be read."""
+        """Used ratio as ``df`` computes it; None when unknown."""
     @property
     def segments(self) -> int:
         """Live segments of this log in the directory."""
@@ -172,13 +176,17 @@ class CommitLog:
 
     ``paths`` is one directory, a str of several separated by ``os.pathsep`` (RIP-7's
     ``"/d0/store:/d1/store"``), or a sequence of paths. Each new segment goes to one directory.
-    An option not given takes its value from ``rmqlog.DEFAULTS``.
+    An option not given takes its value from ``rmqlog.DEFAULTS``, or with ``preset="broker"``
+    from ``rmqlog.PRESETS["broker"]`` (RocketMQ broker's retention and 1 GiB segments). By
+    default nothing is ever deleted: records are kept until ``truncate_before`` or until
+    retention is configured (``retention_hours``, ``retention_bytes``, ``force_clean_ratio``).
     """
 
     def __new__(
         cls,
         paths: _StrPath | Sequence[_StrPath],
         *,
+        preset: Literal["broker"] | None = ...,
         segment_size: int = ...,
         strategy: _Strategy | _StrategyFn = ...,
         read_only: bool = ...,
@@ -187,7 +195,7 @@ class CommitLog:
         max_message_size: int = ...,
         read_only_paths: _StrPath | Sequence[_StrPath] = ...,
         accept_lost: _StrPath | Sequence[_StrPath] = ...,
-        max_used_ratio: float | Mapping[_StrPath, float] = ...,
+        max_used_ratio: float | Mapping[_StrPath, float] | None = ...,
         force_clean_ratio: float | Mapping[_StrPath, float] | None = ...,
         min_free_bytes: int = ...,
         on_dir_event: _DirEventFn | None = ...,
@@ -265,7 +273,8 @@ class CommitLog:
         writer); None when the store records none (written by rmqlog 0.1, no writer since)."""
     def clean(self, force: bool = False) -> int:
         """Runs one cleaning pass now; returns the number of segments deleted. ``force=True``
-        ignores ``delete_hours``."""
+        ignores ``delete_hours``. With no retention configured (the default) it deletes
+        nothing: 0."""
     def truncate_before(self, offset: int, /) -> int:
         """Deletes the sealed segments that end at or before ``offset``; returns ``min_offset``."""
     def segments(self) -> list[Segment]:

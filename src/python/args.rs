@@ -151,3 +151,28 @@ pub fn boolean(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<bool> {
 pub fn type_of(obj: &Bound<'_, PyAny>) -> String {
     type_name(obj)
 }
+
+/// A keyword argument whose `None` means something ("off") other than "not given": PyO3 turns an
+/// explicit `None` into `Option::None`, so "not given" needs a value of its own.
+pub enum Arg<'py> {
+    NotGiven,
+    Given(Bound<'py, PyAny>),
+}
+
+impl<'py> Arg<'py> {
+    /// The object given, `None` included.
+    pub fn given(&self) -> Option<&Bound<'py, PyAny>> {
+        match self {
+            Arg::NotGiven => None,
+            Arg::Given(obj) => Some(obj),
+        }
+    }
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Arg<'py> {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        Ok(Arg::Given(obj.to_owned()))
+    }
+}

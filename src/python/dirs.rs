@@ -14,13 +14,13 @@ pub struct PyDirInfo {
     /// `"writable"`, `"read_only"`, `"full"` or `"offline"`.
     #[pyo3(get)]
     state: &'static str,
-    /// Size of its filesystem (0 when unknown).
+    /// Size of its filesystem, or None when unknown (unreadable, or it reports no size).
     #[pyo3(get)]
-    total_bytes: u64,
-    /// Space an unprivileged writer can use there (0 when unknown).
+    total_bytes: Option<u64>,
+    /// Space an unprivileged writer can use there, or None when unknown.
     #[pyo3(get)]
-    free_bytes: u64,
-    /// Used ratio as `df` computes it, or None when unreadable.
+    free_bytes: Option<u64>,
+    /// Used ratio as `df` computes it, or None when unknown.
     #[pyo3(get)]
     used_ratio: Option<f64>,
     /// Live segments of this log in the directory.
@@ -53,8 +53,8 @@ impl PyDirInfo {
              segments={}, error={:?})",
             self.path,
             self.state,
-            self.free_bytes,
-            self.total_bytes,
+            self.free_bytes.map_or("None".into(), |b| b.to_string()),
+            self.total_bytes.map_or("None".into(), |b| b.to_string()),
             self.used_ratio.map_or("None".into(), |r| format!("{r:.3}")),
             self.segments,
             self.error

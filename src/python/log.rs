@@ -8,7 +8,7 @@ use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyMemoryView, PyString, PyTuple};
 
-use super::args;
+use super::args::{self, Arg};
 use super::dirs::PyDirInfo;
 use super::errors;
 use super::options;
@@ -107,18 +107,19 @@ impl PyCommitLog {
 impl PyCommitLog {
     #[new]
     #[pyo3(
-        text_signature = "(paths, *, segment_size=..., strategy=..., read_only=..., flush=..., \
-        flush_interval_ms=..., max_message_size=..., read_only_paths=..., accept_lost=..., \
+        text_signature = "(paths, *, preset=..., segment_size=..., strategy=..., read_only=..., \
+        flush=..., flush_interval_ms=..., max_message_size=..., read_only_paths=..., accept_lost=..., \
         max_used_ratio=..., force_clean_ratio=..., min_free_bytes=..., on_dir_event=..., \
         retention_hours=..., delete_hours=..., retention_bytes=..., max_deletes_per_pass=..., \
         clean_interval_ms=..., file_mode=...)"
     )]
-    // An option not given takes its value from `Options::default()` (`rmqlog.DEFAULTS`): `None`
-    // here means "not given", except for `retention_hours` and `delete_hours`, where it means
-    // "off" and the default comes from a function reading `Options::default()`.
+    // An option not given takes its value from the preset, else from `Options::default()`
+    // (`rmqlog.DEFAULTS`). `None` means "not given", except for the options taken as `Arg`, where
+    // it means "off".
     #[pyo3(signature = (
         paths,
         *,
+        preset = None,
         segment_size = None,
         strategy = None,
         read_only = None,
@@ -127,13 +128,13 @@ impl PyCommitLog {
         max_message_size = None,
         read_only_paths = None,
         accept_lost = None,
-        max_used_ratio = None,
-        force_clean_ratio = None,
+        max_used_ratio = Arg::NotGiven,
+        force_clean_ratio = Arg::NotGiven,
         min_free_bytes = None,
         on_dir_event = None,
-        retention_hours = options::default_retention_hours(),
-        delete_hours = options::default_delete_hours(),
-        retention_bytes = None,
+        retention_hours = Arg::NotGiven,
+        delete_hours = Arg::NotGiven,
+        retention_bytes = Arg::NotGiven,
         max_deletes_per_pass = None,
         clean_interval_ms = None,
         file_mode = None,
@@ -142,6 +143,7 @@ impl PyCommitLog {
     fn new<'py>(
         py: Python<'py>,
         paths: &Bound<'py, PyAny>,
+        preset: Option<&Bound<'py, PyAny>>,
         segment_size: Option<&Bound<'py, PyAny>>,
         strategy: Option<&Bound<'py, PyAny>>,
         read_only: Option<&Bound<'py, PyAny>>,
@@ -150,19 +152,20 @@ impl PyCommitLog {
         max_message_size: Option<&Bound<'py, PyAny>>,
         read_only_paths: Option<&Bound<'py, PyAny>>,
         accept_lost: Option<&Bound<'py, PyAny>>,
-        max_used_ratio: Option<&Bound<'py, PyAny>>,
-        force_clean_ratio: Option<&Bound<'py, PyAny>>,
+        max_used_ratio: Arg<'py>,
+        force_clean_ratio: Arg<'py>,
         min_free_bytes: Option<&Bound<'py, PyAny>>,
         on_dir_event: Option<&Bound<'py, PyAny>>,
-        retention_hours: Option<f64>,
-        delete_hours: Option<Vec<i128>>,
-        retention_bytes: Option<&Bound<'py, PyAny>>,
+        retention_hours: Arg<'py>,
+        delete_hours: Arg<'py>,
+        retention_bytes: Arg<'py>,
         max_deletes_per_pass: Option<&Bound<'py, PyAny>>,
         clean_interval_ms: Option<&Bound<'py, PyAny>>,
         file_mode: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Self> {
         let dirs = args::paths(paths)?;
         let opts = options::build(&options::Kwargs {
+            preset,
             segment_size,
             strategy,
             read_only,
@@ -171,13 +174,13 @@ impl PyCommitLog {
             max_message_size,
             read_only_paths,
             accept_lost,
-            max_used_ratio,
-            force_clean_ratio,
+            max_used_ratio: max_used_ratio.given(),
+            force_clean_ratio: force_clean_ratio.given(),
             min_free_bytes,
             on_dir_event,
-            retention_hours,
-            delete_hours,
-            retention_bytes,
+            retention_hours: retention_hours.given(),
+            delete_hours: delete_hours.given(),
+            retention_bytes: retention_bytes.given(),
             max_deletes_per_pass,
             clean_interval_ms,
             file_mode,
@@ -465,7 +468,7 @@ impl PyCommitLog {
     }
 
     /// Runs one cleaning pass now; returns the number of segments deleted. `force=True` ignores
-    /// `delete_hours`.
+    /// `delete_hours`. With no retention configured (the default) it deletes nothing: 0.
     #[pyo3(signature = (force = false))]
     fn clean(&self, py: Python<'_>, force: bool) -> PyResult<usize> {
         let n = py.detach(|| self.log.clean(force))?;

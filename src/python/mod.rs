@@ -33,6 +33,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("HEADER_LEN", crate::HEADER_LEN)?;
     m.add("MAX_OFFSET", crate::MAX_OFFSET)?;
     m.add("DEFAULTS", options::defaults(m.py())?)?;
+    m.add("PRESETS", options::presets(m.py())?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

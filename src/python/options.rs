@@ -7,14 +7,18 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyFloat, PyInt, PyList, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use super::args;
 use super::dirs::PyDirInfo;
 use crate::{DirEvent, DirInfo, FlushMode, Options, PerDir, Strategy};
 
-/// The keyword arguments of `CommitLog`, as given.
+/// The keyword arguments of `CommitLog`, as given: `None` when not given. For the options whose
+/// `None` means "off" (`max_used_ratio`, `force_clean_ratio`, `retention_hours`, `delete_hours`,
+/// `retention_bytes`), an explicit `None` arrives as Python's `None`; for the others it means
+/// "not given".
 pub struct Kwargs<'a, 'py> {
+    pub preset: Option<&'a Bound<'py, PyAny>>,
     pub segment_size: Option<&'a Bound<'py, PyAny>>,
     pub strategy: Option<&'a Bound<'py, PyAny>>,
     pub read_only: Option<&'a Bound<'py, PyAny>>,
@@ -27,10 +31,8 @@ pub struct Kwargs<'a, 'py> {
     pub force_clean_ratio: Option<&'a Bound<'py, PyAny>>,
     pub min_free_bytes: Option<&'a Bound<'py, PyAny>>,
     pub on_dir_event: Option<&'a Bound<'py, PyAny>>,
-    /// Python's `None` turns time expiry off; not given, it is [`default_retention_hours`].
-    pub retention_hours: Option<f64>,
-    /// Python's `None` means any hour; not given, it is [`default_delete_hours`].
-    pub delete_hours: Option<Vec<i128>>,
+    pub retention_hours: Option<&'a Bound<'py, PyAny>>,
+    pub delete_hours: Option<&'a Bound<'py, PyAny>>,
     pub retention_bytes: Option<&'a Bound<'py, PyAny>>,
     pub max_deletes_per_pass: Option<&'a Bound<'py, PyAny>>,
     pub clean_interval_ms: Option<&'a Bound<'py, PyAny>>,
@@ -114,25 +116,17 @@ fn py_event_callback(obj: &Bound<'_, PyAny>) -> PyResult<Arc<crate::EventFn>> {
     }))
 }
 
-/// The default of `retention_hours` (an explicit `None` turns expiry off, so "not given" needs a
-/// default of its own).
-pub fn default_retention_hours() -> Option<f64> {
-    Options::default().retention_hours
-}
-
-/// The default of `delete_hours` (an explicit `None` means any hour).
-pub fn default_delete_hours() -> Option<Vec<i128>> {
-    Options::default()
-        .delete_hours
-        .map(|h| h.into_iter().map(i128::from).collect())
-}
-
-/// `rmqlog.DEFAULTS`: the value each keyword argument of `CommitLog` takes when it is not given,
-/// read from [`Options::default`] (the one place they are written).
-pub fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    let o = Options::default();
+/// The value of every keyword argument of `CommitLog` under `opts`, as `rmqlog.DEFAULTS` (no
+/// preset, read from [`Options::default`], the one place defaults are written) and
+/// `rmqlog.PRESETS[name]` show them.
+fn option_values<'py>(
+    py: Python<'py>,
+    o: &Options,
+    preset: Option<&str>,
+) -> PyResult<Bound<'py, PyDict>> {
     let ms = |d: Duration| d.as_millis() as u64;
     let d = PyDict::new(py);
+    d.set_item("preset", preset)?;
     d.set_item("segment_size", o.segment_size)?;
     d.set_item("strategy", o.strategy.name())?;
     d.set_item("read_only", o.read_only)?;
@@ -146,7 +140,11 @@ pub fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("min_free_bytes", o.min_free_bytes)?;
     d.set_item("on_dir_event", py.None())?;
     d.set_item("retention_hours", o.retention_hours)?;
-    let hours = o.delete_hours.map(|h| PyTuple::new(py, h)).transpose()?;
+    let hours = o
+        .delete_hours
+        .as_ref()
+        .map(|h| PyTuple::new(py, h))
+        .transpose()?;
     d.set_item("delete_hours", hours)?;
     d.set_item("retention_bytes", o.retention_bytes)?;
     d.set_item("max_deletes_per_pass", o.max_deletes_per_pass)?;
@@ -155,9 +153,71 @@ pub fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(d)
 }
 
+/// `rmqlog.DEFAULTS`: the value each keyword argument of `CommitLog` takes when it is not given.
+pub fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    option_values(py, &Options::default(), None)
+}
+
+/// `rmqlog.PRESETS`: for each preset name, the value each keyword argument takes with it.
+pub fn presets(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    for &name in Options::PRESETS {
+        d.set_item(
+            name,
+            option_values(py, &Options::preset(name)?, Some(name))?,
+        )?;
+    }
+    Ok(d)
+}
+
+/// `delete_hours`: a sequence of hours of the day.
+fn hours(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
+    let refuse = || {
+        PyTypeError::new_err(format!(
+            "delete_hours must be a sequence of ints (hours of the day, 0..=23) or None, got {}",
+            args::type_of(obj)
+        ))
+    };
+    if obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyBytes>() {
+        return Err(refuse());
+    }
+    let items = obj.try_iter().map_err(|_| refuse())?;
+    let mut out = Vec::new();
+    for (i, item) in items.enumerate() {
+        let item = item?;
+        if item.is_instance_of::<PyBool>() || !item.is_instance_of::<PyInt>() {
+            return Err(PyTypeError::new_err(format!(
+                "delete_hours[{i}] must be an int (an hour of the day, 0..=23), got {}",
+                args::type_of(&item)
+            )));
+        }
+        let hour = item
+            .extract::<i128>()
+            .ok()
+            .and_then(|h| u32::try_from(h).ok())
+            .filter(|h| *h < 24);
+        out.push(hour.ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "delete_hours must be hours of the day in 0..=23, got {}",
+                item.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+            ))
+        })?);
+    }
+    Ok(out)
+}
+
+/// An option whose Python `None` means off: `Some(None)`; not given: `None`.
+fn off_or<'a, 'py>(v: Option<&'a Bound<'py, PyAny>>) -> Option<Option<&'a Bound<'py, PyAny>>> {
+    v.map(|v| (!v.is_none()).then_some(v))
+}
+
 /// Builds and validates the options.
 pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
-    let mut o = Options::default();
+    let mut o = match k.preset.filter(|v| !v.is_none()) {
+        None => Options::default(),
+        Some(v) => Options::preset(&args::string(v, "preset")?)
+            .map_err(|e| PyValueError::new_err(format!("{e} (or None for rmqlog.DEFAULTS)")))?,
+    };
     if let Some(v) = k.segment_size {
         o.segment_size = args::uint(v, "segment_size")?;
     }
@@ -185,12 +245,19 @@ pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
     if let Some(v) = k.accept_lost {
         o.accept_lost = args::paths_or_empty(v, "accept_lost")?;
     }
-    if let Some(v) = k.max_used_ratio {
+    if let Some(v) = off_or(k.max_used_ratio) {
         let default = o.max_used_ratio.default;
-        o.max_used_ratio = per_dir(v, "max_used_ratio", default, |r| r)?;
+        o.max_used_ratio = match v {
+            None => PerDir::all(None),
+            Some(v) => per_dir(v, "max_used_ratio", default, Some)?,
+        };
     }
-    if let Some(v) = k.force_clean_ratio.filter(|v| !v.is_none()) {
-        o.force_clean_ratio = per_dir(v, "force_clean_ratio", None, Some)?;
+    if let Some(v) = off_or(k.force_clean_ratio) {
+        let default = o.force_clean_ratio.default;
+        o.force_clean_ratio = match v {
+            None => PerDir::all(None),
+            Some(v) => per_dir(v, "force_clean_ratio", default, Some)?,
+        };
     }
     if let Some(v) = k.min_free_bytes {
         o.min_free_bytes = args::uint(v, "min_free_bytes")?;
@@ -198,28 +265,14 @@ pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
     if let Some(v) = k.on_dir_event.filter(|v| !v.is_none()) {
         o.on_dir_event = Some(py_event_callback(v)?);
     }
-    o.retention_hours = k.retention_hours;
-    o.delete_hours = match &k.delete_hours {
-        None => None,
-        Some(hours) => Some(
-            hours
-                .iter()
-                .map(|&h| {
-                    u32::try_from(h).ok().filter(|h| *h < 24).ok_or_else(|| {
-                        PyValueError::new_err(format!(
-                            "delete_hours must be hours of the day in 0..=23, got {h}"
-                        ))
-                    })
-                })
-                .collect::<PyResult<_>>()?,
-        ),
-    };
-    if let Some(v) = k.retention_bytes {
-        o.retention_bytes = if v.is_none() {
-            None
-        } else {
-            Some(args::uint(v, "retention_bytes")?)
-        };
+    if let Some(v) = off_or(k.retention_hours) {
+        o.retention_hours = v.map(|v| number(v, "retention_hours")).transpose()?;
+    }
+    if let Some(v) = off_or(k.delete_hours) {
+        o.delete_hours = v.map(hours).transpose()?;
+    }
+    if let Some(v) = off_or(k.retention_bytes) {
+        o.retention_bytes = v.map(|v| args::uint(v, "retention_bytes")).transpose()?;
     }
     if let Some(v) = k.max_deletes_per_pass {
         o.max_deletes_per_pass = args::uint(v, "max_deletes_per_pass")? as usize;

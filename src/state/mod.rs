@@ -25,7 +25,7 @@ use arc_swap::{ArcSwap, Guard};
 
 pub(crate) use self::changes::{Change, Plan};
 use crate::checkpoint::Checkpoint;
-use crate::dirs::{usage, Dir, DirInfo, DirState};
+use crate::dirs::{Dir, DirInfo, DirState};
 use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::lock::fork_generation;
@@ -247,12 +247,12 @@ impl State {
             .zip(counts)
             .map(|(d, segments)| {
                 let (state, error) = d.state();
-                let usage = usage(&d.path).ok();
+                let usage = d.usage();
                 DirInfo {
                     path: d.path.clone(),
                     state,
-                    total_bytes: usage.map_or(0, |u| u.total_bytes),
-                    free_bytes: usage.map_or(0, |u| u.free_bytes),
+                    total_bytes: usage.map(|u| u.total_bytes),
+                    free_bytes: usage.map(|u| u.free_bytes),
                     used_ratio: usage.map(|u| u.used_ratio()),
                     segments,
                     error,

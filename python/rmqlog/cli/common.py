@@ -72,8 +72,10 @@ def render_text(body: bytes | memoryview) -> str:
     return "".join(out)
 
 
-def human_bytes(n: int | float) -> str:
-    """``n`` bytes in binary units, e.g. ``1.5 GiB``."""
+def human_bytes(n: int | float | None) -> str:
+    """``n`` bytes in binary units, e.g. ``1.5 GiB``; ``unknown`` for None."""
+    if n is None:
+        return "unknown"  # a filesystem that reports no size
     value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(value) < 1024 or unit == "TiB":
