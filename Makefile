@@ -44,7 +44,7 @@ $(BUILT): $(TOOLS) Cargo.toml Cargo.lock $(shell find src -name '*.rs')
 	@touch $@
 
 $(EXTRAS_STAMP): $(TOOLS)
-	@echo "installing the extras $(EXTRAS) into $(VENV) (pyspark is ~320 MB)"
+	@echo "installing the extras $(EXTRAS) into $(VENV) (about 1 GB, most of it pyspark)"
 	@$(REQUIREMENTS) $(EXTRAS) > $(VENV)/extras-requirements.txt
 	@$(PY) -m pip install -q -r $(VENV)/extras-requirements.txt
 	@touch $@
