@@ -39,7 +39,7 @@ $(TOOLS): pyproject.toml
 
 # Step 2: the extension in release mode, rmqlog installed editable with its one dependency.
 $(BUILT): $(TOOLS) Cargo.toml Cargo.lock $(shell find src -name '*.rs')
-	@echo "[2/3] building the extension (release, 1-2 min on a cold cargo cache, seconds after)"
+	@echo "[2/3] building the extension (release, about a minute the first time)"
 	@$(PY) -m pip install -q --no-build-isolation -e .
 	@touch $@
 
