@@ -14,6 +14,8 @@ EXTRAS_STAMP := $(VENV)/.extras
 EXTRAS ?= test,spark,bench
 # Seconds of the randomized chaos test (tests/chaos.rs) in `make test`; `make chaos` runs longer.
 CHAOS_SECS ?= 30
+# `make demo` numbers its steps: [1/3], [2/3], [3/3].
+STEP = $(if $(filter demo,$(MAKECMDGOALS)),[$(1)/3] )
 # Prints, one a line, the requirements pyproject.toml gives for `build` (the build backend) or for
 # a comma-separated list of extras.
 REQUIREMENTS = $(PY) -c 'import sys, tomllib; p = tomllib.load(open("pyproject.toml", "rb")); \
@@ -31,7 +33,7 @@ help:
 # Step 1 of `make demo`. maturin goes into the venv so that builds skip pip's build isolation (no
 # fresh build environment per build) and `make wheel` has it.
 $(TOOLS): pyproject.toml
-	@test -x $(PY) || echo "[1/3] creating $(VENV) (Python venv with maturin, the build tool)"
+	@test -x $(PY) || echo "$(call STEP,1)creating $(VENV) (Python venv with maturin, the build tool)"
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@$(REQUIREMENTS) build > $(VENV)/build-requirements.txt
 	@$(PY) -m pip install -q -r $(VENV)/build-requirements.txt
@@ -39,7 +41,7 @@ $(TOOLS): pyproject.toml
 
 # Step 2: the extension in release mode, rmqlog installed editable with its one dependency.
 $(BUILT): $(TOOLS) Cargo.toml Cargo.lock $(shell find src -name '*.rs')
-	@echo "[2/3] building the extension (release, about a minute the first time)"
+	@echo "$(call STEP,2)building the extension (release, about a minute the first time)"
 	@$(PY) -m pip install -q --no-build-isolation -e .
 	@touch $@
 
@@ -55,7 +57,7 @@ develop: $(BUILT) $(EXTRAS_STAMP)
 ## demo: the main job: write across three directories, read back zero-copy, show placement.
 ## Installs rmqlog alone (no extras) into .venv.
 demo: $(BUILT)
-	@echo "[3/3] running the demo: $(PY) -m rmqlog demo"
+	@echo "$(call STEP,3)running the demo: $(PY) -m rmqlog demo"
 	@$(PY) -m rmqlog demo
 
 ## test: lints, Rust tests (no Python), benches build, a bounded fuzz run, the quick bench, and
