@@ -1,10 +1,26 @@
 # Developer entry points. `.ci/run` runs `make test`; `make help` lists the targets.
+#
+# What is installed in $(VENV), one stamp each, so that `make demo` and `make test` (in either
+# order) build the extension once and install the extras once:
+#   $(VENV)/.tools    the venv and the build backend (pyproject.toml's build-system.requires)
+#   $(VENV)/.built    rmqlog itself, editable, release build, no extras: all `make demo` needs
+#   $(VENV)/.extras   the extras EXTRAS (test, spark, bench): what the other targets need
+# Python sources need no stamp: the editable install reads python/ in place.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+TOOLS := $(VENV)/.tools
+BUILT := $(VENV)/.built
+EXTRAS_STAMP := $(VENV)/.extras
 EXTRAS ?= test,spark,bench
 # Seconds of the randomized chaos test (tests/chaos.rs) in `make test`; `make chaos` runs longer.
 CHAOS_SECS ?= 30
+# `make demo` numbers its steps: [1/3], [2/3], [3/3].
+STEP = $(if $(filter demo,$(MAKECMDGOALS)),[$(1)/3] )
+# Prints, one a line, the requirements pyproject.toml gives for `build` (the build backend) or for
+# a comma-separated list of extras.
+REQUIREMENTS = $(PY) -c 'import sys, tomllib; p = tomllib.load(open("pyproject.toml", "rb")); \
+	a = sys.argv[1]; print(*(p["build-system"]["requires"] if a == "build" else \
+	[r for e in a.split(",") for r in p["project"]["optional-dependencies"][e]]), sep="\n")'
 
 .PHONY: all help demo develop test test-rust test-python bench-build bench-quick bench fuzz-quick chaos lint fmt wheel doc clean
 
@@ -14,21 +30,35 @@ all: test wheel
 help:
 	@grep -E '^## ' Makefile | sed 's/^## /  /'
 
-$(PY):
-	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+# Step 1 of `make demo`. maturin goes into the venv so that builds skip pip's build isolation (no
+# fresh build environment per build) and `make wheel` has it.
+$(TOOLS): pyproject.toml
+	@test -x $(PY) || echo "$(call STEP,1)creating $(VENV) (Python venv with maturin, the build tool)"
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@$(REQUIREMENTS) build > $(VENV)/build-requirements.txt
+	@$(PY) -m pip install -q -r $(VENV)/build-requirements.txt
+	@touch $@
 
-# Builds the extension in release mode and installs it editable, with the extras.
-$(STAMP): $(PY) pyproject.toml Cargo.toml $(shell find src python -name '*.rs' -o -name '*.py' -o -name '*.pyi')
-	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
-	touch $(STAMP)
+# Step 2: the extension in release mode, rmqlog installed editable with its one dependency.
+$(BUILT): $(TOOLS) Cargo.toml Cargo.lock $(shell find src -name '*.rs')
+	@echo "$(call STEP,2)building the extension (release, about a minute the first time)"
+	@$(PY) -m pip install -q --no-build-isolation -e .
+	@touch $@
+
+$(EXTRAS_STAMP): $(TOOLS)
+	@echo "installing the extras $(EXTRAS) into $(VENV) (about 1 GB, most of it pyspark)"
+	@$(REQUIREMENTS) $(EXTRAS) > $(VENV)/extras-requirements.txt
+	@$(PY) -m pip install -q -r $(VENV)/extras-requirements.txt
+	@touch $@
 
 ## develop: create .venv and install rmqlog editable (release build) with the extras.
-develop: $(STAMP)
+develop: $(BUILT) $(EXTRAS_STAMP)
 
 ## demo: the main job: write across three directories, read back zero-copy, show placement.
-demo: $(STAMP)
-	$(PY) -m rmqlog demo
+## Installs rmqlog alone (no extras) into .venv.
+demo: $(BUILT)
+	@echo "$(call STEP,3)running the demo: $(PY) -m rmqlog demo"
+	@$(PY) -m rmqlog demo
 
 ## test: lints, Rust tests (no Python), benches build, a bounded fuzz run, the quick bench, and
 ## the Python tests (Spark included). RMQLOG_REQUIRE_ALL_TESTS=1 (set by .ci/run) turns every
@@ -46,14 +76,14 @@ test-rust:
 chaos:
 	RMQLOG_CHAOS_SECS=$(CHAOS_SECS) cargo test --release --test chaos -- --nocapture
 
-test-python: $(STAMP)
+test-python: $(BUILT) $(EXTRAS_STAMP)
 	$(PY) -m pytest -q
 
 bench-build:
 	cargo bench --no-run
 
 ## bench-quick: the comparison script in quick mode (checks it runs; asserts nothing about speed).
-bench-quick: $(STAMP)
+bench-quick: $(BUILT) $(EXTRAS_STAMP)
 	$(PY) benches/compare.py --quick --out $(VENV)/bench-quick.json
 
 ## fuzz-quick: both libFuzzer targets for 30 s each (see docs/fuzzing.md).
@@ -61,13 +91,13 @@ fuzz-quick:
 	bash fuzz/run.sh 30
 
 ## bench: criterion benches and the full comparison (writes bench-results.json).
-bench: $(STAMP)
+bench: $(BUILT) $(EXTRAS_STAMP)
 	cargo bench
 	$(PY) benches/compare.py --out bench-results.json
 
 ## lint: rustfmt, clippy with and without the python and failpoints features, the module graph
 ## of the core (no cycle, nothing imports the facade), ruff.
-lint: $(STAMP)
+lint: $(EXTRAS_STAMP)
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --all-targets --features python,failpoints -- -D warnings
@@ -76,13 +106,14 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check python tests benches examples
 
 ## fmt: format Rust and Python.
-fmt: $(STAMP)
+fmt: $(EXTRAS_STAMP)
 	cargo fmt
 	$(VENV)/bin/ruff format python tests benches examples
 	$(VENV)/bin/ruff check --fix python tests benches examples
 
-## wheel: build the abi3 wheel into dist/.
-wheel: $(STAMP)
+## wheel: build the abi3 wheel into dist/ (replacing older rmqlog wheels there).
+wheel: $(TOOLS)
+	rm -f dist/rmqlog-*.whl
 	$(VENV)/bin/maturin build --release --out dist
 
 ## doc: Rust API docs.

@@ -2,10 +2,15 @@
 directories, then a PySpark job reads the log with the ``rmqlog`` data source, parses the bodies
 with ``from_json``, aggregates, and writes Parquet.
 
-    pip install 'rmqlog[spark]'        # pyspark, pyarrow, pandas; Spark needs `java` on PATH
+    make develop                          # .venv with rmqlog and its extras, Spark's included
+    .venv/bin/python examples/spark_pipeline.py
+
+or, in a venv of your own, with the wheel (README, "Installing"):
+
+    make wheel && pip install "$(ls dist/*.whl)[spark]"
     python examples/spark_pipeline.py
 
-Everything goes to a temporary directory, removed at the end.
+Spark needs `java` (17) on PATH. Everything goes to a temporary directory, removed at the end.
 """
 
 import json

@@ -1,8 +1,10 @@
-"""The release wheel: built by maturin, abi3 and manylinux/linux tagged, installed in a fresh venv
-and used there with no Rust or maturin on PATH.
+"""The README's "Installing" commands, run as written: `make wheel` builds the abi3 wheel into
+dist/, and `pip install "$(ls dist/*.whl)[spark]"` installs it, with the Spark extra, into a fresh
+venv, where rmqlog is used with no Rust or maturin on PATH.
 
-Builds in release mode (fast when ``target/`` is warm from ``pip install -e``, a few minutes
-cold); the fresh venv gets its one dependency, tqdm, from the package index.
+`make wheel` runs in the repository (it replaces the rmqlog wheels in dist/) with the venv running
+these tests; it builds in release mode, fast when `target/` is warm from `make develop`, a minute
+or two cold. The fresh venv gets its packages from the package index through pip's cache.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -22,73 +25,95 @@ import pytest
 import rmqlog
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 BUILD_TOOLS = ("cargo", "rustc", "maturin")
 WHEEL_RE = re.compile(
     r"^rmqlog-(?P<version>[^-]+)-cp311-abi3-(?P<platform>(manylinux|linux)[\w.]*)\.whl$"
 )
+INSTALL = 'pip install "$(ls dist/*.whl)[spark]"'
+INSTALL_PLAIN = 'pip install "$(ls dist/*.whl)"'
 
 
-def _build_command(out: Path) -> list[str]:
-    """maturin from the venv, else from PATH; else pip's PEP 517 build (fetches maturin)."""
-    for candidate in (BIN / "maturin", shutil.which("maturin")):
-        if candidate and Path(candidate).is_file():
-            return [str(candidate), "build", "--release", "--out", str(out)]
-    return [sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(out), str(ROOT)]
+def _readme_section(title: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    m = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## )", text, re.M | re.S)
+    assert m, f"README.md has no section {title!r}"
+    return m.group(1)
 
 
-def _bare_path(venv_bin: Path) -> str:
-    """The venv's bin, /usr/bin and /bin, less any of them that holds a Rust or maturin tool."""
-    keep = [str(venv_bin)]
-    for d in ("/usr/bin", "/bin"):
-        if not any(os.path.exists(os.path.join(d, t)) for t in BUILD_TOOLS):
-            keep.append(d)
-    return os.pathsep.join(keep)
-
-
-def _run(cmd, env, cwd, timeout=300):
+def _run(cmd, env, cwd, timeout=600, shell=False):
     proc = subprocess.run(
-        [str(c) for c in cmd],
+        cmd if shell else [str(c) for c in cmd],
         capture_output=True,
         text=True,
         env=env,
         cwd=cwd,
         timeout=timeout,
         check=False,
+        shell=shell,
+        executable=shutil.which("bash") if shell else None,
     )
     assert proc.returncode == 0, f"{cmd} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
     return proc
 
 
+def _bare_path(venv_bin: Path, tools: Path) -> str:
+    """The venv's bin, `tools` (`ls`), /usr/bin and /bin less any of them that holds a Rust or
+    maturin tool: what the installed package may use."""
+    keep = [str(venv_bin), str(tools)]
+    for d in ("/usr/bin", "/bin"):
+        if not any(os.path.exists(os.path.join(d, t)) for t in BUILD_TOOLS):
+            keep.append(d)
+    return os.pathsep.join(keep)
+
+
+def test_readme_gives_the_commands():
+    """The commands these tests run are the README's, character for character."""
+    block = _readme_section("Installing")
+    lines = [line.split("#")[0].strip() for line in block.splitlines()]
+    for cmd in ("make wheel", INSTALL, INSTALL_PLAIN, "rmqlog --help"):
+        assert cmd in lines, (cmd, block)
+
+
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheelhouse")
-    cmd = _build_command(out)
+def wheel() -> Path:
+    """`make wheel`, with this venv's maturin (installed by the Makefile if it is missing)."""
+    cmd = ["make", "--no-print-directory", "wheel", f"VENV={sys.prefix}"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
     tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
     assert proc.returncode == 0, f"{cmd} failed:\n{tail}"
-    wheels = sorted(out.glob("*.whl"))
-    assert len(wheels) == 1, (wheels, tail)
+    wheels = sorted((ROOT / "dist").glob("*.whl"))
+    assert len(wheels) == 1, (wheels, tail)  # what `$(ls dist/*.whl)` needs
     return wheels[0]
 
 
 @pytest.fixture(scope="module")
 def venv(wheel, tmp_path_factory):
-    """A fresh venv with the wheel and tqdm installed: (venv dir, env with a bare PATH)."""
+    """A fresh venv, activated as far as a subprocess can tell: (venv dir, env with a bare PATH).
+    Nothing is installed in it yet."""
     root = tmp_path_factory.mktemp("fresh")
     venv_dir = root / "venv"
     _run([sys.executable, "-m", "venv", venv_dir], env=os.environ, cwd=root)
-    venv_bin = venv_dir / "bin"
+    tools = root / "tools"
+    tools.mkdir()
+    (tools / "ls").symlink_to(shutil.which("ls"))
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")
+        if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP") and not k.startswith("MAKE")
     }
-    env["PATH"] = _bare_path(venv_bin)
-    py = venv_bin / "python"
-    _run([py, "-m", "pip", "install", "-q", "--no-deps", wheel], env=env, cwd=root)
-    _run([py, "-m", "pip", "install", "-q", "tqdm>=4"], env=env, cwd=root)
+    env["VIRTUAL_ENV"] = str(venv_dir)
+    env["PATH"] = _bare_path(venv_dir / "bin", tools)
     return venv_dir, env
+
+
+@pytest.fixture(scope="module")
+def installed(venv):
+    """The fresh venv after the README's `pip install "$(ls dist/*.whl)[spark]"` in the
+    repository, where dist/ is. Before it, a dry run of the install without the extra."""
+    venv_dir, env = venv
+    plain = _run(f"{INSTALL_PLAIN} --dry-run --quiet --report -", env, ROOT, shell=True)
+    _run(INSTALL, env, ROOT, shell=True)
+    return venv_dir, env, json.loads(plain.stdout)
 
 
 def test_wheel_is_abi3_and_linux(wheel):
@@ -117,10 +142,18 @@ def test_wheel_contents(wheel):
         assert f"rmqlog/{name}" in names
     assert [n for n in names if n.endswith(".so")] == ["rmqlog/_native.abi3.so"]
     assert re.search(r"^Requires-Dist: tqdm>=4$", metadata, re.M), metadata
+    assert re.search(r"^Requires-Dist: pyspark.*; extra == .spark.$", metadata, re.M), metadata
     assert re.search(r"^Requires-Python: >=3\.11$", metadata, re.M)
     assert re.search(r"^\[console_scripts\]\s*\nrmqlog\s*=\s*rmqlog\.cli:main$", entry_points, re.M)
     assert re.search(r"^Root-Is-Purelib: false$", wheel_info, re.M)
     assert re.search(r"^Tag: cp311-abi3-", wheel_info, re.M)
+
+
+def test_install_without_extra_pulls_no_spark(installed):
+    """`pip install "$(ls dist/*.whl)"` (the dry run in a fresh venv): rmqlog and tqdm only."""
+    _, _, report = installed
+    names = sorted(item["metadata"]["name"].lower() for item in report["install"])
+    assert names == ["rmqlog", "tqdm"], names
 
 
 def test_no_build_tools_on_path(venv):
@@ -161,9 +194,9 @@ ROUND_TRIP = textwrap.dedent(
 )
 
 
-def test_round_trip_in_fresh_venv(venv, tmp_path):
-    venv_dir, env = venv
-    proc = _run([venv_dir / "bin" / "python", "-c", ROUND_TRIP, tmp_path], env=env, cwd=tmp_path)
+def test_round_trip_in_fresh_venv(installed, tmp_path):
+    venv_dir, env, _ = installed
+    proc = _run(["python", "-c", ROUND_TRIP, tmp_path], env=env, cwd=tmp_path)
     got = json.loads(proc.stdout)
     site = str(venv_dir.resolve())
     assert Path(got["file"]).resolve().is_relative_to(site), got["file"]  # not the source tree
@@ -176,21 +209,90 @@ def test_round_trip_in_fresh_venv(venv, tmp_path):
     assert got["segments"] >= 2  # the batch rolled over 4 KiB segments in both directories
 
 
-def test_console_script_in_fresh_venv(venv, tmp_path):
-    venv_dir, env = venv
+def test_console_script_in_fresh_venv(installed, tmp_path):
+    venv_dir, env, _ = installed
     script = venv_dir / "bin" / "rmqlog"
     assert shutil.which("rmqlog", path=env["PATH"]) == str(script)
     proc = _run(["rmqlog", "--help"], env=env, cwd=tmp_path)
     assert proc.stdout.startswith("usage: rmqlog ")
     for sub in ("demo", "stat", "dump", "verify", "bench"):
         assert sub in proc.stdout
-    proc = _run([venv_dir / "bin" / "python", "-m", "rmqlog", "--version"], env=env, cwd=tmp_path)
+    proc = _run(["python", "-m", "rmqlog", "--version"], env=env, cwd=tmp_path)
     assert proc.stdout.strip() == f"rmqlog {rmqlog.__version__}"
     # a real command through the installed script (it imports tqdm, the one dependency)
     proc = _run(["rmqlog", "demo", "--dir", tmp_path / "demo", "--records", 2000], env, tmp_path)
     assert "checksums match" in proc.stdout
+    # rmqlog is on this PATH: the demo's hint says so rather than how to activate the venv
+    assert proc.stdout.splitlines()[-2] == "next: rmqlog --help", proc.stdout
     store = os.pathsep.join(str(tmp_path / "demo" / f"disk{i}" / "store") for i in range(3))
     proc = _run(["rmqlog", "verify", store], env=env, cwd=tmp_path)
     assert re.fullmatch(r"OK: \d+ bytes, \d+ segments verified\n", proc.stdout)
-    proc = _run([venv_dir / "bin" / "python", "-m", "pip", "check"], env=env, cwd=tmp_path)
+
+
+SPARK_EXTRA = textwrap.dedent(
+    """
+    import importlib.metadata as md, json
+    from pip._vendor.packaging.requirements import Requirement
+
+    out = {}
+    for line in md.requires("rmqlog"):
+        req = Requirement(line)
+        if req.marker is not None and req.marker.evaluate({"extra": "spark"}):
+            version = md.version(req.name)
+            out[req.name] = [version, req.specifier.contains(version, prereleases=True)]
+    print(json.dumps(out))
+    """
+)
+
+
+def test_spark_extra_installed(installed, tmp_path):
+    """`[spark]` brought each requirement of the extra, in a version it allows."""
+    _, env, _ = installed
+    got = json.loads(_run(["python", "-c", SPARK_EXTRA], env=env, cwd=tmp_path).stdout)
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = {re.match(r"[\w.-]+", r)[0] for r in extra["optional-dependencies"]["spark"]}
+    assert set(got) == names, got
+    assert all(ok for _, ok in got.values()), got
+    proc = _run(["python", "-m", "pip", "check"], env=env, cwd=tmp_path)
     assert "No broken requirements" in proc.stdout
+
+
+SPARK_READ = textwrap.dedent(
+    """
+    import json, os, sys
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    from pyspark.sql import SparkSession
+    import rmqlog.spark
+    from rmqlog import CommitLog
+
+    dirs = [os.path.join(sys.argv[1], f"d{i}") for i in range(2)]
+    with CommitLog(dirs, segment_size=4096) as log:
+        offsets = log.append_batch([b"event-%d" % i for i in range(300)])
+    spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+             .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    rmqlog.spark.register(spark)
+    rows = spark.read.format("rmqlog").load(os.pathsep.join(dirs)).select("offset", "body")
+    got = sorted((r.offset, bytes(r.body)) for r in rows.collect())
+    spark.stop()
+    print(json.dumps({
+        "ok": got == [(o, b"event-%d" % i) for i, o in enumerate(offsets)],
+        "rows": len(got),
+        "spark_file": rmqlog.spark.__file__,
+    }))
+    """
+)
+
+
+def test_spark_read_in_fresh_venv(installed, tmp_path):
+    """The installed data source on a local Spark (its Python workers import the installed
+    package). Spark's launch scripts need a full PATH: the venv's bin goes first on it."""
+    if shutil.which("java") is None:
+        pytest.skip("Spark needs a JVM: `java` is not on PATH")
+    venv_dir, env, _ = installed
+    env = dict(env, PATH=os.pathsep.join([str(venv_dir / "bin"), os.environ["PATH"]]))
+    proc = _run(["python", "-c", SPARK_READ, tmp_path], env=env, cwd=tmp_path, timeout=300)
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert got["ok"] is True and got["rows"] == 300, got
+    assert Path(got["spark_file"]).resolve().is_relative_to(venv_dir.resolve()), got

@@ -2,6 +2,9 @@
 show where each segment went.
 
     python -m rmqlog.demo [--dir DIR] [--records N] [--size BYTES]
+
+The three directories are on one filesystem here, which the demo says in one line of its own: a
+real deployment gives each directory its own disk.
 """
 
 from __future__ import annotations
@@ -22,6 +25,15 @@ def run(root: str, records: int, size: int, out=sys.stdout) -> None:
     segment_size = 8 << 20
     payload = bytes(range(256)) * (size // 256 + 2)
     bodies = [payload[i % 256 : i % 256 + size] for i in range(256)]
+    for d in dirs:
+        os.makedirs(d, exist_ok=True)
+    print(f"rmqlog demo: {records:,} records of {size} B into {root}", file=out)
+    if len({os.stat(d).st_dev for d in dirs}) < len(dirs):
+        print(
+            "  the three directories share one disk here, as a demonstration "
+            "(a real deployment gives each its own)",
+            file=out,
+        )
 
     with CommitLog(os.pathsep.join(dirs), segment_size=segment_size, flush="async") as log:
         t0 = time.perf_counter()
@@ -44,7 +56,6 @@ def run(root: str, records: int, size: int, out=sys.stdout) -> None:
         t_read = time.perf_counter() - t0
 
         mib = records * size / (1 << 20)
-        print(f"rmqlog demo: {records:,} records of {size} B into {root}", file=out)
         print(
             f"  append_batch + flush: {t_write:.3f} s  {records / t_write:,.0f} rec/s  "
             f"{mib / t_write:,.1f} MiB/s",
@@ -69,6 +80,34 @@ def run(root: str, records: int, size: int, out=sys.stdout) -> None:
             raise SystemExit("read-back mismatch")
 
 
+def next_steps(store_root: str | None, out=sys.stdout) -> None:
+    """Where the ``rmqlog`` command is, how to put it on PATH, and what to try with it."""
+    script = os.path.join(os.path.dirname(sys.executable), "rmqlog")
+    found = shutil.which("rmqlog")
+    if found and os.path.exists(script) and os.path.samefile(found, script):
+        first = "next: rmqlog --help"
+    elif os.path.exists(os.path.join(sys.prefix, "bin", "activate")):
+        venv = _short(sys.prefix)
+        first = f"next: source {venv}/bin/activate  (puts rmqlog on PATH; or run {venv}/bin/rmqlog)"
+    elif os.path.exists(script):
+        first = f"next: {_short(script)} --help  (rmqlog is not on PATH)"
+    else:
+        first = "next: python -m rmqlog --help"
+    print(first, file=out)
+    if store_root is None:
+        keep = os.path.join(tempfile.gettempdir(), "rmqlog-demo")
+        second = f"rmqlog demo --dir {keep} && rmqlog stat {os.path.join(keep, 'disk0', 'store')}"
+    else:
+        second = f"rmqlog stat {os.path.join(store_root, 'disk0', 'store')}"
+    print(f"      {second}", file=out)
+
+
+def _short(path: str) -> str:
+    """``path`` relative to the current directory when it is below it."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="rmqlog demo", description=__doc__.splitlines()[0])
     p.add_argument("--dir", help="root for the three directories (default: a temporary one)")
@@ -77,12 +116,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.dir:
         run(args.dir, args.records, args.size)
-        return 0
-    root = tempfile.mkdtemp(prefix="rmqlog-demo-")
-    try:
-        run(root, args.records, args.size)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    else:
+        root = tempfile.mkdtemp(prefix="rmqlog-demo-")
+        try:
+            run(root, args.records, args.size)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    next_steps(args.dir)
     return 0
 
 
