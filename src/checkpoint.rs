@@ -24,6 +24,8 @@ const FORMAT: u32 = 2;
 /// rmqlog 0.1: directories and move intents by path.
 const FORMAT_PATHS: u32 = 1;
 const FILE_LEN: usize = 4096;
+/// Larger than any checkpoint rmqlog writes (directory paths are bounded by `PATH_MAX`).
+const MAX_FILE_LEN: usize = 1 << 20;
 
 /// What the store knows about itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,6 +58,10 @@ pub struct Checkpoint {
     /// The settings of the writer that last opened the store.
     #[serde(default)]
     pub writer: Option<WriterSettings>,
+    /// Directories accepted as lost (`accept_lost`) whose offsets are still holes in the log:
+    /// later opens take them as lost without being told again.
+    #[serde(default)]
+    pub lost_dirs: Vec<DirRecord>,
 }
 
 /// One directory of the store.
@@ -137,6 +143,7 @@ impl From<PathsCheckpoint> for Checkpoint {
                 to: by_path(m.to),
             }),
             writer: None,
+            lost_dirs: Vec::new(),
         }
     }
 }
@@ -158,7 +165,20 @@ impl Checkpoint {
             max_timestamp_ms: 0,
             moving: None,
             writer: None,
+            lost_dirs: Vec::new(),
         }
+    }
+
+    /// The paths of the directories accepted as lost, and of those in `accept_lost`.
+    pub fn lost_paths(c: Option<&Checkpoint>, accept_lost: &[PathBuf]) -> Vec<PathBuf> {
+        let mut lost = accept_lost.to_vec();
+        for r in c.iter().flat_map(|c| &c.lost_dirs) {
+            let p = PathBuf::from(&r.path);
+            if !lost.contains(&p) {
+                lost.push(p);
+            }
+        }
+        lost
     }
 
     /// All directories, writable first, each with whether it is read-only.
@@ -238,7 +258,7 @@ pub fn read_newest(dirs: &[PathBuf]) -> Result<Option<Checkpoint>> {
     let mut newest: Option<(Checkpoint, &Path)> = None;
     for dir in dirs {
         let path = dir.join(CHECKPOINT_FILE);
-        let bytes = match std::fs::read(&path) {
+        let bytes = match crc_line::read_file(&path, MAX_FILE_LEN) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => {

@@ -1,8 +1,36 @@
 //! The framing of rmqlog's small metadata files: one JSON line, then the CRC32 of that line in
 //! hex, padded with newlines to a fixed length so a rewrite in place never needs a new block.
 
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+
+/// Reads a metadata file of at most `limit` bytes. Anything else (a larger file, a FIFO, a
+/// directory) is an error, never a hang or a large allocation: the file is then ignored as
+/// damaged.
+pub fn read_file(path: &Path, limit: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind};
+    // Non-blocking: opening a FIFO must not wait for a writer.
+    let f = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(Error::new(ErrorKind::InvalidData, "not a regular file"));
+    }
+    let mut bytes = Vec::with_capacity(limit.min(1 << 16));
+    f.take(limit as u64 + 1).read_to_end(&mut bytes)?;
+    if bytes.len() > limit {
+        return Err(Error::new(
+            ErrorKind::InvalidData,
+            format!("larger than the {limit} bytes such a file may have"),
+        ));
+    }
+    Ok(bytes)
+}
 
 /// `value` framed and padded to at least `len` bytes.
 pub fn encode<T: Serialize>(value: &T, len: usize) -> Vec<u8> {

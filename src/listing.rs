@@ -85,6 +85,9 @@ pub(crate) fn with_holes(
         return found;
     }
     let (min, must_reach) = recorded_range(ckpt);
+    // A missing tail is as long as the writer's segments (a reader's option may differ).
+    let writers = ckpt.and_then(|c| c.writer.as_ref()).map(|w| w.segment_size);
+    let segment_size = writers.unwrap_or(segment_size);
     let holes = layout::fill_holes(found, lost, min, must_reach, segment_size);
     for h in holes.iter().filter(|f| f.lost) {
         log::warn!(
@@ -161,11 +164,12 @@ pub(crate) fn consistent(
             let min = after.as_ref().map_or(0, |c| c.min_offset);
             let mut segments = listing.segments;
             segments.retain(|f| f.end() > min);
-            let mut segments = with_holes(segments, accept_lost, after.as_ref(), segment_size);
+            let lost = Checkpoint::lost_paths(after.as_ref(), accept_lost);
+            let mut segments = with_holes(segments, &lost, after.as_ref(), segment_size);
             // A gap ends the log there (a file being created at the end is not there yet).
             let n = layout::check(&segments, &sizes, true)?;
             // Holes fill gaps whatever made them: with lost directories, only a still store.
-            let whole = n == segments.len() && accept_lost.is_empty();
+            let whole = n == segments.len() && lost.is_empty();
             segments.truncate(n);
             check_covers(&segments, after.as_ref(), floor, paths)?;
             Ok((segments, whole))

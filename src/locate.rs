@@ -47,8 +47,8 @@ pub(crate) struct Store {
     pub ckpt: Option<Checkpoint>,
     /// Recorded directories not among `dirs`, each with whether it is read-only.
     pub left_out: Vec<(DirRecord, bool)>,
-    /// Whether any directory holds an identity.
-    pub identified: bool,
+    /// The store id the directories' identities carry, if any has one.
+    pub store_id: Option<String>,
 }
 
 impl Store {
@@ -114,7 +114,8 @@ pub(crate) fn locate(given: &[Given], find_others: bool) -> Result<Store> {
             record: matched.map(|i| records[i].0.clone()),
         });
     }
-    let identified = ids.iter().any(Option::is_some);
+    let store_id = ids.iter().flatten().next().map(|i| i.store_id.clone());
+    check_not_mixed(&dirs, store_id.as_deref())?;
     let mut left_out: Vec<(DirRecord, bool)> = records
         .into_iter()
         .zip(taken)
@@ -124,27 +125,68 @@ pub(crate) fn locate(given: &[Given], find_others: bool) -> Result<Store> {
     if find_others {
         if let Some(c) = &ckpt {
             let moves = relocations(&dirs);
-            left_out.retain(|(rec, ro)| match find(rec, &c.store_id, &moves, &dirs) {
-                Some(path) => {
-                    dirs.push(Located {
-                        path,
-                        read_only: *ro,
-                        id: rec.id.clone(),
-                        has_identity: rec.id.is_some(),
-                        record: Some(rec.clone()),
-                    });
-                    false
-                }
-                None => true,
-            });
+            // Moved or copied elsewhere: what is at the recorded paths is the original's.
+            let in_place = moves.is_empty();
+            left_out.retain(
+                |(rec, ro)| match find(rec, &c.store_id, &moves, in_place, &dirs) {
+                    Some(path) => {
+                        dirs.push(Located {
+                            path,
+                            read_only: *ro,
+                            id: rec.id.clone(),
+                            has_identity: rec.id.is_some(),
+                            record: Some(rec.clone()),
+                        });
+                        false
+                    }
+                    None => true,
+                },
+            );
         }
     }
     Ok(Store {
         dirs,
         ckpt,
         left_out,
-        identified,
+        store_id,
     })
+}
+
+/// Whether `rec`, recorded at its path, is the directory at `path`: the same path, or the same
+/// directory through symlinks.
+fn in_its_place(rec: &DirRecord, path: &Path) -> bool {
+    let old = Path::new(&rec.path);
+    old == path || matches!((old.canonicalize(), path.canonicalize()), (Ok(a), Ok(b)) if a == b)
+}
+
+/// A directory of the store found away from its recorded path while that path still holds the
+/// same directory (a copy), given with directories that are in their recorded places (the
+/// original's): a copy mixed with its original.
+fn check_not_mixed(dirs: &[Located], store_id: Option<&str>) -> Result<()> {
+    let placed = |d: &&Located| d.record.as_ref().is_some_and(|r| in_its_place(r, &d.path));
+    let Some(original) = dirs.iter().find(placed) else {
+        return Ok(());
+    };
+    for d in dirs.iter().filter(|d| !placed(d)) {
+        let (Some(rec), Some(store)) = (&d.record, store_id) else {
+            continue;
+        };
+        let recorded = Path::new(&rec.path);
+        if rec.id.is_some() && still_there(rec, store) {
+            return Err(Error::config(format!(
+                "{} is a copy of {} (still there), given with the original's other directories \
+                 ({}); give the directories of one of them",
+                d.path.display(),
+                recorded.display(),
+                original
+                    .path
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn check_one_store(given: &[Given], ids: &[Option<Identity>]) -> Result<()> {
@@ -239,6 +281,18 @@ fn moved_legacy(
     }
 }
 
+/// Whether the recorded directory `rec` of `store_id` is at its recorded path: its identity says
+/// so (a directory known by path only: it exists there).
+pub(crate) fn still_there(rec: &DirRecord, store_id: &str) -> bool {
+    let path = Path::new(&rec.path);
+    path.is_dir()
+        && match (&rec.id, identity::read(path)) {
+            (Some(id), Some(found)) => found.store_id == store_id && found.dir_id == *id,
+            (None, None) => true,
+            _ => false,
+        }
+}
+
 fn same_store_meta(dir: &Path, store_id: &str) -> bool {
     read_newest(&[dir.to_path_buf()]).is_ok_and(|c| c.is_some_and(|c| c.store_id == store_id))
 }
@@ -287,20 +341,25 @@ fn find(
     rec: &DirRecord,
     store_id: &str,
     moves: &[(PathBuf, PathBuf)],
+    in_place: bool,
     dirs: &[Located],
 ) -> Option<PathBuf> {
     let old = Path::new(&rec.path);
     let moved = moves
         .iter()
         .filter_map(|(from, to)| Some(to.join(old.strip_prefix(from).ok()?)));
+    let recorded = in_place.then(|| old.to_path_buf());
     moved
-        .chain(std::iter::once(old.to_path_buf()))
+        .chain(recorded)
         .filter(|p| p.is_dir() && !dirs.iter().any(|d| d.path == *p))
         .find(|p| match (&rec.id, identity::read(p)) {
             (Some(id), Some(found)) => found.store_id == store_id && found.dir_id == *id,
-            (None, None) => {
-                // Known by path only (0.1): a read-only directory has no metadata of its own.
-                !p.join(CHECKPOINT_FILE).exists() || same_store_meta(p, store_id)
+            // Known by path only (0.1): without metadata of another store (a read-only directory
+            // has none of its own).
+            (None, None) => !p.join(CHECKPOINT_FILE).exists() || same_store_meta(p, store_id),
+            // Its rmqlog.id lost: known by its path, so only there.
+            (Some(_), None) => {
+                p == old && (!p.join(CHECKPOINT_FILE).exists() || same_store_meta(p, store_id))
             }
             _ => false,
         })

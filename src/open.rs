@@ -13,7 +13,7 @@ use crate::fs::remove_durably;
 use crate::identity::{self, Identity};
 use crate::layout::{self, Found};
 use crate::listing::{self, check_covers, known_sizes, with_holes};
-use crate::locate::{locate, Given, Store};
+use crate::locate::{locate, still_there, Given, Store};
 use crate::lock::StoreLock;
 use crate::mover::finish_interrupted_move;
 use crate::options::Options;
@@ -46,7 +46,7 @@ pub(crate) fn open<P: AsRef<Path>>(paths: &[P], mut opts: Options) -> Result<Ope
         check_paths(&opts.read_only_paths)?
     };
     if let Some(d) = read_only.iter().find(|d| given.contains(d)) {
-        return Err(Error::invalid(format!(
+        return Err(Error::config(format!(
             "directory {} is in both paths and read_only_paths; give it once",
             d.display()
         )));
@@ -149,9 +149,10 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
         log::warn!("removing never-written duplicate segment {}", dup.display());
         remove_durably(dup)?;
     }
-    let lost = opts.accept_lost.clone();
+    let lost = Checkpoint::lost_paths(ckpt.as_ref(), &opts.accept_lost);
     let mut missing = Vec::new();
     if let Some(c) = &ckpt {
+        check_accept_lost(c, &store, &opts.accept_lost)?;
         missing = check_left_out(c, &store.left_out, &lost, &listing.segments)?;
         // Files wholly below the recorded head are leftovers of an interrupted deletion.
         for f in listing.segments.iter().filter(|f| f.end() <= c.min_offset) {
@@ -166,6 +167,11 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
         listing.segments.retain(|f| f.end() > c.min_offset);
     }
     listing.segments = with_holes(listing.segments, &lost, ckpt.as_ref(), opts.segment_size);
+    let lost_dirs = if listing.segments.iter().any(|f| f.lost) {
+        lost_records(&lost, ckpt.as_ref(), &store)
+    } else {
+        Vec::new()
+    };
     layout::check(&listing.segments, &sizes, false)
         .and_then(|_| check_covers(&listing.segments, ckpt.as_ref(), 0, &all))
         .map_err(|e| missing_dirs_error(&missing, e))?;
@@ -183,6 +189,8 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
         .and_then(|c| tail_hint::read(&all, &c.store_id));
     let (list, end, last_ts) = recover(list, ckpt.as_ref(), hint.as_ref(), true)?;
     let list = writable_last(list);
+    // A tail lost with its directory: the log goes on after the hole.
+    let end = list.last().filter(|l| l.is_lost()).map_or(end, |l| l.end());
 
     let ckpt_flushed = ckpt.as_ref().map(|c| {
         if c.clean {
@@ -193,7 +201,14 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     });
     let mut checkpoint = match ckpt {
         Some(c) => c,
-        None => Checkpoint::new(opts.segment_size),
+        None => {
+            // Metadata lost in every directory: the identities still say which store this is.
+            let mut c = Checkpoint::new(opts.segment_size);
+            if let Some(id) = &store.store_id {
+                c.store_id.clone_from(id);
+            }
+            c
+        }
     };
     identify(&mut dirs, &store, &checkpoint.store_id, opts.file_mode);
     let record = |d: &Dir| DirRecord {
@@ -203,6 +218,7 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     checkpoint.dirs = dirs.iter().filter(|d| !d.read_only).map(record).collect();
     checkpoint.read_only_dirs = dirs.iter().filter(|d| d.read_only).map(record).collect();
     checkpoint.writer = Some(WriterSettings::of(&opts));
+    checkpoint.lost_dirs = lost_dirs;
     let mut sizes: BTreeSet<u64> = checkpoint.segment_sizes.iter().copied().collect();
     sizes.insert(opts.segment_size);
     sizes.extend(list.as_slice().iter().map(|s| s.size()));
@@ -222,7 +238,7 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
         None => min,
     };
     let sync = opts.flush.policy().each_append;
-    let writer = match list.last() {
+    let writer = match list.last().filter(|l| !l.is_lost()) {
         Some(last) => Writer::new(
             sync,
             Some((Arc::clone(last), last.map()?)),
@@ -330,7 +346,7 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
         let missing: Vec<DirRecord> = store.left_out.iter().map(|(r, _)| r.clone()).collect();
         missing_dirs_error(&missing, e)
     })?;
-    if ckpt.is_none() && !store.identified && list.first().is_none() {
+    if ckpt.is_none() && store.store_id.is_none() && list.first().is_none() {
         let names: Vec<String> = given.iter().map(|p| p.display().to_string()).collect();
         let what = if names.len() == 1 {
             " (the directory holds no rmqlog.meta, rmqlog.id or segment file)"
@@ -408,13 +424,7 @@ fn check_left_out(
         if lost.contains(&path) {
             continue;
         }
-        let there = path.is_dir()
-            && match (&rec.id, identity::read(&path)) {
-                (Some(id), Some(found)) => found.store_id == c.store_id && found.dir_id == *id,
-                (None, None) => true,
-                _ => false,
-            };
-        if !there {
+        if !still_there(rec, &c.store_id) {
             missing.push(rec.clone());
             continue;
         }
@@ -440,27 +450,95 @@ fn check_left_out(
     Ok(missing)
 }
 
+/// Each directory `accept_lost` names must be one the store lacks: a recorded directory left out
+/// and not at its recorded path, or one accepted as lost before. A typo, or a directory that is
+/// there, would make holes of offsets whose files exist.
+fn check_accept_lost(c: &Checkpoint, store: &Store, accept_lost: &[PathBuf]) -> Result<()> {
+    for p in accept_lost {
+        let named = |r: &DirRecord| Path::new(&r.path) == p;
+        if c.lost_dirs.iter().any(named) {
+            continue;
+        }
+        match store.left_out.iter().find(|(r, _)| named(r)) {
+            Some((rec, _)) if still_there(rec, &c.store_id) => {
+                return Err(Error::config(format!(
+                    "accept_lost names {}, but that directory is there: give it in paths",
+                    p.display()
+                )))
+            }
+            Some(_) => {}
+            None => {
+                return Err(Error::config(format!(
+                    "accept_lost names {}, which is not a directory this store lacks; name \
+                     the lost directory by the path it had (as the error for it said)",
+                    p.display()
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The records of the directories accepted as lost, for the metadata.
+fn lost_records(lost: &[PathBuf], c: Option<&Checkpoint>, store: &Store) -> Vec<DirRecord> {
+    let known = store
+        .left_out
+        .iter()
+        .map(|(r, _)| r)
+        .chain(c.iter().flat_map(|c| &c.lost_dirs));
+    let known: Vec<&DirRecord> = known.collect();
+    lost.iter()
+        .map(|p| {
+            let rec = known.iter().find(|r| Path::new(&r.path) == p);
+            rec.map_or_else(
+                || DirRecord {
+                    id: None,
+                    path: p.to_string_lossy().into_owned(),
+                },
+                |r| (*r).clone(),
+            )
+        })
+        .collect()
+}
+
 /// `e`, a listing that does not add up, as the configuration error it is when directories of the
 /// store were not found: it names them and the fix.
 fn missing_dirs_error(missing: &[DirRecord], e: Error) -> Error {
     if missing.is_empty() || !matches!(e, Error::Corruption { .. } | Error::Configuration(_)) {
         return e;
     }
-    let names: Vec<&str> = missing.iter().map(|r| r.path.as_str()).collect();
+    let mut names: Vec<&str> = missing.iter().map(|r| r.path.as_str()).collect();
+    let more = names.len().saturating_sub(2);
+    names.truncate(2);
     let why = match &e {
-        // Its first clause, without the file it names: "gap: offsets [a, b) are in no segment".
-        Error::Corruption { reason, .. } => reason.split([';', '(']).next().unwrap_or(reason),
-        Error::Configuration(why) => why.as_str(),
-        _ => "",
+        // "the log needs offsets [a, b)", from "gap: offsets [a, b) are in no segment (file)".
+        Error::Corruption { reason, .. } => match reason.find("offsets [") {
+            Some(at) => {
+                let range = &reason[at + "offsets ".len()..];
+                let range = &range[..range.find(')').map_or(range.len(), |i| i + 1)];
+                format!("the log needs offsets {range}")
+            }
+            None => reason
+                .split([';', '('])
+                .next()
+                .unwrap_or(reason)
+                .to_string(),
+        },
+        Error::Configuration(why) => why.clone(),
+        _ => String::new(),
     };
     let why = why.trim_end();
-    let (dirs, its) = match names.len() {
+    let (dirs, its) = match missing.len() {
         1 => ("directory", "its path"),
         _ => ("directories", "their paths"),
     };
+    let and_more = match more {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
     Error::config(format!(
-        "{dirs} {} of this store not found: {why}. Give {its} in paths, or \
-         accept_lost={names:?} if lost",
+        "{dirs} {}{and_more} not found: {why}. Give {its} in paths, or accept_lost={names:?} \
+         if lost",
         names.join(", ")
     ))
 }

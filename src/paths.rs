@@ -34,7 +34,7 @@ pub(crate) fn check_paths<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<PathBuf>> {
         }
         let same = |o: &PathBuf| o == &abs || same_dir(o, &abs);
         if let Some(other) = out.iter().find(|o| same(o)) {
-            return Err(Error::invalid(format!(
+            return Err(Error::config(format!(
                 "directory {} is given twice (as {} and {}); give each directory once",
                 abs.display(),
                 other.display(),

@@ -5,8 +5,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::options::Options;
 
-/// The options of the writer that last opened the store (per-directory ratio overrides left out:
-/// `max_used_ratio` and `force_clean_ratio` are the values for directories without one).
+/// The options of the writer that last opened the store. `max_used_ratio` and
+/// `force_clean_ratio` are the values for directories without an override; the overrides are in
+/// the `_by_dir` lists.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WriterSettings {
     /// The rmqlog version of that writer.
@@ -22,7 +23,11 @@ pub struct WriterSettings {
     pub retention_bytes: Option<u64>,
     pub delete_hours: Option<Vec<u32>>,
     pub max_used_ratio: Option<f64>,
+    #[serde(default)]
+    pub max_used_ratio_by_dir: Vec<(String, Option<f64>)>,
     pub force_clean_ratio: Option<f64>,
+    #[serde(default)]
+    pub force_clean_ratio_by_dir: Vec<(String, Option<f64>)>,
     pub min_free_bytes: u64,
     pub clean_interval_ms: u64,
 }
@@ -41,11 +46,20 @@ impl WriterSettings {
             retention_bytes: opts.retention_bytes,
             delete_hours: opts.delete_hours.clone(),
             max_used_ratio: opts.max_used_ratio.default,
+            max_used_ratio_by_dir: by_dir(&opts.max_used_ratio.overrides),
             force_clean_ratio: opts.force_clean_ratio.default,
+            force_clean_ratio_by_dir: by_dir(&opts.force_clean_ratio.overrides),
             min_free_bytes: opts.min_free_bytes,
             clean_interval_ms: millis(opts.clean_interval),
         }
     }
+}
+
+fn by_dir(overrides: &[(std::path::PathBuf, Option<f64>)]) -> Vec<(String, Option<f64>)> {
+    overrides
+        .iter()
+        .map(|(p, r)| (p.to_string_lossy().into_owned(), *r))
+        .collect()
 }
 
 fn millis(d: std::time::Duration) -> u64 {

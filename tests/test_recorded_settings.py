@@ -3,7 +3,10 @@ store's settings and never its own defaults."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,3 +64,35 @@ def test_closed(tmp_path):
     log.close()
     with pytest.raises(ClosedError):
         log.recorded_settings()
+
+
+def test_per_directory_ratios_are_recorded(tmp_path):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    CommitLog([a, b], max_used_ratio={a: 0.5}, force_clean_ratio=0.9).close()
+    with CommitLog(a, read_only=True) as ro:
+        got = ro.recorded_settings()
+    assert got["max_used_ratio"] is None and got["max_used_ratio_by_dir"] == {a: 0.5}
+    assert got["force_clean_ratio"] == 0.9 and got["force_clean_ratio_by_dir"] == {}
+
+
+def test_the_command_lines_writer_keeps_the_recorded_settings(tmp_path):
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    with CommitLog(
+        dirs, segment_size=8192, strategy="most_free", flush="sync", retention_hours=5.0
+    ) as log:
+        log.append_batch([b"x" * 3000] * 12)
+        first = log.segments()[0]
+        recorded = log.recorded_settings()
+    dest = dirs[1] if first.path.startswith(dirs[0]) else dirs[0]
+    rmqlog_cli = Path(sys.executable).with_name("rmqlog")
+    joined = os.pathsep.join(dirs)
+    proc = subprocess.run(
+        [str(rmqlog_cli), "move", joined, "--segment", str(first.start_offset), "--to", dest],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    with CommitLog(dirs[0], read_only=True) as ro:
+        assert ro.recorded_settings() == recorded
+        assert ro.segments()[0].path.startswith(dest)

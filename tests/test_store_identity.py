@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import zlib
 from pathlib import Path
@@ -353,3 +354,115 @@ def test_the_fixture_is_what_0_1_wrote():
         for d in ("a", "b"):
             assert meta(FIXTURE / tag / d)["format"] == 1
             assert not (FIXTURE / tag / d / "rmqlog.id").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# What a hostile user tried
+
+
+def test_metadata_lost_everywhere_keeps_the_store_id_of_the_identities(tmp_path):
+    d = tmp_path / "s"
+    write_store([d], n=20)
+    store_id = identity(d)["store_id"]
+    (d / "rmqlog.meta").unlink()
+    with CommitLog(str(d), segment_size=4096) as log:  # rebuilt from the segments
+        assert bodies(log) == [body(i) for i in range(20)]
+    assert meta(d)["store_id"] == store_id == identity(d)["store_id"]
+    with CommitLog(str(d), read_only=True) as ro:
+        assert bodies(ro) == [body(i) for i in range(20)]
+
+
+def test_a_backup_under_other_names_never_reads_the_original(tmp_path):
+    orig = [tmp_path / "d0" / "store", tmp_path / "d1" / "store"]
+    write_store(orig, n=60)
+    backup = [tmp_path / "backup" / "d0-store", tmp_path / "backup" / "d1-store"]
+    for o, b in zip(orig, backup, strict=True):
+        shutil.copytree(o, b, symlinks=True)
+    with CommitLog([str(d) for d in orig], segment_size=4096) as log:
+        log.append_batch([b"ONLY-IN-ORIGINAL"] * 30)
+        log.truncate_before(log.segments()[3].start_offset)
+    # One directory of the backup: the other is not where the original's are; it is named.
+    with pytest.raises(ConfigurationError) as e:
+        CommitLog(str(backup[0]), read_only=True)
+    assert str(orig[1]) in str(e.value) and len(str(e.value)) < 300, e.value
+    # Both: the backup as it was.
+    with CommitLog([str(d) for d in backup], read_only=True) as ro:
+        assert bodies(ro) == [body(i) for i in range(60)]
+        assert all(str(tmp_path / "backup") in s.path for s in ro.segments())
+
+
+def test_a_copy_of_one_directory_mixed_with_the_originals_others_is_refused(tmp_path):
+    dirs = [tmp_path / "s" / d for d in "abc"]
+    write_store(dirs, n=90)
+    shutil.copytree(dirs[0], tmp_path / "copy" / "a")
+    before = {p: p.read_bytes() for p in (tmp_path / "s").rglob("*") if p.is_file()}
+    for read_only in (False, True):
+        with pytest.raises(ConfigurationError) as e:
+            CommitLog(
+                [str(tmp_path / "copy" / "a"), str(dirs[1]), str(dirs[2])],
+                segment_size=4096,
+                read_only=read_only,
+            )
+        msg = str(e.value)
+        assert "copy" in msg and str(dirs[0]) in msg and len(msg) < 300, msg
+    after = {p: p.read_bytes() for p in (tmp_path / "s").rglob("*") if p.is_file()}
+    assert {p: v for p, v in after.items() if p.name != "rmqlog.lock"} == {
+        p: v for p, v in before.items() if p.name != "rmqlog.lock"
+    }
+
+
+def test_accept_lost_must_name_a_directory_the_store_lacks_and_is_remembered(tmp_path):
+    dirs = [tmp_path / "s" / d for d in "abc"]
+    write_store(dirs, n=90)
+    paths = [str(dirs[0]), str(dirs[2])]
+    with pytest.raises(ConfigurationError, match="not a directory this store lacks"):
+        CommitLog(paths, segment_size=4096, accept_lost=[str(tmp_path / "typo")])
+    with pytest.raises(ConfigurationError, match="that directory is there: give it in paths"):
+        CommitLog(paths, segment_size=4096, accept_lost=[str(dirs[1])])
+    shutil.rmtree(dirs[1])
+    with CommitLog(paths, segment_size=4096, accept_lost=[str(dirs[1])]) as log:
+        holes = log.holes()
+        assert holes and {h[2] for h in holes} == {str(dirs[1])}
+        kept = bodies(log)
+    # Accepted once, remembered: the next opens need not say it again.
+    with CommitLog(paths, segment_size=4096) as log:
+        assert log.holes() == holes and bodies(log) == kept
+    with CommitLog(paths[1], read_only=True) as ro:
+        assert ro.holes() == holes and bodies(ro) == kept
+
+
+def test_a_directory_whose_identity_was_lost_is_found_at_its_recorded_path(tmp_path):
+    dirs = [tmp_path / "s" / "a", tmp_path / "s" / "b"]
+    write_store(dirs, n=60)
+    (dirs[1] / "rmqlog.id").unlink()
+    with CommitLog(str(dirs[0]), read_only=True) as ro:
+        assert bodies(ro) == [body(i) for i in range(60)]
+    (dirs[1] / "rmqlog.id").write_bytes(b"damaged")
+    with CommitLog(str(dirs[0]), read_only=True) as ro:
+        assert bodies(ro) == [body(i) for i in range(60)]
+    with CommitLog([str(d) for d in dirs], segment_size=4096) as log:  # the writer repairs it
+        assert bodies(log) == [body(i) for i in range(60)]
+    assert identity(dirs[1])["dir_id"] == meta(dirs[0])["dirs"][1]["id"]
+
+
+@pytest.mark.parametrize("name", ["rmqlog.meta", "rmqlog.id", "rmqlog.tail"])
+def test_metadata_files_that_are_fifos_or_huge_are_ignored_without_hanging(tmp_path, name):
+    dirs = [tmp_path / "s" / "a", tmp_path / "s" / "b"]
+    write_store(dirs, n=40)
+    (dirs[1] / name).unlink()
+    os.mkfifo(dirs[1] / name)
+    with CommitLog([str(d) for d in dirs], read_only=True) as ro:  # would block on open(2)
+        assert bodies(ro) == [body(i) for i in range(40)]
+    (dirs[1] / name).unlink()
+    with open(dirs[1] / name, "wb") as f:
+        f.truncate(8 << 30)  # sparse: 8 GiB that must never be read into memory
+    with CommitLog([str(d) for d in dirs], read_only=True) as ro:
+        assert bodies(ro) == [body(i) for i in range(40)]
+
+
+def test_the_same_directory_twice_is_a_configuration_error(tmp_path):
+    d = tmp_path / "s"
+    write_store([d], n=5)
+    for twice in ([str(d), f"{d}/."], [str(d), f"{d}/../s"]):
+        with pytest.raises(ConfigurationError, match="given twice"):
+            CommitLog(twice)

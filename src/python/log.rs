@@ -388,7 +388,15 @@ impl PyCommitLog {
         let hours = w.delete_hours.map(|h| PyTuple::new(py, h)).transpose()?;
         d.set_item("delete_hours", hours)?;
         d.set_item("max_used_ratio", w.max_used_ratio)?;
+        d.set_item(
+            "max_used_ratio_by_dir",
+            PyDict::from_sequence(&PyList::new(py, w.max_used_ratio_by_dir)?.into_any())?,
+        )?;
         d.set_item("force_clean_ratio", w.force_clean_ratio)?;
+        d.set_item(
+            "force_clean_ratio_by_dir",
+            PyDict::from_sequence(&PyList::new(py, w.force_clean_ratio_by_dir)?.into_any())?,
+        )?;
         d.set_item("min_free_bytes", w.min_free_bytes)?;
         d.set_item("clean_interval_ms", w.clean_interval_ms)?;
         Ok(Some(d))

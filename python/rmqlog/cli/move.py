@@ -1,20 +1,51 @@
 """``rmqlog move`` and ``rmqlog rebalance``: moving sealed segments between a store's directories.
 
-Both open the store as its writer (no other writer may run), with the cleaner thread off.
+Both open the store as its writer (no other writer may run) with the settings its last writer
+recorded, so that the store keeps recording its own writer's settings, not the tool's defaults.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import TextIO
+from typing import Any, TextIO
 
 from rmqlog import CommitLog
 from rmqlog.cli.common import EXIT_OK, _emit_json, plural, progress, split_paths, working
 
+# Recorded settings a writer's open takes as they are (the ratios are handled below; a custom
+# strategy, a function, cannot be recorded and falls back to the default).
+_AS_RECORDED = (
+    "segment_size",
+    "flush",
+    "flush_interval_ms",
+    "max_message_size",
+    "retention_hours",
+    "retention_bytes",
+    "delete_hours",
+    "min_free_bytes",
+    "clean_interval_ms",
+)
+
+
+def recorded_options(paths: list[str], read_only: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """The keyword arguments that reopen the store as its last writer had it."""
+    with CommitLog(paths, read_only=True, read_only_paths=read_only) as ro:
+        rec = ro.recorded_settings()
+    if rec is None:
+        return {}
+    kw = {k: rec[k] for k in _AS_RECORDED}
+    if rec["strategy"] != "custom":
+        kw["strategy"] = rec["strategy"]
+    for ratio in ("max_used_ratio", "force_clean_ratio"):
+        kw[ratio] = rec[f"{ratio}_by_dir"] or rec[ratio]
+    return kw
+
 
 def _open_writer(args: argparse.Namespace) -> CommitLog:
     read_only = split_paths(args.read_only_paths) if args.read_only_paths else ()
-    return CommitLog(split_paths(args.paths), read_only_paths=read_only, clean_interval_ms=0)
+    paths = split_paths(args.paths)
+    kw = recorded_options(paths, read_only)
+    return CommitLog(paths, read_only_paths=read_only, **kw)
 
 
 def cmd_move(args: argparse.Namespace, out: TextIO) -> int:

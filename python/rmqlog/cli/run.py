@@ -53,7 +53,10 @@ def _setup_logging(verbose: bool) -> None:
 EXIT_CODES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
     ((UsageError,), EXIT_ERROR),  # a bad command line
     ((StoreNotFoundError,), EXIT_ERROR),  # no store at the path given
-    ((ConfigurationError,), EXIT_ERROR),  # directories missing, foreign, or a copy with its original
+    (
+        (ConfigurationError,),
+        EXIT_ERROR,
+    ),  # directories missing, foreign, or a copy with its original
     ((CorruptionError,), EXIT_CORRUPT),  # damaged bytes, and only they
     ((CommitLogError,), EXIT_ERROR),  # the store refused or failed the operation
     ((OSError,), EXIT_ERROR),  # a missing or unreadable directory
