@@ -148,8 +148,14 @@ fn a_missing_head_or_tail_is_reported_even_without_the_directory() {
     fill(&d, 400);
     // The directory vanished entirely (a failed disk): nothing to list there.
     fs::rename(&d[0], t.path().join("elsewhere")).unwrap();
-    let err = CommitLog::open(&d[1..], opts()).unwrap_err().to_string();
-    assert!(err.contains("missing") || err.contains("gap"), "{err}");
+    let err = CommitLog::open(&d[1..], opts()).unwrap_err();
+    assert!(matches!(err, Error::Configuration(_)), "{err:?}");
+    let err = err.to_string();
+    assert!(
+        err.contains("not found") && err.contains("needs offsets ["),
+        "{err}"
+    );
+    assert!(err.contains(&*d[0].to_string_lossy()), "{err}");
 }
 
 #[test]
