@@ -25,7 +25,7 @@ try:
     import pyspark  # noqa: F401
 except ImportError as exc:
     pytest.skip(
-        f"rmqlog.spark tests need pyspark and pyarrow (pip install 'rmqlog[spark]'): {exc}",
+        f"rmqlog.spark tests need pyspark and pyarrow (make develop installs them): {exc}",
         allow_module_level=True,
     )
 

@@ -11,8 +11,9 @@ store's directories: Spark local mode, executors on the broker host, or director
 filesystem. Rows are built as Arrow record batches by the Rust core (``CommitLog._read_batch``): no
 per-record Python code runs in a scan. See ``docs/spark.md``.
 
-Importing this module needs pyspark and pyarrow (``pip install 'rmqlog[spark]'``); ``body_udf``
-also needs pandas. ``import rmqlog`` never imports any of them.
+Importing this module needs pyspark and pyarrow (the wheel's ``spark`` extra:
+``pip install "$(ls dist/*.whl)[spark]"``); ``body_udf`` also needs pandas. ``import rmqlog``
+never imports any of them.
 """
 
 from pyspark.sql.datasource import InputPartition as InputPartition
