@@ -24,8 +24,6 @@ const FORMAT: u32 = 2;
 /// rmqlog 0.1: directories and move intents by path.
 const FORMAT_PATHS: u32 = 1;
 const FILE_LEN: usize = 4096;
-/// Larger than any checkpoint rmqlog writes (directory paths are bounded by `PATH_MAX`).
-const MAX_FILE_LEN: usize = 1 << 20;
 
 /// What the store knows about itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -258,7 +256,7 @@ pub fn read_newest(dirs: &[PathBuf]) -> Result<Option<Checkpoint>> {
     let mut newest: Option<(Checkpoint, &Path)> = None;
     for dir in dirs {
         let path = dir.join(CHECKPOINT_FILE);
-        let bytes = match crc_line::read_file(&path, MAX_FILE_LEN) {
+        let bytes = match crc_line::read_file(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => {

@@ -8,10 +8,15 @@ use std::path::Path;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-/// Reads a metadata file of at most `limit` bytes. Anything else (a larger file, a FIFO, a
-/// directory) is an error, never a hang or a large allocation: the file is then ignored as
+/// Larger than any metadata file rmqlog writes (they grow with the directories' paths, which
+/// `PATH_MAX` bounds), small enough to read whole.
+const READ_LIMIT: usize = 1 << 20;
+
+/// Reads a metadata file of at most [`READ_LIMIT`] bytes. Anything else (a larger file, a FIFO,
+/// a directory) is an error, never a hang or a large allocation: the file is then ignored as
 /// damaged.
-pub fn read_file(path: &Path, limit: usize) -> std::io::Result<Vec<u8>> {
+pub fn read_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    let limit = READ_LIMIT;
     use std::io::{Error, ErrorKind};
     // Non-blocking: opening a FIFO must not wait for a writer.
     let f = std::fs::File::options()

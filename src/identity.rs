@@ -48,7 +48,7 @@ impl Identity {
 /// 0.1). A damaged file counts as none, with a warning: the directory is then matched by path.
 pub fn read(dir: &Path) -> Option<Identity> {
     let path = dir.join(IDENTITY_FILE);
-    let bytes = match crc_line::read_file(&path, FILE_LEN) {
+    let bytes = match crc_line::read_file(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
         Err(e) => {

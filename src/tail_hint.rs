@@ -106,7 +106,7 @@ impl TailHint {
 pub fn read(dirs: &[PathBuf], store_id: &str) -> Option<TailHint> {
     let cache = CacheId::of(dirs)?;
     dirs.iter()
-        .filter_map(|d| crc_line::read_file(&d.join(TAIL_FILE), FILE_LEN).ok())
+        .filter_map(|d| crc_line::read_file(&d.join(TAIL_FILE)).ok())
         .filter_map(|b| TailHint::decode(&b))
         .filter(|h| h.store_id == store_id && h.cache == cache)
         // Every copy was true when written and the log never ends below one in the same cache.
