@@ -62,8 +62,8 @@ impl Store {
 }
 
 /// Matches `given` to the store's recorded directories. With `find_others` (a reader given some
-/// of the directories), the others are looked for where the store now is, then at their recorded
-/// paths, and taken only when their identity matches.
+/// of the directories), the others are looked for where the store now is if it moved, else at
+/// their recorded paths, and taken only when their identity matches.
 pub(crate) fn locate(given: &[Given], find_others: bool) -> Result<Store> {
     let ids: Vec<Option<Identity>> = given
         .iter()
@@ -315,10 +315,10 @@ fn relocations(dirs: &[Located]) -> Vec<(PathBuf, PathBuf)> {
         let Some(rec) = &d.record else {
             continue;
         };
-        let old = Path::new(&rec.path);
-        if old == d.path {
+        if in_its_place(rec, &d.path) {
             continue;
         }
+        let old = Path::new(&rec.path);
         let n = suffix_len(old, &d.path);
         let strip = |p: &Path| {
             let mut p = p.to_path_buf();
