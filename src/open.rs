@@ -134,10 +134,17 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     let on_disk = store.ckpt.clone();
     let mut ckpt = on_disk.clone();
     if let Some(c) = ckpt.as_mut() {
+        check_accept_lost(c, &store, &opts.accept_lost)?;
         finish_interrupted_move(c, &store)?;
     }
     let sizes = known_sizes(ckpt.as_ref(), opts.segment_size);
     let mut listing = layout::list(&all, &online, None, &sizes)?;
+    let lost = Checkpoint::lost_paths(ckpt.as_ref(), &opts.accept_lost);
+    // Refused before any leftover is removed.
+    let missing = match &ckpt {
+        Some(c) => check_left_out(c, &store.left_out, &lost, &listing.segments)?,
+        None => Vec::new(),
+    };
     for tmp in &listing.temps {
         log::warn!(
             "removing {} left by an interrupted segment creation",
@@ -149,11 +156,7 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
         log::warn!("removing never-written duplicate segment {}", dup.display());
         remove_durably(dup)?;
     }
-    let lost = Checkpoint::lost_paths(ckpt.as_ref(), &opts.accept_lost);
-    let mut missing = Vec::new();
     if let Some(c) = &ckpt {
-        check_accept_lost(c, &store, &opts.accept_lost)?;
-        missing = check_left_out(c, &store.left_out, &lost, &listing.segments)?;
         // Files wholly below the recorded head are leftovers of an interrupted deletion.
         for f in listing.segments.iter().filter(|f| f.end() <= c.min_offset) {
             log::warn!(

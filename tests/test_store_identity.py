@@ -466,3 +466,18 @@ def test_the_same_directory_twice_is_a_configuration_error(tmp_path):
     for twice in ([str(d), f"{d}/."], [str(d), f"{d}/../s"]):
         with pytest.raises(ConfigurationError, match="given twice"):
             CommitLog(twice)
+
+
+def test_a_refused_open_removes_no_leftover(tmp_path):
+    dirs = [tmp_path / "s" / d for d in "abc"]
+    write_store(dirs, n=90)
+    leftover = dirs[0] / "00000000000099999744.tmp"  # an interrupted segment creation
+    leftover.write_bytes(b"\0" * 4096)
+    with pytest.raises(ConfigurationError, match="left out"):
+        CommitLog([str(dirs[0]), str(dirs[1])], segment_size=4096)
+    assert leftover.exists()
+    with pytest.raises(ConfigurationError, match="not a directory this store lacks"):
+        CommitLog([str(d) for d in dirs], segment_size=4096, accept_lost=[str(tmp_path / "x")])
+    assert leftover.exists()
+    CommitLog([str(d) for d in dirs], segment_size=4096).close()  # a writer's open removes it
+    assert not leftover.exists()
