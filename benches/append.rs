@@ -79,7 +79,13 @@ fn append(c: &mut Criterion) {
                 bch.iter_batched(
                     || {
                         let dir = tempdir();
-                        let f = preallocated_file(dir.path(), "ref", (n * rec.len()) as u64);
+                        let len = (n * rec.len()) as u64;
+                        // Synced writes go to a zero-filled file, as a WAL writer prepares one.
+                        let f = if sync {
+                            zero_filled_file(dir.path(), "ref", len)
+                        } else {
+                            preallocated_file(dir.path(), "ref", len)
+                        };
                         (dir, f)
                     },
                     |(dir, f)| {

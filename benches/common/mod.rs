@@ -208,6 +208,30 @@ pub fn preallocated_file(dir: &Path, name: &str, len: u64) -> File {
     f
 }
 
+/// A file of `len` zeros, written and synced: how a WAL writer prepares its file (PostgreSQL
+/// zero-fills new WAL segments), so that an `fdatasync` after each write syncs the data alone,
+/// with no unwritten extent to convert (a journal commit on ext4), as rmqlog's warmed and synced
+/// chunks do in sync mode.
+pub fn zero_filled_file(dir: &Path, name: &str, len: u64) -> File {
+    let path = dir.join(name);
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .expect("creating the reference file");
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = 0u64;
+    while at < len {
+        let n = (len - at).min(zeros.len() as u64) as usize;
+        std::os::unix::fs::FileExt::write_all_at(&f, &zeros[..n], at).expect("zero-filling");
+        at += n as u64;
+    }
+    f.sync_all().expect("sync");
+    f
+}
+
 /// `pwrite` of `n` records of `record` at consecutive positions, each followed by `fdatasync`
 /// when `sync` (the disk limit of sync mode); without `sync`, the plain syscall write path.
 pub fn pwrite_records(f: &File, record: &[u8], n: usize, sync: bool) {
