@@ -34,12 +34,12 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// A new directory of `store_id`.
-    pub fn new(store_id: &str) -> Identity {
+    /// Directory `dir_id` of `store_id`.
+    pub fn new(store_id: &str, dir_id: String) -> Identity {
         Identity {
             format: FORMAT,
             store_id: store_id.to_string(),
-            dir_id: random_id(),
+            dir_id,
         }
     }
 }
@@ -100,10 +100,10 @@ mod tests {
     fn written_once_read_back_and_damage_reads_as_none() {
         let d = tempfile::tempdir().unwrap();
         assert_eq!(read(d.path()), None);
-        let id = Identity::new("s1");
+        let id = Identity::new("s1", random_id());
         write(d.path(), &id, 0o640).unwrap();
         assert_eq!(read(d.path()), Some(id.clone()));
-        assert_ne!(Identity::new("s1").dir_id, id.dir_id);
+        assert_ne!(random_id(), id.dir_id);
         std::fs::write(d.path().join(IDENTITY_FILE), b"{\"format\":1}\n0\n").unwrap();
         assert_eq!(read(d.path()), None);
     }

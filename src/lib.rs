@@ -48,6 +48,7 @@ mod listing;
 mod locate;
 mod lock;
 mod log;
+mod missing;
 mod mover;
 mod open;
 mod options;

@@ -11,10 +11,11 @@ use crate::error::{Error, Result};
 use crate::flusher::flush_data;
 use crate::fs::remove_durably;
 use crate::identity::{self, Identity};
-use crate::layout::{self, Found};
+use crate::layout;
 use crate::listing::{self, check_covers, known_sizes, with_holes};
-use crate::locate::{locate, still_there, Given, Store};
+use crate::locate::{locate, Given, Store};
 use crate::lock::StoreLock;
+use crate::missing::{check_accept_lost, check_left_out, lost_records, missing_dirs_error};
 use crate::mover::finish_interrupted_move;
 use crate::options::Options;
 use crate::paths::{absolute_overrides, check_paths, create_dir_durably};
@@ -291,13 +292,8 @@ fn given(dirs: &[Dir]) -> Vec<Given> {
 /// its path (a read-only one may be on a read-only filesystem).
 fn identify(dirs: &mut [Dir], store: &Store, store_id: &str, mode: u32) {
     for (dir, found) in dirs.iter_mut().zip(&store.dirs) {
-        let identity = match &found.id {
-            Some(id) => Identity {
-                dir_id: id.clone(),
-                ..Identity::new(store_id)
-            },
-            None => Identity::new(store_id),
-        };
+        let dir_id = found.id.clone().unwrap_or_else(identity::random_id);
+        let identity = Identity::new(store_id, dir_id);
         let writable = dir.state().0 != DirState::Offline;
         dir.id = if found.has_identity || !writable {
             found.id.clone()
@@ -410,140 +406,6 @@ fn recovered_view(
             paths[0].display()
         ))
     }))
-}
-
-/// The recorded directories a writer's open was not given. One still at its recorded path (its
-/// identity says so) must hold no segment the log needs: it then leaves the store. One not found
-/// there is returned, unless `accept_lost` names it: the log must do without it.
-fn check_left_out(
-    c: &Checkpoint,
-    left_out: &[(DirRecord, bool)],
-    lost: &[PathBuf],
-    have: &[Found],
-) -> Result<Vec<DirRecord>> {
-    let mut missing = Vec::new();
-    for (rec, _) in left_out {
-        let path = PathBuf::from(&rec.path);
-        if lost.contains(&path) {
-            continue;
-        }
-        if !still_there(rec, &c.store_id) {
-            missing.push(rec.clone());
-            continue;
-        }
-        let listing = layout::list(std::slice::from_ref(&path), &[true], None, &[])?;
-        let needed = listing
-            .segments
-            .iter()
-            .filter(|f| f.end() > c.min_offset && !have.iter().any(|h| h.start == f.start))
-            .count();
-        if needed > 0 {
-            let s = if needed == 1 { "" } else { "s" };
-            return Err(Error::config(format!(
-                "directory {} of this store was left out but holds {needed} segment{s} the log \
-                 needs; add it to paths",
-                path.display()
-            )));
-        }
-        log::info!(
-            "directory {} leaves the store: it was not given and holds no segment the log needs",
-            path.display()
-        );
-    }
-    Ok(missing)
-}
-
-/// Each directory `accept_lost` names must be one the store lacks: a recorded directory left out
-/// and not at its recorded path, or one accepted as lost before. A typo, or a directory that is
-/// there, would make holes of offsets whose files exist.
-fn check_accept_lost(c: &Checkpoint, store: &Store, accept_lost: &[PathBuf]) -> Result<()> {
-    for p in accept_lost {
-        let named = |r: &DirRecord| Path::new(&r.path) == p;
-        if c.lost_dirs.iter().any(named) {
-            continue;
-        }
-        match store.left_out.iter().find(|(r, _)| named(r)) {
-            Some((rec, _)) if still_there(rec, &c.store_id) => {
-                return Err(Error::config(format!(
-                    "accept_lost names {}, but that directory is there: give it in paths",
-                    p.display()
-                )))
-            }
-            Some(_) => {}
-            None => {
-                return Err(Error::config(format!(
-                    "accept_lost names {}, which is not a directory this store lacks; name \
-                     the lost directory by the path it had (as the error for it said)",
-                    p.display()
-                )))
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The records of the directories accepted as lost, for the metadata.
-fn lost_records(lost: &[PathBuf], c: Option<&Checkpoint>, store: &Store) -> Vec<DirRecord> {
-    let known = store
-        .left_out
-        .iter()
-        .map(|(r, _)| r)
-        .chain(c.iter().flat_map(|c| &c.lost_dirs));
-    let known: Vec<&DirRecord> = known.collect();
-    lost.iter()
-        .map(|p| {
-            let rec = known.iter().find(|r| Path::new(&r.path) == p);
-            rec.map_or_else(
-                || DirRecord {
-                    id: None,
-                    path: p.to_string_lossy().into_owned(),
-                },
-                |r| (*r).clone(),
-            )
-        })
-        .collect()
-}
-
-/// `e`, a listing that does not add up, as the configuration error it is when directories of the
-/// store were not found: it names them and the fix.
-fn missing_dirs_error(missing: &[DirRecord], e: Error) -> Error {
-    if missing.is_empty() || !matches!(e, Error::Corruption { .. } | Error::Configuration(_)) {
-        return e;
-    }
-    let mut names: Vec<&str> = missing.iter().map(|r| r.path.as_str()).collect();
-    let more = names.len().saturating_sub(2);
-    names.truncate(2);
-    let why = match &e {
-        // "the log needs offsets [a, b)", from "gap: offsets [a, b) are in no segment (file)".
-        Error::Corruption { reason, .. } => match reason.find("offsets [") {
-            Some(at) => {
-                let range = &reason[at + "offsets ".len()..];
-                let range = &range[..range.find(')').map_or(range.len(), |i| i + 1)];
-                format!("the log needs offsets {range}")
-            }
-            None => reason
-                .split([';', '('])
-                .next()
-                .unwrap_or(reason)
-                .to_string(),
-        },
-        Error::Configuration(why) => why.clone(),
-        _ => String::new(),
-    };
-    let why = why.trim_end();
-    let (dirs, its) = match missing.len() {
-        1 => ("directory", "its path"),
-        _ => ("directories", "their paths"),
-    };
-    let and_more = match more {
-        0 => String::new(),
-        n => format!(" and {n} more"),
-    };
-    Error::config(format!(
-        "{dirs} {}{and_more} not found: {why}. Give {its} in paths, or accept_lost={names:?} \
-         if lost",
-        names.join(", ")
-    ))
 }
 
 /// The writer's last segment, mapped for writing.

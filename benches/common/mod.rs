@@ -190,16 +190,20 @@ pub fn memcpy_records(map: &mut [u8], header: &[u8; HEADER_LEN], body: &[u8], n:
     black_box(&map[..at.min(map.len())]);
 }
 
-/// A file of `len` bytes preallocated with `posix_fallocate` (as rmqlog preallocates segments).
-pub fn preallocated_file(dir: &Path, name: &str, len: u64) -> File {
-    let path = dir.join(name);
-    let f = OpenOptions::new()
+/// A new, empty reference file `dir/name`, open for reading and writing.
+fn reference_file(dir: &Path, name: &str) -> File {
+    OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(true)
-        .open(&path)
-        .expect("creating the reference file");
+        .open(dir.join(name))
+        .expect("creating the reference file")
+}
+
+/// A file of `len` bytes preallocated with `posix_fallocate` (as rmqlog preallocates segments).
+pub fn preallocated_file(dir: &Path, name: &str, len: u64) -> File {
+    let f = reference_file(dir, name);
     use std::os::fd::AsRawFd;
     // SAFETY: posix_fallocate reads its integer arguments only; `f` owns the descriptor.
     let rc = unsafe { libc::posix_fallocate(f.as_raw_fd(), 0, len as libc::off_t) };
@@ -213,14 +217,7 @@ pub fn preallocated_file(dir: &Path, name: &str, len: u64) -> File {
 /// with no unwritten extent to convert (a journal commit on ext4), as rmqlog's warmed and synced
 /// chunks do in sync mode.
 pub fn zero_filled_file(dir: &Path, name: &str, len: u64) -> File {
-    let path = dir.join(name);
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .expect("creating the reference file");
+    let f = reference_file(dir, name);
     let zeros = vec![0u8; 1 << 20];
     let mut at = 0u64;
     while at < len {
