@@ -66,9 +66,9 @@ demo: $(BUILT)
 test: lint test-rust bench-build fuzz-quick bench-quick test-python
 
 # The Rust tests run with fail points compiled in (tests/interleavings.rs pauses operations at
-# their critical steps), and the chaos test for CHAOS_SECS.
+# their critical steps) and the Arrow API (tests/arrow.rs), and the chaos test for CHAOS_SECS.
 test-rust:
-	RMQLOG_CHAOS_SECS=$(CHAOS_SECS) cargo test --all-targets --features failpoints
+	RMQLOG_CHAOS_SECS=$(CHAOS_SECS) cargo test --all-targets --features failpoints,arrow
 	cargo test --doc
 
 ## chaos: the randomized chaos test alone, for CHAOS_SECS (e.g. `make chaos CHAOS_SECS=600`);

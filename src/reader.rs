@@ -346,6 +346,7 @@ impl Scan {
     }
 
     /// An error once the log is closed.
+    #[cfg(feature = "arrow")]
     pub(crate) fn check_open(&self) -> Result<()> {
         self.state.check_open()
     }

@@ -1,10 +1,13 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is the failure report
 //! Recovery and layout checks through the public Rust API, on real files.
 
+mod common;
+
 use std::fs::{self, OpenOptions};
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use common::segment_of;
 use rmqlog::{CommitLog, Error, FlushMode, Options, HEADER_LEN};
 
 const SEG: u64 = 8192;
@@ -34,16 +37,6 @@ fn forget_checkpoint(dirs: &[PathBuf]) {
     for d in dirs {
         let _ = fs::remove_file(d.join("rmqlog.meta"));
     }
-}
-
-fn segment_of(log: &CommitLog, offset: u64) -> (PathBuf, u64) {
-    let s = log
-        .segments()
-        .unwrap()
-        .into_iter()
-        .find(|s| s.start_offset <= offset && offset < s.start_offset + s.size)
-        .unwrap();
-    (s.path, offset - s.start_offset)
 }
 
 fn write_at(path: &Path, pos: u64, bytes: &[u8]) {

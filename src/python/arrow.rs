@@ -13,6 +13,7 @@ use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyCapsuleMethods};
 
+use super::args;
 use super::log::PyCommitLog;
 use crate::arrow::{BatchOptions, BatchReader};
 use crate::Error;
@@ -212,12 +213,12 @@ impl PyBatchScan {
     }
 }
 
-/// `scan_batches`'s keyword arguments as batch options.
+/// `scan_batches`'s keyword arguments as batch options (`None`: the default).
 pub(super) fn batch_options(
     columns: Option<&Bound<'_, PyAny>>,
-    body: &str,
-    max_records: i64,
-    max_bytes: i64,
+    body: Option<&Bound<'_, PyAny>>,
+    max_records: Option<&Bound<'_, PyAny>>,
+    max_bytes: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<BatchOptions> {
     let mut opts = BatchOptions::default();
     if let Some(cols) = columns {
@@ -237,14 +238,22 @@ pub(super) fn batch_options(
             .map(|n| crate::arrow::Column::parse(n))
             .collect::<Result<_, Error>>()?;
     }
-    opts.body = crate::arrow::BodyLayout::parse(body)?;
-    let positive = |v: i64, what: &str| {
-        usize::try_from(v).ok().filter(|&v| v > 0).ok_or_else(|| {
-            PyValueError::new_err(format!("{what} must be a positive integer, got {v}"))
-        })
+    if let Some(body) = body {
+        opts.body = crate::arrow::BodyLayout::parse(&args::string(body, "body")?)?;
+    }
+    let positive = |obj: &Bound<'_, PyAny>, what: &str| -> PyResult<usize> {
+        let v = args::uint(obj, what)?;
+        usize::try_from(v)
+            .ok()
+            .filter(|&v| v > 0)
+            .ok_or_else(|| PyValueError::new_err(format!("{what} must be a positive int, got {v}")))
     };
-    opts.max_records = positive(max_records, "max_records")?;
-    opts.max_bytes = positive(max_bytes, "max_bytes")?;
+    if let Some(m) = max_records {
+        opts.max_records = positive(m, "max_records")?;
+    }
+    if let Some(m) = max_bytes {
+        opts.max_bytes = positive(m, "max_bytes")?;
+    }
     opts.validate()?;
     Ok(opts)
 }

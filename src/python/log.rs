@@ -264,19 +264,24 @@ impl PyCommitLog {
         Ok(Some(PyList::new(py, found)?.into_any()))
     }
 
-    /// Record batches (pyarrow) of the records in `[start, end)`, built in Rust.
-    #[pyo3(signature = (
-        start = None, end = None, *, columns = None, body = "view", max_records = 65_536,
-        max_bytes = 67_108_864
-    ))]
+    /// Record batches (pyarrow) of the records in `[start, end)`, built in Rust. The options are
+    /// taken as objects (None: the default) so that a bad one gets an error naming it.
+    #[pyo3(
+        signature = (
+            start = None, end = None, *, columns = None, body = None, max_records = None,
+            max_bytes = None
+        ),
+        text_signature = "($self, start=None, end=None, *, columns=None, body='view', \
+                          max_records=65536, max_bytes=67108864)"
+    )]
     fn scan_batches(
         slf: &Bound<'_, Self>,
         start: Option<&Bound<'_, PyAny>>,
         end: Option<&Bound<'_, PyAny>>,
         columns: Option<&Bound<'_, PyAny>>,
-        body: &str,
-        max_records: i64,
-        max_bytes: i64,
+        body: Option<&Bound<'_, PyAny>>,
+        max_records: Option<&Bound<'_, PyAny>>,
+        max_bytes: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<arrow::PyBatchScan> {
         let opts = arrow::batch_options(columns, body, max_records, max_bytes)?;
         let this = slf.get();

@@ -61,6 +61,17 @@ pub fn assert_readable(log: &CommitLog, acked: &[(u64, u64)]) {
     }
 }
 
+/// The file of the segment holding `offset`, and the offset's position in it.
+pub fn segment_of(log: &CommitLog, offset: u64) -> (PathBuf, u64) {
+    let s = log
+        .segments()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.start_offset <= offset && offset < s.start_offset + s.size)
+        .unwrap();
+    (s.path, offset - s.start_offset)
+}
+
 /// A small deterministic random number generator (xorshift64*).
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
