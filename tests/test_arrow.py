@@ -195,6 +195,8 @@ def test_an_empty_log_gives_no_batch(make_log):
     table = pa.RecordBatchReader.from_stream(log.scan_batches()).read_all()
     assert table.num_rows == 0
     assert table.schema == log.scan_batches().schema
+    empty = rmqlog.to_arrow(log, columns=["body"], body="binary")
+    assert empty.num_rows == 0 and empty.schema.types == [pa.binary()]
 
 
 def test_no_columns_gives_row_counts(log):
@@ -700,8 +702,10 @@ def test_a_read_only_follower_sees_later_records_after_refresh(make_log):
     assert n() == 20
     writer.append_batch(pa.array(bodies(30, first=20), pa.binary()))
     assert n() == 20
+    before = follower.scan_batches()
     assert follower.refresh() == writer.max_offset
     assert n() == 50
+    assert sum(b.num_rows for b in before) == 20  # a scan's range is fixed when it is made
     table = rmqlog.to_arrow(follower, columns=["offset", "body"], body="binary")
     assert table.column("offset").to_pylist() == rows(writer)["offset"]
 
@@ -769,6 +773,15 @@ for what, call in [
         print(what, "no error")
     except ModuleNotFoundError as e:
         print(what, "rmqlog[arrow]" in str(e), str(e))
+print("position", scan.position)  # the failed next() read nothing
+import polars as pl  # reads the stream and appends without pyarrow
+
+print("polars", pl.DataFrame(log.scan_batches())["body"].to_list())
+print("offsets=False", log.append_batch(pl.Series([b"ccc"]), offsets=False), log.max_offset)
+try:
+    log.append_batch(pl.Series([b"d"]))
+except ModuleNotFoundError as e:
+    print("offsets", "offsets=False" in str(e), log.max_offset)
 print("pyarrow" in sys.modules)
 """
 
@@ -788,4 +801,10 @@ def test_without_pyarrow(tmp_path):
     for line, what in zip(lines[2:5], ["iterate", "schema", "to_arrow"], strict=True):
         assert line.startswith(f"{what} True "), line
         assert "pip install 'rmqlog[arrow]'" in line
-    assert lines[5] == "False"
+    assert lines[5:] == [
+        "position 0",
+        "polars [b'a', b'bb']",
+        "offsets=False None 102",
+        "offsets True 102",
+        "False",
+    ]
