@@ -478,3 +478,29 @@ fn a_refused_append_array_writes_nothing() {
         .collect();
     assert_eq!(got, [b"before".to_vec()]);
 }
+
+/// The Rust example of docs/arrow.md, as written there.
+#[test]
+fn the_docs_example() -> rmqlog::Result<()> {
+    let (_root, d) = dirs(1);
+    let log = CommitLog::open(&d, quiet())?;
+    log.append_batch(&[&b"first"[..], b"second"])?;
+    let opts = BatchOptions {
+        columns: vec![Column::Offset, Column::Body],
+        body: BodyLayout::View,
+        ..BatchOptions::default()
+    };
+    let mut reader = log.scan_batches(None, None, opts)?; // also an arrow RecordBatchReader
+    while let Some(batch) = reader.next_batch()? {
+        // rmqlog::Error: Corruption, Closed, ...
+        println!(
+            "{} records, the next at {}",
+            batch.num_rows(),
+            reader.next_offset()
+        );
+        assert_eq!(batch.num_rows(), 2);
+    }
+    let offsets = log.append_array(&BinaryArray::from_iter_values([b"a", b"b"]))?;
+    assert_eq!(offsets.len(), 2);
+    Ok(())
+}

@@ -263,7 +263,7 @@ def test_a_batch_outlives_close_and_the_deletion_of_its_segments(make_log):
     for bs in (batches, copies):
         for c in ALL:
             assert values(bs, c) == want[c]
-    assert any(first in p for _, _, p in segment_maps())  # the deleted file still mapped
+    assert f"{first} (deleted)" in {p for _, _, p in segment_maps()}  # still mapped
 
 
 def test_a_batch_outlives_the_cleaner(make_log):
@@ -515,6 +515,17 @@ def test_append_a_slice_of_a_long_array(make_log):
     for t in (pa.binary(), pa.large_binary(), pa.binary_view()):
         got = appended(log, log.append_batch(pa.array(data, t).slice(3, 5)).to_pylist())
         assert got == data[3:8], t
+
+
+def test_nulls_outside_a_slice_do_not_count(make_log):
+    log = make_log()
+    for t in (pa.binary(), pa.string(), pa.binary_view(), pa.binary(1)):
+        array = pa.array([None, b"a", b"b", None], t)
+        assert appended(log, log.append_batch(array.slice(1, 2)).to_pylist()) == [b"a", b"b"]
+        with pytest.raises(ValueError, match=r"1 null element\(s\) \(the first at index 1\)"):
+            log.append_batch(array.slice(2, 2))
+    empty = log.append_batch(pa.chunked_array([], pa.binary()))
+    assert empty.type == pa.int64() and len(empty) == 0
 
 
 def test_append_chunked_arrays_and_polars(make_log):

@@ -112,3 +112,24 @@ def test_pandas_from_the_binary_layout(log):
     assert frame["offset"].tolist() == offsets
     assert frame["body"][9] == bytes([9]) * 9
     assert str(frame["timestamp"].dtype) == "datetime64[ms, UTC]"
+
+
+def test_a_corrupt_record_fails_each_consumer_with_its_message(make_log):
+    """The C stream interface carries a message only: each consumer raises its own error type,
+    naming the file and the offset."""
+    log = make_log(flush="sync")
+    offs = log.append_batch([b"%03d" % i * 100 for i in range(40)])
+    seg = next(s for s in log.segments() if s.start_offset <= offs[25] < s.start_offset + s.size)
+    log.close()
+    with open(seg.path, "r+b") as f:
+        f.seek(offs[25] - seg.start_offset + rmqlog.HEADER_LEN + 5)
+        f.write(b"!")
+    ro = make_log(read_only=True)
+    want = f"corruption in {seg.path} at offset {offs[25]}"
+    with pytest.raises(pl.exceptions.ComputeError, match=want):
+        pl.DataFrame(ro.scan_batches())
+    scan = ro.scan_batches()
+    with pytest.raises(duckdb.Error, match=want):
+        duckdb.sql("select count(*) from scan").fetchall()
+    with pytest.raises(rmqlog.CorruptionError, match=want):
+        list(scan)  # iterating in Python gives rmqlog's own exception
