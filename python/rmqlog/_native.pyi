@@ -182,7 +182,8 @@ class BatchScan(Iterator[pa.RecordBatch]):
     PyCapsule stream (``__arrow_c_stream__``): ``pyarrow.RecordBatchReader.from_stream(scan)``,
     ``polars.from_arrow(scan)`` and ``duckdb.sql("select ... from scan")`` read it without pyarrow
     and with no Python object per record. Each stream export reads from :attr:`position` to
-    :attr:`end` anew; it does not advance this iterator.
+    :attr:`end` anew; it does not advance this iterator. One thread advances it at a time:
+    another thread's call meanwhile raises ``RuntimeError``.
     """
 
     def __iter__(self) -> Self: ...
@@ -283,6 +284,7 @@ class CommitLog:
         and past the deletion of the files); ``"binary"``: the bodies copied into one buffer per
         batch. A batch holds at most ``max_records`` records and ``max_bytes`` of bodies (at
         least one record). Every record is checked (header and body CRC) as by :meth:`scan`.
+        ``None`` for an option means its default. See docs/arrow.md.
         """
     def read(self, offset: int, /) -> memoryview:
         """The body of the record at ``offset``: a read-only memoryview over the map."""
