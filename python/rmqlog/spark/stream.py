@@ -11,6 +11,7 @@ from rmqlog import CommitLog
 from rmqlog.spark.batch import RangePartition, _byte_ranges, _open, read_range
 from rmqlog.spark.errors import _data_loss
 from rmqlog.spark.options import Options
+from rmqlog.spark.schema import FULL, Projection
 
 try:  # PySpark >= 4.2: admission control (read limits) and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import (
@@ -53,8 +54,9 @@ class RmqlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ``[start, end)``. The driver side follows the writer with a read-only log and ``refresh()``.
     """
 
-    def __init__(self, opts: Options) -> None:
+    def __init__(self, opts: Options, proj: Projection = FULL) -> None:
         self.opts = opts
+        self.proj = proj
         self._log: CommitLog | None = None
         self._target: int | None = None  # Trigger.AvailableNow
 
@@ -150,10 +152,10 @@ class RmqlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"({log.min_offset - lo} bytes deleted before the query reached them)",
             )
             lo = min(log.min_offset, hi)
-        return _byte_ranges(log, lo, hi, self.opts.max_partition_bytes)
+        return _byte_ranges(log, ((lo, hi),), self.opts.max_partition_bytes)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_range(self.opts, partition)
+        return read_range(self.opts, partition, self.proj)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the log is not consumed, retention is the writer's business."""
