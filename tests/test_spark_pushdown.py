@@ -216,14 +216,34 @@ def test_random_conjunctions_read_exactly_the_rows_spark_would_keep(store):
         assert kept == [] and got == want, (case, filters, options)
 
 
-def test_a_subset_schema_reads_only_its_columns_in_its_order(store):
+class Recording:
+    """A log whose ``scan_batches`` calls are recorded (columns asked for, body bytes built)."""
+
+    def __init__(self, log, calls):
+        self._log, self._calls = log, calls
+
+    def __getattr__(self, name):
+        return getattr(self._log, name)
+
+    def scan_batches(self, *args, **kwargs):
+        self._calls.append(tuple(kwargs["columns"]))
+        return self._log.scan_batches(*args, **kwargs)
+
+
+def test_a_subset_schema_reads_only_its_columns_in_its_order(store, monkeypatch):
+    calls: list[tuple[str, ...]] = []
+    opened = rs.batch._open
+    monkeypatch.setattr(rs.batch, "_open", lambda paths: Recording(opened(paths), calls))
     proj = rs.projection(struct(("Timestamp", TimestampType()), ("offset", LongType())))
     assert proj.columns == ("timestamp", "offset") and not proj.body
     reader = rs.RmqlogReader(rs.parse_options({"path": store.paths, "batch_records": 1000}), proj)
     batches = [b for p in reader.partitions() for b in reader.read(p)]
+    # the body column is never asked of the Rust batch builder, nor built
+    assert calls and set(calls) == {("timestamp", "offset")}
     assert all(b.schema.names == ["Timestamp", "offset"] for b in batches)
+    assert all(b.schema.field(0).type == pa.timestamp("us", tz="UTC") for b in batches)
     rows = sum(b.num_rows for b in batches)
-    assert rows == len(store.rows)
+    assert rows == len(store.rows) and len(batches) >= len(store.rows) // 1000
     # the shipped bytes: two 8-byte columns, nothing of the bodies
     assert sum(b.nbytes for b in batches) == 16 * rows
     got = [
@@ -232,6 +252,11 @@ def test_a_subset_schema_reads_only_its_columns_in_its_order(store):
         for t, o in zip(b.column(0), b.column(1).to_pylist(), strict=True)
     ]
     assert got == [(off, ts) for off, ts, _ in store.rows]
+    # the full schema asks for every column, bodies as plain binary
+    calls.clear()
+    first = list(rs.read_range(reader.opts, reader.partitions()[0]))
+    assert calls == [("offset", "timestamp", "body", "segment")]
+    assert all(b.schema.equals(rs.ARROW_SCHEMA) for b in first)
 
 
 @pytest.mark.parametrize(

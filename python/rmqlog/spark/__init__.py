@@ -9,7 +9,7 @@
 
 Executors read the segment files directly (read-only, no lock), so every executor must see the
 store's directories: Spark local mode, executors on the broker host, or directories on a shared
-filesystem. Rows are built as Arrow record batches by the Rust core (``CommitLog._read_batch``): no
+filesystem. Rows are built as Arrow record batches by the Rust core (``CommitLog.scan_batches``): no
 per-record Python code runs in a scan. Filters on ``offset`` and ``timestamp`` prune what is
 planned; a schema that is a subset of the columns reads only those. See ``docs/spark.md``.
 

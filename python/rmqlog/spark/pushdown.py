@@ -92,15 +92,16 @@ def _selected(f: Filter, column: str, unit: int) -> tuple[Interval, ...] | None:
         return union((x // unit, x // unit + 1) for x in k if x % unit == 0)
     (x,) = k
     below, above = -(-x // unit), x // unit + 1  # first unit value >= x, first one > x
-    bounds = {
+    bounds: dict[type, Interval] = {
         GreaterThan: (above, TOP),
         GreaterThanOrEqual: (below, TOP),
         LessThan: (0, below),
         LessThanOrEqual: (0, above),
-    }.get(type(f))
-    if bounds is None:
+    }
+    if type(f) not in bounds:
         return None
-    return union([(max(bounds[0], 0), min(bounds[1], TOP))])
+    lo, hi = bounds[type(f)]
+    return union([(max(lo, 0), min(hi, TOP))])
 
 
 @dataclass
@@ -114,7 +115,7 @@ class Pushed:
 
     def take(self, f: Filter) -> bool:
         """Narrows to ``f`` and returns True when ``f`` can be applied exactly, else False."""
-        attr = getattr(f, "attribute", ())
+        attr: tuple[str, ...] = getattr(f, "attribute", ())
         column = attr[0].lower() if len(attr) == 1 else None
         if column not in _COLUMNS:
             return False

@@ -14,6 +14,7 @@ there Spark builds the reader in its filter planner; elsewhere Spark refuses a r
 
 import sys
 from collections.abc import Iterator, MutableMapping
+from types import FrameType
 from typing import Any, NoReturn
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -32,7 +33,7 @@ _FILTER_PLANNER = "data_source_pushdown_filters.py"  # pyspark.sql.worker's modu
 def _built_by_filter_planner() -> bool:
     """Whether the caller is PySpark's filter-pushdown planner (the worker that calls
     ``pushFilters`` right after ``reader()``)."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(8):
         if frame is None:
             return False

@@ -38,10 +38,6 @@ except ImportError:  # pragma: no cover - PySpark 4.0/4.1: no read limits
         """Stand-in: Trigger.AvailableNow for Python sources needs PySpark 4.2."""
 
 
-# Chunk size of the driver-side walk that counts records for max_records_per_trigger.
-_COUNT_CHUNK_BYTES = 16 << 20
-
-
 def _offset(value: Any, what: str) -> int:
     if isinstance(value, dict) and isinstance(value.get("offset"), int):
         return value["offset"]
@@ -123,13 +119,15 @@ class RmqlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @staticmethod
     def _after_records(log: CommitLog, pos: int, end: int, count: int) -> int:
-        """Where the ``count`` records starting at ``pos`` end (at most ``end``)."""
+        """Where the ``count`` records starting at ``pos`` end (at most ``end``): the offset
+        column only, no body read."""
         while count > 0 and pos < end:
-            nxt, n, *_ = log._read_batch(pos, end, count, _COUNT_CHUNK_BYTES)
-            count -= n
-            if nxt <= pos:
+            scan = log.scan_batches(pos, end, columns=("offset",), max_records=count)
+            batch = next(scan, None)
+            if batch is None or scan.position <= pos:
                 break
-            pos = nxt
+            count -= batch.num_rows
+            pos = scan.position
         return pos
 
     def reportLatestOffset(self) -> dict | None:
