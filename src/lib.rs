@@ -33,7 +33,6 @@ mod active_file;
 #[cfg(feature = "arrow")]
 pub mod arrow;
 mod background;
-mod batch;
 mod checkpoint;
 mod cleaner;
 mod crc_line;
@@ -73,7 +72,6 @@ mod writer;
 #[cfg(feature = "python")]
 mod python;
 
-pub use crate::batch::Batch;
 pub use crate::dirs::{DirEvent, DirInfo, DirState};
 pub use crate::error::{Error, Result};
 pub use crate::log::{CommitLog, SegmentInfo};

@@ -4,7 +4,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::background::Periodic;
-use crate::batch::{self, Batch};
 use crate::cleaner::{clean_pass, start_cleaner, truncate_before};
 use crate::dirs::DirInfo;
 use crate::error::{Error, Result};
@@ -169,26 +168,12 @@ impl CommitLog {
         self.append_batch(&crate::arrow::bodies(array)?)
     }
 
-    /// Up to `max_records` records starting in `[start, end)` whose bodies total at most
-    /// `max_bytes` (at least one record if any is left; an Arrow `binary` column holds < 2 GiB).
-    /// `start` is a record start, or the end of a segment's records.
-    pub fn read_batch(
-        &self,
-        start: u64,
-        end: u64,
-        max_records: usize,
-        max_bytes: usize,
-    ) -> Result<Batch> {
-        self.state.check_open()?;
-        batch::read_batch(&self.state, start, end, max_records, max_bytes)
-    }
-
     /// The first record boundary at or after `offset` (walking headers from the start of its
     /// segment; bodies are not checked), or `max_offset`. Lets a reader split a segment at any
     /// byte position without a scan at planning time.
     pub fn record_start_at_or_after(&self, offset: u64) -> Result<u64> {
         self.state.check_open()?;
-        batch::record_start_at_or_after(&self.state, offset)
+        reader::record_start_at_or_after(&self.state, offset)
     }
 
     /// Offset of the first record with a timestamp at or after `timestamp_ms`, else `max_offset`.

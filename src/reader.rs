@@ -282,6 +282,24 @@ pub(crate) fn offset_for_timestamp(state: &Arc<State>, timestamp_ms: u64) -> Res
     Ok(max)
 }
 
+/// [`CommitLog::record_start_at_or_after`](crate::CommitLog::record_start_at_or_after).
+pub(crate) fn record_start_at_or_after(state: &State, offset: u64) -> Result<u64> {
+    let max = state.max_offset();
+    let min = state.min_offset();
+    if offset <= min {
+        return Ok(min);
+    }
+    if offset >= max {
+        return Ok(max);
+    }
+    let (seg, map) = locate(state, &mut state.segments_full(), offset)?;
+    let mut at = seg.start().max(min);
+    while at < offset {
+        at = next_boundary(&seg, &map, at, max)?;
+    }
+    Ok(at.min(max))
+}
+
 /// Records in offset order over a fixed range; yields an error and stops at a corrupt record.
 #[derive(Debug)]
 pub struct Scan {

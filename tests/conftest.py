@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 
 import _faultfs
 import _mounts
@@ -154,3 +155,41 @@ def faultfs(faultfs_available, tmp_path):
         yield fs
     finally:
         fs.close()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession (UTC session time zone) for every Spark test module, with the
+    rmqlog source registered. The modules skip themselves first where java or pyspark is
+    missing."""
+    import rmqlog.spark as rs
+
+    env = {
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("rmqlog-test-spark")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    assert rs.register(session) is rs.RmqlogDataSource
+    assert session.conf.get(rs.PUSHDOWN_CONF) == "true"
+    yield session
+    session.stop()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

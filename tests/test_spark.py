@@ -2,7 +2,7 @@
 the body UDF and Structured Streaming; plus the planning logic without Spark.
 
 Skipped as a whole only when ``java`` is not on PATH or pyspark/pyarrow cannot be imported. One
-SparkSession (local[2]) serves the module.
+SparkSession (local[2], the ``spark`` fixture of conftest.py) serves every Spark test module.
 """
 
 import os
@@ -37,39 +37,6 @@ MS = 1000  # microseconds per millisecond
 
 # ---------------------------------------------------------------------------------------------
 # fixtures
-
-
-@pytest.fixture(scope="module")
-def spark():
-    """One local[2] SparkSession for the module, with the rmqlog source registered."""
-    env = {
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("rmqlog-test-spark")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    assert rs.register(session) is rs.RmqlogDataSource
-    yield session
-    session.stop()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 def _body(i: int) -> bytes:

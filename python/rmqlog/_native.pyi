@@ -313,13 +313,6 @@ class CommitLog:
     @property
     def paths(self) -> list[str]:
         """Every directory of the store."""
-    def _read_batch(
-        self, start: int, end: int, max_records: int, max_bytes: int
-    ) -> tuple[int, int, bytes, bytes, bytes, bytes, bytes]:
-        """Columnar read for bulk readers: records starting in ``[start, end)``, at most
-        ``max_records`` of them and ``max_bytes`` of bodies (at least one). Returns ``(next, count,
-        offsets, timestamps_us, segments, value_offsets, data)``: little-endian int64 buffers,
-        int32 ``value_offsets`` (Arrow ``binary`` layout) and the concatenated bodies."""
     def _record_start_at_or_after(self, offset: int, /) -> int:
         """The first record boundary at or after ``offset``, or ``max_offset`` (headers only)."""
     @property

@@ -571,46 +571,6 @@ impl PyCommitLog {
         Ok(py.detach(|| self.log.refresh())?)
     }
 
-    /// Columnar read for bulk readers: records starting in `[start, end)`, at most `max_records`
-    /// of them and `max_bytes` of bodies (at least one). Returns `(next, count, offsets,
-    /// timestamps_us, segments, value_offsets, data)`: the numbers as little-endian int64 buffers,
-    /// `value_offsets` as int32 (Arrow `binary` layout), `data` the concatenated bodies.
-    #[pyo3(signature = (start, end, max_records, max_bytes))]
-    fn _read_batch<'py>(
-        &self,
-        py: Python<'py>,
-        start: u64,
-        end: u64,
-        max_records: usize,
-        max_bytes: usize,
-    ) -> PyResult<Bound<'py, PyTuple>> {
-        let batch = py.detach(|| self.log.read_batch(start, end, max_records, max_bytes))?;
-        let le = |v: &[i64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        let data = PyBytes::new_with(py, batch.data_len(), |buf| {
-            let mut at = 0;
-            for rec in &batch.records {
-                buf[at..at + rec.len()].copy_from_slice(rec);
-                at += rec.len();
-            }
-            Ok(())
-        })?;
-        let value_offsets: Vec<u8> = batch
-            .value_offsets
-            .iter()
-            .flat_map(|x| x.to_le_bytes())
-            .collect();
-        (
-            batch.next,
-            batch.records.len(),
-            PyBytes::new(py, &le(&batch.offsets)),
-            PyBytes::new(py, &le(&batch.timestamps_us)),
-            PyBytes::new(py, &le(&batch.segments)),
-            PyBytes::new(py, &value_offsets),
-            data,
-        )
-            .into_pyobject(py)
-    }
-
     /// The first record boundary at or after `offset`, or `max_offset` (headers only).
     #[pyo3(signature = (offset, /))]
     fn _record_start_at_or_after(&self, py: Python<'_>, offset: u64) -> PyResult<u64> {

@@ -4,12 +4,14 @@
 
     register(spark)
     df = spark.read.format("rmqlog").load("/d0/store:/d1/store")  # offset timestamp body segment
+    meta = spark.read.format("rmqlog").schema("offset long, timestamp timestamp").load(...)
     stream = spark.readStream.format("rmqlog").load("/d0/store:/d1/store")
 
 Executors read the segment files directly (read-only, no lock), so every executor must see the
 store's directories: Spark local mode, executors on the broker host, or directories on a shared
-filesystem. Rows are built as Arrow record batches by the Rust core (``CommitLog._read_batch``): no
-per-record Python code runs in a scan. See ``docs/spark.md``.
+filesystem. Rows are built as Arrow record batches by the Rust core (``CommitLog.scan_batches``): no
+per-record Python code runs in a scan. Filters on ``offset`` and ``timestamp`` prune what is
+planned; a schema that is a subset of the columns reads only those. See ``docs/spark.md``.
 
 Importing this module needs pyspark and pyarrow (the wheel's ``spark`` extra:
 ``pip install "$(ls dist/*.whl)[spark]"``); ``body_udf`` also needs pandas. ``import rmqlog``
@@ -18,6 +20,7 @@ never imports any of them.
 
 from pyspark.sql.datasource import InputPartition as InputPartition
 
+from rmqlog.spark.batch import NoPushdownReader as NoPushdownReader
 from rmqlog.spark.batch import RangePartition, RmqlogReader
 from rmqlog.spark.batch import read_range as read_range
 from rmqlog.spark.errors import DataLossError
@@ -26,7 +29,9 @@ from rmqlog.spark.options import DEFAULT_BATCH_RECORDS as DEFAULT_BATCH_RECORDS
 from rmqlog.spark.options import Options as Options
 from rmqlog.spark.options import parse_options as parse_options
 from rmqlog.spark.schema import ARROW_SCHEMA, SCHEMA, SCHEMA_DDL
-from rmqlog.spark.source import NAME, RmqlogDataSource, register
+from rmqlog.spark.schema import Projection as Projection
+from rmqlog.spark.schema import projection as projection
+from rmqlog.spark.source import NAME, PUSHDOWN_CONF, RmqlogDataSource, register
 from rmqlog.spark.stream import RmqlogStreamReader
 from rmqlog.spark.udf import IDLE_SECONDS as IDLE_SECONDS
 from rmqlog.spark.udf import _cache as _cache
@@ -39,6 +44,7 @@ from rmqlog.spark.udf import body_udf, body_udf_nulls, lookup_bodies
 __all__ = [
     "ARROW_SCHEMA",
     "NAME",
+    "PUSHDOWN_CONF",
     "SCHEMA",
     "SCHEMA_DDL",
     "DataLossError",

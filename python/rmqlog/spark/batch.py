@@ -7,28 +7,34 @@ import sys
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
 from rmqlog import CommitLog, OffsetOutOfRangeError
 from rmqlog.spark.errors import _data_loss
 from rmqlog.spark.options import Options
-from rmqlog.spark.schema import _TIMESTAMP, ARROW_SCHEMA
+from rmqlog.spark.pushdown import Interval, Pushed, intersect, push
+from rmqlog.spark.schema import _TIMESTAMP, FULL, Projection
 
 if sys.byteorder != "little":  # pragma: no cover
     raise ImportError("rmqlog.spark: the columnar batches are little-endian; this host is not")
 
 
 class RangePartition(InputPartition):
-    """The records that start in the byte range ``[lo, hi)`` of the log: one Spark task."""
+    """The records that start in the byte ranges ``spans`` of one segment (by default the one
+    range ``[lo, hi)``): one Spark task. ``lo`` and ``hi`` bound every span."""
 
-    def __init__(self, index: int, lo: int, hi: int) -> None:
-        super().__init__((lo, hi))
+    def __init__(
+        self, index: int, lo: int, hi: int, spans: Sequence[Interval] | None = None
+    ) -> None:
+        self.spans: tuple[Interval, ...] = tuple(spans) if spans else ((lo, hi),)
+        super().__init__(self.spans)
         self.index = index
         self.lo = lo
         self.hi = hi
 
     def __repr__(self) -> str:
-        return f"RangePartition(index={self.index}, lo={self.lo}, hi={self.hi})"
+        spans = "" if self.spans == ((self.lo, self.hi),) else f", spans={list(self.spans)}"
+        return f"RangePartition(index={self.index}, lo={self.lo}, hi={self.hi}{spans})"
 
 
 def _open(paths: Sequence[str]) -> CommitLog:
@@ -36,21 +42,31 @@ def _open(paths: Sequence[str]) -> CommitLog:
 
 
 def _byte_ranges(
-    log: CommitLog, lo: int, hi: int, max_partition_bytes: int | None
+    log: CommitLog, ranges: Sequence[Interval], max_partition_bytes: int | None
 ) -> list[RangePartition]:
-    """Partitions over ``[lo, hi)``: one per segment, each split into pieces of at most
-    ``max_partition_bytes`` bytes. A record belongs to the partition its offset falls in."""
+    """Partitions over ``ranges`` (sorted, disjoint): per segment, the parts of the ranges in it,
+    grouped into partitions of at most ``max_partition_bytes`` bytes (a longer part is split;
+    without the option, one partition per segment). A record belongs to the partition its offset
+    falls in."""
     parts: list[RangePartition] = []
-    if lo >= hi:
-        return parts
+
+    def add(spans: list[Interval]) -> None:
+        if spans:
+            parts.append(RangePartition(len(parts), spans[0][0], spans[-1][1], spans))
+
     for seg in log.segments():
-        a = max(lo, seg.start_offset)
-        b = min(hi, seg.start_offset + seg.size)
-        if a >= b:
-            continue
-        step = max_partition_bytes or (b - a)
-        for x in range(a, b, step):
-            parts.append(RangePartition(len(parts), x, min(x + step, b)))
+        spans: list[Interval] = []
+        size = 0
+        for a, b in intersect(ranges, ((seg.start_offset, seg.start_offset + seg.size),)):
+            step = max_partition_bytes or (b - a)
+            for x in range(a, b, step):
+                y = min(x + step, b)
+                if max_partition_bytes and spans and size + (y - x) > max_partition_bytes:
+                    add(spans)
+                    spans, size = [], 0
+                spans.append((x, y))
+                size += y - x
+        add(spans)
     return parts
 
 
@@ -74,21 +90,14 @@ def _resolve_range(log: CommitLog, opts: Options) -> tuple[int, int]:
     return lo, max(lo, hi)
 
 
-def _record_batch(
-    n: int, offsets: bytes, timestamps: bytes, segments: bytes, value_offsets: bytes, data: bytes
-) -> pa.RecordBatch:
-    """Wraps the columnar buffers of ``_read_batch`` as an Arrow batch (no copy, no loop)."""
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
-            pa.Array.from_buffers(_TIMESTAMP, n, [None, pa.py_buffer(timestamps)]),
-            pa.Array.from_buffers(
-                pa.binary(), n, [None, pa.py_buffer(value_offsets), pa.py_buffer(data)]
-            ),
-            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(segments)]),
-        ],
-        schema=ARROW_SCHEMA,
-    )
+def _spark_batch(proj: Projection, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A batch of ``scan_batches`` as Spark takes it: microsecond timestamps (one vectorized
+    cast of the millisecond column) and the query's names for the columns."""
+    columns = [
+        col.cast(_TIMESTAMP) if name == "timestamp" else col
+        for name, col in zip(proj.columns, batch.columns, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=proj.arrow)
 
 
 def _start_at(log: CommitLog, opts: Options, pos: int, hi: int) -> int | None:
@@ -109,53 +118,85 @@ def _start_at(log: CommitLog, opts: Options, pos: int, hi: int) -> int | None:
                 raise  # out of range for another reason than retention
 
 
-def read_range(opts: Options, part: InputPartition) -> Iterator[pa.RecordBatch]:
-    """Reads one partition: opens the log read-only, yields Arrow batches, closes the log.
-    Records deleted by retention before this task read them (planned when they were there)
-    follow ``fail_on_data_loss``."""
+def _read_span(
+    log: CommitLog, opts: Options, proj: Projection, lo: int, hi: int
+) -> Iterator[pa.RecordBatch]:
+    """The records that start in ``[lo, hi)``, as batches of the query's columns built in Rust
+    (only those columns: without ``body``, no body is read)."""
+    pos = _start_at(log, opts, lo, hi)
+    while pos is not None and pos < hi:
+        scan = log.scan_batches(
+            pos,
+            hi,
+            columns=proj.columns,
+            body="binary",  # Spark's Arrow ingestion takes plain binary, not binary_view
+            max_records=opts.batch_records,
+            max_bytes=opts.batch_bytes,
+        )
+        try:
+            for batch in scan:
+                yield _spark_batch(proj, batch)
+        except OffsetOutOfRangeError:
+            pos = scan.position
+            if log.min_offset <= pos:
+                raise
+            pos = _start_at(log, opts, pos, hi)  # deleted by retention since it was planned
+            continue
+        pos = scan.position
+        break
+    if pos is not None and pos < hi and log.max_offset < hi:
+        raise RuntimeError(
+            f"rmqlog: the log ends at {log.max_offset}, before the end of this partition "
+            f"({hi}) that the planner saw: was the tail cut by a writer's recovery?"
+        )
+
+
+def read_range(
+    opts: Options, part: InputPartition, proj: Projection = FULL
+) -> Iterator[pa.RecordBatch]:
+    """Reads one partition: opens the log read-only, yields Arrow batches of ``proj``'s columns,
+    closes the log. Records deleted by retention before this task read them (planned when they
+    were there) follow ``fail_on_data_loss``."""
     if not isinstance(part, RangePartition):  # Spark's placeholder for an empty plan
         return
     log = _open(opts.paths)
     try:
-        hi = part.hi
-        pos = _start_at(log, opts, part.lo, hi)
-        while pos is not None and pos < hi:
-            try:
-                nxt, n, offs, ts, segs, value_offsets, data = log._read_batch(
-                    pos, hi, opts.batch_records, opts.batch_bytes
-                )
-            except OffsetOutOfRangeError:
-                if log.min_offset <= pos:
-                    raise
-                pos = _start_at(log, opts, pos, hi)
-                continue
-            if n:
-                yield _record_batch(n, offs, ts, segs, value_offsets, data)
-            if nxt <= pos:
-                break
-            pos = nxt
-        if pos is not None and pos < hi and log.max_offset < hi:
-            raise RuntimeError(
-                f"rmqlog: the log ends at {log.max_offset}, before the end of this partition "
-                f"({hi}) that the planner saw: was the tail cut by a writer's recovery?"
-            )
+        for lo, hi in part.spans:
+            yield from _read_span(log, opts, proj, lo, hi)
     finally:
         log.close()
 
 
 class RmqlogReader(DataSourceReader):
-    """Batch reader: holds only the options; partitions are planned from the segment list."""
+    """Batch reader: holds only the options, the query's columns and the filters it took;
+    partitions are planned from the segment list."""
 
-    def __init__(self, opts: Options) -> None:
+    def __init__(self, opts: Options, proj: Projection = FULL) -> None:
         self.opts = opts
+        self.proj = proj
+        self.pushed = Pushed()
+
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
+        """Takes the comparisons, ranges and ``IN`` lists on ``offset`` and ``timestamp`` (and
+        ``IS [NOT] NULL``); returns the other filters, which Spark evaluates."""
+        return push(self.pushed, filters)
 
     def partitions(self) -> list[RangePartition]:
         log = _open(self.opts.paths)
         try:
             lo, hi = _resolve_range(log, self.opts)
-            return _byte_ranges(log, lo, hi, self.opts.max_partition_bytes)
+            ranges = self.pushed.ranges(log, lo, hi)
+            return _byte_ranges(log, ranges, self.opts.max_partition_bytes)
         finally:
             log.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_range(self.opts, partition)
+        return read_range(self.opts, partition, self.proj)
+
+
+class NoPushdownReader(RmqlogReader):
+    """The batch reader without ``pushFilters``: what Spark gets where its switch for filters
+    reaching Python sources (``spark.sql.python.filterPushdown.enabled``) is off, since Spark
+    refuses a reader that defines ``pushFilters`` there."""
+
+    pushFilters = DataSourceReader.pushFilters  # type: ignore[assignment]

@@ -6,20 +6,41 @@ same options, so every option's name and value is checked there. Whether the Dat
 or a stream is only known later: ``reader()`` runs when a batch query is planned (its first
 action), ``streamReader()`` when a streaming query starts. An option of the other kind of read
 (``end_offset`` on a stream, a trigger limit on a batch read) is refused there.
+
+Filters reach a Python source only where ``spark.sql.python.filterPushdown.enabled`` is on, and
+there Spark builds the reader in its filter planner; elsewhere Spark refuses a reader that defines
+``pushFilters``. So ``reader()`` gives the one with ``pushFilters`` to that planner only.
 """
 
+import sys
 from collections.abc import Iterator, MutableMapping
+from types import FrameType
 from typing import Any, NoReturn
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from rmqlog.spark.batch import RmqlogReader, _open
+from rmqlog.spark.batch import NoPushdownReader, RmqlogReader, _open
 from rmqlog.spark.options import parse_options
-from rmqlog.spark.schema import SCHEMA, _check_schema
+from rmqlog.spark.schema import SCHEMA, projection
 from rmqlog.spark.stream import RmqlogStreamReader
 
 NAME = "rmqlog"
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+_FILTER_PLANNER = "data_source_pushdown_filters.py"  # pyspark.sql.worker's module
+
+
+def _built_by_filter_planner() -> bool:
+    """Whether the caller is PySpark's filter-pushdown planner (the worker that calls
+    ``pushFilters`` right after ``reader()``)."""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(8):
+        if frame is None:
+            return False
+        if frame.f_code.co_filename.endswith(_FILTER_PLANNER):
+            return True
+        frame = frame.f_back
+    return False
 
 
 class RmqlogDataSource(DataSource):
@@ -39,18 +60,20 @@ class RmqlogDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> RmqlogReader:
-        _check_schema(schema)
-        return RmqlogReader(parse_options(self.options, "batch"))
+        proj = projection(schema)
+        opts = parse_options(self.options, "batch")
+        cls = RmqlogReader if _built_by_filter_planner() else NoPushdownReader
+        return cls(opts, proj)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        _check_schema(schema)
+        proj = projection(schema)
         try:
             opts = parse_options(self.options, "stream")
         except ValueError as e:
             # Raising here would reach PySpark's stream runner before its reader exists: its
             # cleanup then fails with an UnboundLocalError that hides this message.
             return _RefusedStreamReader(e)
-        return RmqlogStreamReader(opts)
+        return RmqlogStreamReader(opts, proj)
 
 
 class _RefusedStreamReader(DataSourceStreamReader):
@@ -87,7 +110,12 @@ class _RefusedStreamReader(DataSourceStreamReader):
         """Nothing to release."""
 
 
-def register(spark: Any) -> type[RmqlogDataSource]:
-    """Registers the ``rmqlog`` data source (batch and streaming) with a SparkSession."""
+def register(spark: Any, pushdown: bool = True) -> type[RmqlogDataSource]:
+    """Registers the ``rmqlog`` data source (batch and streaming) with a SparkSession. With
+    ``pushdown`` (the default) it also turns on ``spark.sql.python.filterPushdown.enabled``, the
+    session's switch for filters reaching Python sources (off by default; sources without
+    ``pushFilters`` read the same with it on)."""
     spark.dataSource.register(RmqlogDataSource)
+    if pushdown:
+        spark.conf.set(PUSHDOWN_CONF, "true")
     return RmqlogDataSource

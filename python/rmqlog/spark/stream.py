@@ -11,6 +11,7 @@ from rmqlog import CommitLog
 from rmqlog.spark.batch import RangePartition, _byte_ranges, _open, read_range
 from rmqlog.spark.errors import _data_loss
 from rmqlog.spark.options import Options
+from rmqlog.spark.schema import FULL, Projection
 
 try:  # PySpark >= 4.2: admission control (read limits) and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import (
@@ -37,10 +38,6 @@ except ImportError:  # pragma: no cover - PySpark 4.0/4.1: no read limits
         """Stand-in: Trigger.AvailableNow for Python sources needs PySpark 4.2."""
 
 
-# Chunk size of the driver-side walk that counts records for max_records_per_trigger.
-_COUNT_CHUNK_BYTES = 16 << 20
-
-
 def _offset(value: Any, what: str) -> int:
     if isinstance(value, dict) and isinstance(value.get("offset"), int):
         return value["offset"]
@@ -53,8 +50,9 @@ class RmqlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ``[start, end)``. The driver side follows the writer with a read-only log and ``refresh()``.
     """
 
-    def __init__(self, opts: Options) -> None:
+    def __init__(self, opts: Options, proj: Projection = FULL) -> None:
         self.opts = opts
+        self.proj = proj
         self._log: CommitLog | None = None
         self._target: int | None = None  # Trigger.AvailableNow
 
@@ -121,13 +119,15 @@ class RmqlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @staticmethod
     def _after_records(log: CommitLog, pos: int, end: int, count: int) -> int:
-        """Where the ``count`` records starting at ``pos`` end (at most ``end``)."""
+        """Where the ``count`` records starting at ``pos`` end (at most ``end``): the offset
+        column only, no body read."""
         while count > 0 and pos < end:
-            nxt, n, *_ = log._read_batch(pos, end, count, _COUNT_CHUNK_BYTES)
-            count -= n
-            if nxt <= pos:
+            scan = log.scan_batches(pos, end, columns=("offset",), max_records=count)
+            batch = next(scan, None)
+            if batch is None or scan.position <= pos:
                 break
-            pos = nxt
+            count -= batch.num_rows
+            pos = scan.position
         return pos
 
     def reportLatestOffset(self) -> dict | None:
@@ -150,10 +150,10 @@ class RmqlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"({log.min_offset - lo} bytes deleted before the query reached them)",
             )
             lo = min(log.min_offset, hi)
-        return _byte_ranges(log, lo, hi, self.opts.max_partition_bytes)
+        return _byte_ranges(log, ((lo, hi),), self.opts.max_partition_bytes)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_range(self.opts, partition)
+        return read_range(self.opts, partition, self.proj)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the log is not consumed, retention is the writer's business."""
