@@ -73,6 +73,13 @@ impl<'a> BatchBuilder<'a> {
 
     /// Adds `rec` (the caller checked [`BatchBuilder::fits`]).
     pub(super) fn push(&mut self, rec: &RecordRef) -> Result<()> {
+        // The one push that can fail comes first: a refused record leaves every column as it was.
+        if self.opts.wants(Column::Body) {
+            match self.opts.body {
+                BodyLayout::View => self.views.push(rec)?,
+                BodyLayout::Binary => self.push_copy(rec)?,
+            }
+        }
         // Columns not asked for were given no capacity: each test is one predictable branch.
         if self.offsets.capacity() > 0 {
             self.offsets.push(rec.offset() as i64);
@@ -83,12 +90,6 @@ impl<'a> BatchBuilder<'a> {
         }
         if self.segments.capacity() > 0 {
             self.segments.push(rec.segment_start() as i64);
-        }
-        if self.opts.wants(Column::Body) {
-            match self.opts.body {
-                BodyLayout::View => self.views.push(rec)?,
-                BodyLayout::Binary => self.push_copy(rec)?,
-            }
         }
         self.rows += 1;
         self.body_bytes += rec.len();

@@ -20,6 +20,8 @@ pub struct BatchReader {
     pending: Option<RecordRef>,
     /// An error met after the last batch's records: the next call returns it.
     failed: Option<Error>,
+    /// An error was returned: the reader has ended (`pending` then holds the record it was about).
+    ended: bool,
 }
 
 impl BatchReader {
@@ -31,6 +33,7 @@ impl BatchReader {
             opts,
             pending: None,
             failed: None,
+            ended: false,
         })
     }
 
@@ -53,6 +56,15 @@ impl BatchReader {
 
     /// The next batch, `None` at the end of the range.
     pub fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        if self.ended {
+            return Ok(None);
+        }
+        let batch = self.fill();
+        self.ended = batch.is_err();
+        batch
+    }
+
+    fn fill(&mut self) -> Result<Option<RecordBatch>> {
         if let Some(e) = self.failed.take() {
             return Err(e);
         }
@@ -71,7 +83,14 @@ impl BatchReader {
                 self.pending = Some(rec);
                 break;
             }
-            batch.push(&rec)?;
+            if let Err(e) = batch.push(&rec) {
+                self.pending = Some(rec);
+                if batch.is_empty() {
+                    return Err(e);
+                }
+                self.failed = Some(e);
+                break;
+            }
         }
         if batch.is_empty() {
             return Ok(None);
