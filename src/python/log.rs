@@ -9,12 +9,13 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyMemoryView, PyString, PyTuple};
 
 use super::args::{self, Arg};
+use super::buffer::SegmentBuffer;
 use super::dirs::PyDirInfo;
 use super::errors;
 use super::options;
 use super::record::{PyRecord, PySegment};
 use super::scan::{PyScan, ScanState};
-use super::views::{self, ViewCache};
+use super::views::ViewCache;
 use crate::{CommitLog, Error, RecordRef};
 
 /// A segmented, memory-mapped commit log over one or more directories.
@@ -48,7 +49,7 @@ fn as_bytes<'py>(
 }
 
 impl PyCommitLog {
-    /// A memoryview of a record's body: a slice of the cached view over its segment's map.
+    /// A memoryview of a record's body, made by the cached exporter of its segment's map.
     pub(super) fn body_view<'py>(
         &self,
         py: Python<'py>,
@@ -56,19 +57,19 @@ impl PyCommitLog {
     ) -> PyResult<Bound<'py, PyAny>> {
         let (map, range) = rec.mapping();
         self.prune_views();
-        let whole = self.views.segment_view(py, map, rec.segment_start())?;
-        views::slice(&whole, range)
+        let exporter = self.views.exporter(py, map, rec.segment_start())?;
+        SegmentBuffer::view(&exporter, range)
     }
 
-    /// The view over the map of `rec`'s segment, for callers that slice many bodies from it.
-    pub(super) fn segment_view<'py>(
+    /// The exporter of the map of `rec`'s segment, for callers that make many bodies from it.
+    pub(super) fn exporter<'py>(
         &self,
         py: Python<'py>,
         rec: &RecordRef,
-    ) -> PyResult<Bound<'py, PyMemoryView>> {
+    ) -> PyResult<Bound<'py, SegmentBuffer>> {
         self.prune_views();
         self.views
-            .segment_view(py, rec.mapping().0, rec.segment_start())
+            .exporter(py, rec.mapping().0, rec.segment_start())
     }
 
     fn prune_views(&self) {
