@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use pyo3::exceptions::PyTypeError;
 use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyMemoryView, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyMemoryView, PyString, PyTuple};
 
 use super::args::{self, Arg};
 use super::buffer::SegmentBuffer;
@@ -88,6 +88,12 @@ impl PyCommitLog {
 
     /// An offset argument as `u64`; a negative one (or one past 2^64) is out of range.
     fn offset_in_range(&self, offset: &Bound<'_, PyAny>) -> PyResult<u64> {
+        // The common case in one C call: an `int` (not a subclass such as `bool`) in range.
+        if offset.is_exact_instance_of::<PyInt>() {
+            if let Ok(off) = offset.extract::<u64>() {
+                return Ok(off);
+            }
+        }
         let off = args::offset(offset, "offset")?;
         u64::try_from(off).or_else(|_| {
             let (min, max) = (self.log.min_offset()?, self.log.max_offset()?);
