@@ -30,6 +30,8 @@
 //! The on-disk format is described in `docs/format.md`, the guarantees in `docs/recovery.md`.
 
 mod active_file;
+#[cfg(feature = "arrow")]
+pub mod arrow;
 mod background;
 mod batch;
 mod checkpoint;

@@ -149,6 +149,26 @@ impl CommitLog {
         Scan::new(Arc::clone(&self.state), start, end)
     }
 
+    /// Records with offsets in `[start, end)` (defaults: the whole log as of this call) as Arrow
+    /// record batches shaped by `opts`.
+    #[cfg(feature = "arrow")]
+    pub fn scan_batches(
+        &self,
+        start: Option<u64>,
+        end: Option<u64>,
+        opts: crate::arrow::BatchOptions,
+    ) -> Result<crate::arrow::BatchReader> {
+        opts.validate()?;
+        crate::arrow::BatchReader::new(self.scan(start, end)?, opts)
+    }
+
+    /// Appends the bodies of an Arrow binary (or string) array, as [`CommitLog::append_batch`]
+    /// does: all visible together, or none. A null element is refused before anything is written.
+    #[cfg(feature = "arrow")]
+    pub fn append_array(&self, array: &dyn arrow_array::Array) -> Result<Vec<u64>> {
+        self.append_batch(&crate::arrow::bodies(array)?)
+    }
+
     /// Up to `max_records` records starting in `[start, end)` whose bodies total at most
     /// `max_bytes` (at least one record if any is left; an Arrow `binary` column holds < 2 GiB).
     /// `start` is a record start, or the end of a segment's records.

@@ -341,6 +341,16 @@ impl Scan {
         self.next
     }
 
+    /// The end of the scan's range: no record starting at or after it is yielded.
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+
+    /// An error once the log is closed.
+    pub(crate) fn check_open(&self) -> Result<()> {
+        self.state.check_open()
+    }
+
     fn step(&mut self) -> Result<Option<RecordRef>> {
         loop {
             if self.next >= self.end {

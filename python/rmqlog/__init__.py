@@ -9,9 +9,11 @@ import atexit
 from types import MappingProxyType
 
 from rmqlog import _native
+from rmqlog._arrow import to_arrow
 from rmqlog._native import (
     HEADER_LEN,
     MAX_OFFSET,
+    BatchScan,
     ClosedError,
     CommitLog,
     CommitLogError,
@@ -47,6 +49,7 @@ __all__ = [
     "HEADER_LEN",
     "MAX_OFFSET",
     "PRESETS",
+    "BatchScan",
     "ClosedError",
     "CommitLog",
     "CommitLogError",
@@ -65,4 +68,5 @@ __all__ = [
     "StoreNotFoundError",
     "WriterPoisonedError",
     "__version__",
+    "to_arrow",
 ]

@@ -3,8 +3,9 @@
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Literal, Self, final
+from typing import Literal, Protocol, Self, final, overload
 
+import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no stubs
 from typing_extensions import Buffer
 
 __all__ = [
@@ -12,6 +13,7 @@ __all__ = [
     "HEADER_LEN",
     "MAX_OFFSET",
     "PRESETS",
+    "BatchScan",
     "ClosedError",
     "CommitLog",
     "CommitLogError",
@@ -164,6 +166,39 @@ class ScanIterator(Iterator[tuple[int, memoryview]]):
     def __iter__(self) -> Self: ...
     def __next__(self) -> tuple[int, memoryview]: ...
 
+class _ArrowArrayLike(Protocol):
+    """An Arrow array through the PyCapsule interface (``__arrow_c_array__``); objects with
+    ``__arrow_c_stream__`` only (``pyarrow.ChunkedArray``, Polars Series) are accepted too."""
+
+    def __arrow_c_array__(
+        self, requested_schema: object | None = None
+    ) -> tuple[object, object]: ...
+
+@final
+class BatchScan(Iterator[pa.RecordBatch]):
+    """Record batches returned by :meth:`CommitLog.scan_batches`, built in Rust.
+
+    Iterating yields ``pyarrow.RecordBatch`` objects (pyarrow needed). The object is also an Arrow
+    PyCapsule stream (``__arrow_c_stream__``): ``pyarrow.RecordBatchReader.from_stream(scan)``,
+    ``polars.from_arrow(scan)`` and ``duckdb.sql("select ... from scan")`` read it without pyarrow
+    and with no Python object per record. Each stream export reads from :attr:`position` to
+    :attr:`end` anew; it does not advance this iterator.
+    """
+
+    def __iter__(self) -> Self: ...
+    def __next__(self) -> pa.RecordBatch: ...
+    @property
+    def position(self) -> int:
+        """The offset the next batch starts at (:attr:`end` once done)."""
+    @property
+    def end(self) -> int:
+        """The end of the range: no record starting at or after it is read."""
+    @property
+    def schema(self) -> pa.Schema:
+        """The batches' schema."""
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        """An ``arrow_array_stream`` capsule over the batches from :attr:`position` on."""
+
 @final
 class SegmentBuffer:
     """Read-only buffer over one segment's map; memoryviews over it keep the map alive."""
@@ -208,8 +243,47 @@ class CommitLog:
     ) -> Self: ...
     def append(self, body: Buffer, /) -> int:
         """Appends one record; returns its physical offset."""
-    def append_batch(self, bodies: Iterable[Buffer], /) -> list[int]:
-        """Appends many records at once (all visible together, or none); returns their offsets."""
+    @overload
+    def append_batch(
+        self, bodies: Iterable[Buffer], /, *, offsets: Literal[True] = True
+    ) -> list[int]:
+        """Appends many records at once (all visible together, or none).
+
+        ``bodies`` is an iterable of bytes-like objects, or an Arrow array of binary,
+        large_binary, binary_view, fixed_size_binary or string types (any object with
+        ``__arrow_c_array__``, or ``__arrow_c_stream__`` such as a ``pyarrow.ChunkedArray`` or a
+        Polars Series), framed in Rust with the GIL released; a null element is refused before
+        anything is written. Returns the offsets: a list of ints for an iterable, a pyarrow int64
+        array for Arrow input, ``None`` with ``offsets=False``.
+        """
+    @overload
+    def append_batch(
+        self, bodies: _ArrowArrayLike, /, *, offsets: Literal[True] = True
+    ) -> pa.Array: ...
+    @overload
+    def append_batch(
+        self, bodies: Iterable[Buffer] | _ArrowArrayLike, /, *, offsets: Literal[False]
+    ) -> None: ...
+    def scan_batches(
+        self,
+        start: int | None = None,
+        end: int | None = None,
+        *,
+        columns: Sequence[str] | None = None,
+        body: Literal["view", "binary"] = "view",
+        max_records: int = 65536,
+        max_bytes: int = 67108864,
+    ) -> BatchScan:
+        """Records starting in ``[start, end)`` (up to ``max_offset`` now) as Arrow batches.
+
+        ``columns``: any of ``"offset"`` (int64), ``"timestamp"`` (timestamp[ms, UTC]),
+        ``"body"``, ``"segment"`` (int64, the start of the record's segment), in the order given
+        (default: offset, timestamp, body). ``body="view"``: a binary_view column whose data
+        buffers are the mapped segments (no copy; a batch keeps its maps alive past ``close()``
+        and past the deletion of the files); ``"binary"``: the bodies copied into one buffer per
+        batch. A batch holds at most ``max_records`` records and ``max_bytes`` of bodies (at
+        least one record). Every record is checked (header and body CRC) as by :meth:`scan`.
+        """
     def read(self, offset: int, /) -> memoryview:
         """The body of the record at ``offset``: a read-only memoryview over the map."""
     def read_record(self, offset: int, /) -> Record:

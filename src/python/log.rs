@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyMemoryView, PyString, PyTuple};
 
 use super::args::{self, Arg};
+use super::arrow;
 use super::buffer::SegmentBuffer;
 use super::dirs::PyDirInfo;
 use super::errors;
@@ -49,6 +50,27 @@ fn as_bytes<'py>(
 }
 
 impl PyCommitLog {
+    /// The `start` and `end` of a scan: offsets, `start` in the log, `end` clamped.
+    fn range_args(
+        &self,
+        start: Option<&Bound<'_, PyAny>>,
+        end: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(Option<u64>, Option<u64>)> {
+        let start = match start {
+            Some(s) => {
+                let s = args::offset(s, "start")?;
+                Some(u64::try_from(s).map_err(|_| Error::OffsetOutOfRange {
+                    offset: s,
+                    min: self.log.min_offset().unwrap_or(0),
+                    max: self.log.max_offset().unwrap_or(0),
+                })?)
+            }
+            None => None,
+        };
+        let end = end.map(|e| args::offset(e, "end")).transpose()?;
+        Ok((start, end.map(|e| e.clamp(0, u64::MAX as i128) as u64)))
+    }
+
     /// A memoryview of a record's body, made by the cached exporter of its segment's map.
     pub(super) fn body_view<'py>(
         &self,
@@ -212,21 +234,28 @@ impl PyCommitLog {
         Ok(py.detach(|| self.log.append(data))?)
     }
 
-    /// Appends many records at once (all visible together, or none); returns their offsets.
-    #[pyo3(signature = (bodies, /))]
+    /// Appends many records at once (all visible together, or none); returns their offsets: a
+    /// list for an iterable of bodies, a pyarrow int64 array for an Arrow array; None with
+    /// `offsets=False`.
+    #[pyo3(signature = (bodies, /, *, offsets = true))]
     fn append_batch<'py>(
         &self,
         py: Python<'py>,
         bodies: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyList>> {
+        offsets: bool,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
         if bodies.is_instance_of::<PyBytes>() || bodies.is_instance_of::<PyString>() {
             return Err(PyTypeError::new_err(
-                "append_batch takes an iterable of bytes-like bodies; use append() for one body",
+                "append_batch takes an iterable of bytes-like bodies or an Arrow binary array; \
+                 use append() for one body",
             ));
+        }
+        if arrow::is_arrow(bodies)? {
+            return arrow::append_arrow(self, py, bodies, offsets);
         }
         let iter = bodies.try_iter().map_err(|_| {
             PyTypeError::new_err(format!(
-                "bodies must be an iterable of bytes-like objects, got {}",
+                "bodies must be an iterable of bytes-like objects or an Arrow binary array, got {}",
                 args::type_of(bodies)
             ))
         })?;
@@ -235,8 +264,34 @@ impl PyCommitLog {
             owned.push(as_bytes(&item?, || format!("bodies[{i}]"))?);
         }
         let slices: Vec<&[u8]> = owned.iter().map(|b| b.as_bytes()).collect();
-        let offsets = py.detach(|| self.log.append_batch(&slices))?;
-        PyList::new(py, offsets)
+        let found = py.detach(|| self.log.append_batch(&slices))?;
+        if !offsets {
+            return Ok(None);
+        }
+        Ok(Some(PyList::new(py, found)?.into_any()))
+    }
+
+    /// Record batches (pyarrow) of the records in `[start, end)`, built in Rust.
+    #[pyo3(signature = (
+        start = None, end = None, *, columns = None, body = "view", max_records = 65_536,
+        max_bytes = 67_108_864
+    ))]
+    fn scan_batches(
+        slf: &Bound<'_, Self>,
+        start: Option<&Bound<'_, PyAny>>,
+        end: Option<&Bound<'_, PyAny>>,
+        columns: Option<&Bound<'_, PyAny>>,
+        body: &str,
+        max_records: i64,
+        max_bytes: i64,
+    ) -> PyResult<arrow::PyBatchScan> {
+        let opts = arrow::batch_options(columns, body, max_records, max_bytes)?;
+        let this = slf.get();
+        let (start, end) = this.range_args(start, end)?;
+        let reader = slf
+            .py()
+            .detach(|| this.log.scan_batches(start, end, opts))?;
+        Ok(arrow::PyBatchScan::new(slf.clone().unbind(), reader))
     }
 
     /// The body of the record at `offset`, as a read-only memoryview over the map (no copy).
@@ -266,21 +321,7 @@ impl PyCommitLog {
         end: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyScan> {
         let this = slf.get();
-        let start = match start {
-            Some(s) => {
-                let s = args::offset(s, "start")?;
-                Some(u64::try_from(s).map_err(|_| Error::OffsetOutOfRange {
-                    offset: s,
-                    min: this.log.min_offset().unwrap_or(0),
-                    max: this.log.max_offset().unwrap_or(0),
-                })?)
-            }
-            None => None,
-        };
-        let end = match end {
-            Some(e) => Some(args::offset(e, "end")?.clamp(0, u64::MAX as i128) as u64),
-            None => None,
-        };
+        let (start, end) = this.range_args(start, end)?;
         let scan = this.log.scan(start, end)?;
         Ok(PyScan {
             log: slf.clone().unbind(),

@@ -4,6 +4,7 @@
 #![allow(missing_debug_implementations)]
 
 mod args;
+mod arrow;
 mod buffer;
 mod dirs;
 mod errors;
@@ -26,6 +27,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<record::PyRecord>()?;
     m.add_class::<record::PySegment>()?;
     m.add_class::<scan::PyScan>()?;
+    m.add_class::<arrow::PyBatchScan>()?;
     m.add_class::<buffer::SegmentBuffer>()?;
     m.add_class::<dirs::PyDirInfo>()?;
     m.add_function(wrap_pyfunction!(logging::_shutdown_logging, m)?)?;

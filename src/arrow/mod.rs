@@ -1,0 +1,11 @@
+//! Arrow in and out: a log's records as record batches built in Rust (no per-record object for
+//! a caller), and appends from an Arrow binary array.
+
+mod bodies;
+mod build;
+mod columns;
+mod reader;
+
+pub use bodies::bodies;
+pub use columns::{BatchOptions, BodyLayout, Column};
+pub use reader::BatchReader;

@@ -1,0 +1,97 @@
+//! `BatchReader`: a scan of a log as Arrow record batches.
+
+use arrow_array::{RecordBatch, RecordBatchReader};
+use arrow_schema::{ArrowError, SchemaRef};
+
+use super::build::BatchBuilder;
+use super::columns::BatchOptions;
+use crate::error::{Error, Result};
+use crate::reader::{RecordRef, Scan};
+
+/// Record batches over a fixed range of a log (the range as of the call that made it). Each
+/// record is validated (header and body CRC) as by [`Scan`]. An error ends the reader, after the
+/// batch of the records before it.
+#[derive(Debug)]
+pub struct BatchReader {
+    scan: Scan,
+    opts: BatchOptions,
+    schema: SchemaRef,
+    /// A record read that did not fit the last batch: the first of the next.
+    pending: Option<RecordRef>,
+    /// An error met after the last batch's records: the next call returns it.
+    failed: Option<Error>,
+}
+
+impl BatchReader {
+    pub(crate) fn new(scan: Scan, opts: BatchOptions) -> Result<BatchReader> {
+        opts.validate()?;
+        Ok(BatchReader {
+            schema: opts.schema(),
+            scan,
+            opts,
+            pending: None,
+            failed: None,
+        })
+    }
+
+    /// Where the next batch starts (the end of the range once done).
+    pub fn next_offset(&self) -> u64 {
+        self.pending
+            .as_ref()
+            .map_or(self.scan.position(), RecordRef::offset)
+    }
+
+    /// The end of the range: no record starting at or after it is read.
+    pub fn end(&self) -> u64 {
+        self.scan.end()
+    }
+
+    /// The options the batches are built with.
+    pub fn options(&self) -> &BatchOptions {
+        &self.opts
+    }
+
+    /// The next batch, `None` at the end of the range.
+    pub fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        self.scan.check_open()?;
+        let mut batch = BatchBuilder::new(&self.opts);
+        while let Some(rec) = self.pending.take().map(Ok).or_else(|| self.scan.next()) {
+            let rec = match rec {
+                Ok(rec) => rec,
+                Err(e) if batch.is_empty() => return Err(e),
+                Err(e) => {
+                    self.failed = Some(e);
+                    break;
+                }
+            };
+            if !batch.fits(&rec) {
+                self.pending = Some(rec);
+                break;
+            }
+            batch.push(&rec)?;
+        }
+        if batch.is_empty() {
+            return Ok(None);
+        }
+        batch.finish(&self.schema).map(Some)
+    }
+}
+
+impl Iterator for BatchReader {
+    type Item = std::result::Result<RecordBatch, ArrowError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_batch()
+            .map_err(|e| ArrowError::ExternalError(Box::new(e)))
+            .transpose()
+    }
+}
+
+impl RecordBatchReader for BatchReader {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+}

@@ -1,0 +1,273 @@
+//! Arrow through the PyCapsule interface: `scan_batches` (`BatchScan`), and the Arrow arrays that
+//! `append_batch` takes and returns. No Python object is made per record.
+
+use std::ffi::CStr;
+use std::sync::{Mutex, TryLockError};
+
+use arrow_array::ffi::{from_ffi, to_ffi, FFI_ArrowArray, FFI_ArrowSchema};
+use arrow_array::ffi_stream::{ArrayStreamReader, FFI_ArrowArrayStream};
+use arrow_array::{make_array, Array, ArrayRef, Int64Array, RecordBatch, StructArray};
+use arrow_schema::ArrowError;
+use pyo3::exceptions::{PyModuleNotFoundError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::gc::{PyTraverseError, PyVisit};
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyCapsuleMethods};
+
+use super::log::PyCommitLog;
+use crate::arrow::{BatchOptions, BatchReader};
+use crate::Error;
+
+const SCHEMA: &CStr = c"arrow_schema";
+const ARRAY: &CStr = c"arrow_array";
+const STREAM: &CStr = c"arrow_array_stream";
+
+/// `pyarrow`, or an error saying how to install it.
+pub(super) fn pyarrow<'py>(py: Python<'py>, what: &str) -> PyResult<Bound<'py, PyModule>> {
+    py.import("pyarrow").map_err(|_| {
+        PyModuleNotFoundError::new_err(format!(
+            "{what} needs pyarrow, which is not installed: pip install 'rmqlog[arrow]' (or \
+             pyarrow>=16)"
+        ))
+    })
+}
+
+fn arrow_error(e: ArrowError) -> PyErr {
+    PyValueError::new_err(format!("Arrow: {e}"))
+}
+
+/// An array exported through the C data interface, as `pyarrow.Array`.
+fn to_pyarrow_array<'py>(py: Python<'py>, array: &dyn Array) -> PyResult<Bound<'py, PyAny>> {
+    let pa = pyarrow(py, "an Arrow result")?;
+    let (array, schema) = to_ffi(&array.to_data()).map_err(arrow_error)?;
+    let schema = PyCapsule::new_with_value(py, schema, SCHEMA)?;
+    let array = PyCapsule::new_with_value(py, array, ARRAY)?;
+    pa.getattr("Array")?
+        .call_method1("_import_from_c_capsule", (schema, array))
+}
+
+/// A record batch exported through the C data interface, as `pyarrow.RecordBatch`.
+fn to_pyarrow_batch<'py>(py: Python<'py>, batch: RecordBatch) -> PyResult<Bound<'py, PyAny>> {
+    let pa = pyarrow(py, "scan_batches")?;
+    let (array, schema) = to_ffi(&StructArray::from(batch).to_data()).map_err(arrow_error)?;
+    let schema = PyCapsule::new_with_value(py, schema, SCHEMA)?;
+    let array = PyCapsule::new_with_value(py, array, ARRAY)?;
+    pa.getattr("RecordBatch")?
+        .call_method1("_import_from_c_capsule", (schema, array))
+}
+
+/// The offsets of an Arrow append, as a `pyarrow` int64 array.
+pub(super) fn offsets_array<'py>(
+    py: Python<'py>,
+    offsets: Vec<u64>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let values: Vec<i64> = offsets.into_iter().map(|o| o as i64).collect();
+    to_pyarrow_array(py, &Int64Array::from(values))
+}
+
+/// Whether `obj` is an Arrow array for `append_batch` (rather than an iterable of bodies).
+pub(super) fn is_arrow(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    Ok(obj.hasattr("__arrow_c_array__")? || obj.hasattr("__arrow_c_stream__")?)
+}
+
+/// The arrays of an Arrow object: one for `__arrow_c_array__`, each chunk of a
+/// `__arrow_c_stream__` (a `pyarrow.ChunkedArray`, a Polars Series).
+pub(super) fn import_arrays(obj: &Bound<'_, PyAny>) -> PyResult<Vec<ArrayRef>> {
+    if obj.hasattr("__arrow_c_array__")? {
+        let pair = obj.call_method0("__arrow_c_array__")?;
+        let (schema, array): (Bound<'_, PyCapsule>, Bound<'_, PyCapsule>) =
+            pair.extract().map_err(|_| {
+                PyTypeError::new_err("__arrow_c_array__ must return (schema, array) capsules")
+            })?;
+        let schema = schema
+            .pointer_checked(Some(SCHEMA))?
+            .cast::<FFI_ArrowSchema>();
+        let array = array.pointer_checked(Some(ARRAY))?.cast::<FFI_ArrowArray>();
+        // SAFETY: both capsules hold C data interface structs (their names say so, checked
+        // above). The array is moved out of its capsule (which is left released, as the
+        // protocol wants); the schema is only borrowed while the capsule is alive.
+        let data = unsafe {
+            let array = FFI_ArrowArray::from_raw(array.as_ptr());
+            from_ffi(array, schema.as_ref())
+        }
+        .map_err(arrow_error)?;
+        return Ok(vec![checked(data)?]);
+    }
+    let capsule = obj.call_method1("__arrow_c_stream__", (obj.py().None(),))?;
+    let capsule = capsule
+        .cast_into::<PyCapsule>()
+        .map_err(|_| PyTypeError::new_err("__arrow_c_stream__ must return a capsule"))?;
+    let stream = capsule
+        .pointer_checked(Some(STREAM))?
+        .cast::<FFI_ArrowArrayStream>();
+    // SAFETY: the capsule holds a C stream interface struct (its name says so, checked above);
+    // it is moved out and the capsule left released, as the protocol wants.
+    let reader = unsafe { ArrayStreamReader::from_raw(stream.as_ptr()) }.map_err(arrow_error)?;
+    reader
+        .map(|chunk| {
+            chunk
+                .map_err(arrow_error)
+                .and_then(|a| checked(a.to_data()))
+        })
+        .collect()
+}
+
+/// The imported array, its offsets and lengths checked against its buffers.
+fn checked(data: arrow_data::ArrayData) -> PyResult<ArrayRef> {
+    data.validate_data()
+        .map_err(|e| PyValueError::new_err(format!("the Arrow array given is not valid: {e}")))?;
+    Ok(make_array(data))
+}
+
+/// Record batches of a log, built in Rust: `CommitLog.scan_batches()`.
+#[pyclass(name = "BatchScan", module = "rmqlog", frozen)]
+pub struct PyBatchScan {
+    log: Py<PyCommitLog>,
+    reader: Mutex<BatchReader>,
+}
+
+impl PyBatchScan {
+    pub(super) fn new(log: Py<PyCommitLog>, reader: BatchReader) -> Self {
+        PyBatchScan {
+            log,
+            reader: Mutex::new(reader),
+        }
+    }
+
+    /// Never waits for the lock with the GIL held: its holder may be waiting for the GIL.
+    fn with_reader<T>(&self, f: impl FnOnce(&mut BatchReader) -> T) -> PyResult<T> {
+        match self.reader.try_lock() {
+            Ok(mut r) => Ok(f(&mut r)),
+            Err(TryLockError::Poisoned(e)) => Ok(f(&mut e.into_inner())),
+            Err(TryLockError::WouldBlock) => Err(PyRuntimeError::new_err(
+                "this BatchScan is being advanced by another thread",
+            )),
+        }
+    }
+}
+
+#[pymethods]
+impl PyBatchScan {
+    fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        pyarrow(py, "iterating a BatchScan")?;
+        let batch = self.with_reader(|r| py.detach(|| r.next_batch()))??;
+        batch.map(|b| to_pyarrow_batch(py, b)).transpose()
+    }
+
+    /// The offset the next batch starts at (the end of the range once done).
+    #[getter]
+    fn position(&self) -> PyResult<u64> {
+        self.with_reader(|r| r.next_offset())
+    }
+
+    /// The end of the range: no record starting at or after it is read.
+    #[getter]
+    fn end(&self) -> PyResult<u64> {
+        self.with_reader(|r| r.end())
+    }
+
+    /// The batches' schema, as a `pyarrow.Schema`.
+    #[getter]
+    fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let pa = pyarrow(py, "BatchScan.schema")?;
+        let schema = self.with_reader(|r| r.options().schema())?;
+        let ffi = FFI_ArrowSchema::try_from(schema.as_ref()).map_err(arrow_error)?;
+        let capsule = PyCapsule::new_with_value(py, ffi, SCHEMA)?;
+        pa.getattr("Schema")?
+            .call_method1("_import_from_c_capsule", (capsule,))
+    }
+
+    /// The Arrow PyCapsule stream protocol: the batches from `position` to `end`, read by the
+    /// consumer (no GIL needed). Each call starts a new read; this iterator does not advance.
+    #[pyo3(signature = (requested_schema = None))]
+    fn __arrow_c_stream__<'py>(
+        &self,
+        py: Python<'py>,
+        requested_schema: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        let _ = requested_schema; // the protocol lets a producer keep its own schema
+        let (start, end, opts) =
+            self.with_reader(|r| (r.next_offset(), r.end(), r.options().clone()))?;
+        let log = self.log.get();
+        let reader = py.detach(|| log.log.scan_batches(Some(start), Some(end), opts))?;
+        PyCapsule::new_with_value(py, FFI_ArrowArrayStream::new(Box::new(reader)), STREAM)
+    }
+
+    fn __repr__(&self) -> PyResult<String> {
+        self.with_reader(|r| {
+            let cols: Vec<&str> = r.options().columns.iter().map(|c| c.name()).collect();
+            format!(
+                "BatchScan(position={}, end={}, columns={cols:?})",
+                r.next_offset(),
+                r.end()
+            )
+        })
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.log)
+    }
+}
+
+/// `scan_batches`'s keyword arguments as batch options.
+pub(super) fn batch_options(
+    columns: Option<&Bound<'_, PyAny>>,
+    body: &str,
+    max_records: i64,
+    max_bytes: i64,
+) -> PyResult<BatchOptions> {
+    let mut opts = BatchOptions::default();
+    if let Some(cols) = columns {
+        if cols.is_instance_of::<pyo3::types::PyString>() {
+            return Err(PyTypeError::new_err(
+                "columns must be a sequence of column names, e.g. [\"offset\", \"body\"]",
+            ));
+        }
+        let names: Vec<String> = cols.extract().map_err(|_| {
+            PyTypeError::new_err(
+                "columns must be a sequence of column names (\"offset\", \"timestamp\", \
+                 \"body\", \"segment\")",
+            )
+        })?;
+        opts.columns = names
+            .iter()
+            .map(|n| crate::arrow::Column::parse(n))
+            .collect::<Result<_, Error>>()?;
+    }
+    opts.body = crate::arrow::BodyLayout::parse(body)?;
+    let positive = |v: i64, what: &str| {
+        usize::try_from(v).ok().filter(|&v| v > 0).ok_or_else(|| {
+            PyValueError::new_err(format!("{what} must be a positive integer, got {v}"))
+        })
+    };
+    opts.max_records = positive(max_records, "max_records")?;
+    opts.max_bytes = positive(max_bytes, "max_bytes")?;
+    opts.validate()?;
+    Ok(opts)
+}
+
+/// Appends the bodies of an Arrow object (see [`import_arrays`]) in one batch.
+pub(super) fn append_arrow<'py>(
+    slf: &PyCommitLog,
+    py: Python<'py>,
+    obj: &Bound<'py, PyAny>,
+    want_offsets: bool,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    if want_offsets {
+        let what = "append_batch of an Arrow array (its offsets are a pyarrow array; or pass \
+                    offsets=False)";
+        pyarrow(py, what)?;
+    }
+    let arrays = import_arrays(obj)?;
+    let offsets = py.detach(|| -> Result<Vec<u64>, Error> {
+        let mut bodies = Vec::with_capacity(arrays.iter().map(|a| a.len()).sum());
+        for a in &arrays {
+            bodies.extend(crate::arrow::bodies(a.as_ref())?);
+        }
+        slf.log.append_batch(&bodies)
+    })?;
+    want_offsets.then(|| offsets_array(py, offsets)).transpose()
+}
