@@ -86,3 +86,16 @@ def test_random_reads_over_many_segments_leak_nothing(tmp_path, filled):
     gc.collect()
     grown = sys.getallocatedblocks() - before
     assert grown < 500, f"{2 * len(picks)} reads grew the allocated blocks by {grown}"
+
+
+def test_offsets_are_plain_ints_in_order(tmp_path, make_log, body):
+    """append_batch's list and scan's pairs hold plain ints (built from signed values now)."""
+    log = make_log([tmp_path / "d"], clean_interval_ms=0)
+    bodies = [body(i, 60) for i in range(300)]
+    offsets = log.append_batch(bodies)
+    assert type(offsets) is list and all(type(o) is int for o in offsets)
+    assert offsets == sorted(offsets) and len(set(offsets)) == len(bodies)
+    pairs = list(log.scan())
+    assert all(type(p) is tuple and len(p) == 2 and type(p[0]) is int for p in pairs)
+    assert [o for o, _ in pairs] == offsets
+    assert [bytes(v) for _, v in pairs] == bodies

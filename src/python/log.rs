@@ -13,6 +13,7 @@ use super::arrow;
 use super::buffer::SegmentBuffer;
 use super::dirs::PyDirInfo;
 use super::errors;
+use super::ints;
 use super::options;
 use super::record::{PyRecord, PySegment};
 use super::scan::{PyScan, ScanState};
@@ -268,7 +269,7 @@ impl PyCommitLog {
         if !offsets {
             return Ok(None);
         }
-        Ok(Some(PyList::new(py, found)?.into_any()))
+        Ok(Some(ints::list(py, &found)?.into_any()))
     }
 
     /// Record batches (pyarrow) of the records in `[start, end)`, built in Rust.

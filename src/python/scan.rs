@@ -6,8 +6,10 @@ use std::sync::{Arc, Mutex, TryLockError};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 
 use super::buffer::SegmentBuffer;
+use super::ints;
 use super::log::PyCommitLog;
 use crate::{Error, RecordRef, Scan};
 
@@ -37,7 +39,7 @@ impl PyScan {
         slf
     }
 
-    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<(u64, Bound<'py, PyAny>)>> {
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
         // Never wait for this lock with the GIL held: the holder may be waiting for the GIL.
         let mut st = match self.state.try_lock() {
             Ok(st) => st,
@@ -69,7 +71,7 @@ impl PyScan {
                         SegmentBuffer::view(&v, range)?
                     }
                 };
-                Ok(Some((rec.offset(), body)))
+                Ok(Some(ints::pair(py, rec.offset(), body)))
             }
             None => match st.failed.take() {
                 Some(e) => Err(e.into()),
