@@ -229,10 +229,11 @@ pub(crate) fn read(state: &State, offset: u64) -> Result<RecordRef> {
     if offset < state.min_offset() || offset >= max {
         return Err(state.range_error(offset.into()));
     }
-    // The common case: the segment is mapped already; nothing but the map's `Arc` is cloned.
+    // The common case: the segment is mapped already; its map's `Arc` is cloned once, into the
+    // record.
     let list = state.segments();
-    if let Some((seg, Ok(map))) = list.find(offset).map(|s| (s, s.map())) {
-        return record_here(seg, &map, offset, max);
+    if let Some((seg, map)) = list.find(offset).and_then(|s| Some((s, s.mapped()?))) {
+        return record_here(seg, map, offset, max);
     }
     let (seg, map) = locate(state, &mut state.segments_full(), offset)?;
     record_here(&seg, &map, offset, max)

@@ -166,6 +166,11 @@ impl Segment {
         self.written.store(pos, Ordering::Release);
     }
 
+    /// The segment's map if it is mapped already (no reference count touched).
+    pub fn mapped(&self) -> Option<&Arc<Mapping>> {
+        self.map.get()
+    }
+
     /// The segment's map, created on first use; the file descriptor is closed once mapped.
     pub fn map(&self) -> Result<Arc<Mapping>> {
         if let Some(m) = self.map.get() {

@@ -6,16 +6,18 @@ use std::sync::Mutex;
 use pyo3::exceptions::PyTypeError;
 use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyMemoryView, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyMemoryView, PyString, PyTuple};
 
 use super::args::{self, Arg};
 use super::arrow;
+use super::buffer::SegmentBuffer;
 use super::dirs::PyDirInfo;
 use super::errors;
+use super::ints;
 use super::options;
 use super::record::{PyRecord, PySegment};
 use super::scan::{PyScan, ScanState};
-use super::views::{self, ViewCache};
+use super::views::ViewCache;
 use crate::{CommitLog, Error, RecordRef};
 
 /// A segmented, memory-mapped commit log over one or more directories.
@@ -70,7 +72,7 @@ impl PyCommitLog {
         Ok((start, end.map(|e| e.clamp(0, u64::MAX as i128) as u64)))
     }
 
-    /// A memoryview of a record's body: a slice of the cached view over its segment's map.
+    /// A memoryview of a record's body, made by the cached exporter of its segment's map.
     pub(super) fn body_view<'py>(
         &self,
         py: Python<'py>,
@@ -78,19 +80,19 @@ impl PyCommitLog {
     ) -> PyResult<Bound<'py, PyAny>> {
         let (map, range) = rec.mapping();
         self.prune_views();
-        let whole = self.views.segment_view(py, map, rec.segment_start())?;
-        views::slice(&whole, range)
+        let exporter = self.views.exporter(py, map, rec.segment_start())?;
+        SegmentBuffer::view(&exporter, range)
     }
 
-    /// The view over the map of `rec`'s segment, for callers that slice many bodies from it.
-    pub(super) fn segment_view<'py>(
+    /// The exporter of the map of `rec`'s segment, for callers that make many bodies from it.
+    pub(super) fn exporter<'py>(
         &self,
         py: Python<'py>,
         rec: &RecordRef,
-    ) -> PyResult<Bound<'py, PyMemoryView>> {
+    ) -> PyResult<Bound<'py, SegmentBuffer>> {
         self.prune_views();
         self.views
-            .segment_view(py, rec.mapping().0, rec.segment_start())
+            .exporter(py, rec.mapping().0, rec.segment_start())
     }
 
     fn prune_views(&self) {
@@ -109,6 +111,12 @@ impl PyCommitLog {
 
     /// An offset argument as `u64`; a negative one (or one past 2^64) is out of range.
     fn offset_in_range(&self, offset: &Bound<'_, PyAny>) -> PyResult<u64> {
+        // The common case in one C call: an `int` (not a subclass such as `bool`) in range.
+        if offset.is_exact_instance_of::<PyInt>() {
+            if let Ok(off) = offset.extract::<u64>() {
+                return Ok(off);
+            }
+        }
         let off = args::offset(offset, "offset")?;
         u64::try_from(off).or_else(|_| {
             let (min, max) = (self.log.min_offset()?, self.log.max_offset()?);
@@ -261,7 +269,7 @@ impl PyCommitLog {
         if !offsets {
             return Ok(None);
         }
-        Ok(Some(PyList::new(py, found)?.into_any()))
+        Ok(Some(ints::list(py, &found)?.into_any()))
     }
 
     /// Record batches (pyarrow) of the records in `[start, end)`, built in Rust. The options are

@@ -8,6 +8,7 @@ mod arrow;
 mod buffer;
 mod dirs;
 mod errors;
+mod ints;
 mod log;
 mod logging;
 mod options;

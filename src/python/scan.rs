@@ -6,10 +6,11 @@ use std::sync::{Arc, Mutex, TryLockError};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
-use pyo3::types::PyMemoryView;
+use pyo3::types::PyTuple;
 
+use super::buffer::SegmentBuffer;
+use super::ints;
 use super::log::PyCommitLog;
-use super::views;
 use crate::{Error, RecordRef, Scan};
 
 /// A scan fetches up to this many records (or bytes) per release of the GIL.
@@ -20,9 +21,9 @@ pub(super) struct ScanState {
     pub(super) scan: Scan,
     pub(super) ready: VecDeque<RecordRef>,
     pub(super) failed: Option<Error>,
-    /// The view over the map the last body came from (address, view): consecutive records
+    /// The exporter of the map the last body came from (address, exporter): consecutive records
     /// share it without a trip through the log's cache.
-    pub(super) view: Option<(usize, Py<PyMemoryView>)>,
+    pub(super) view: Option<(usize, Py<SegmentBuffer>)>,
 }
 
 /// Iterator of `(offset, memoryview)` returned by `CommitLog.scan()`.
@@ -38,7 +39,7 @@ impl PyScan {
         slf
     }
 
-    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<(u64, Bound<'py, PyAny>)>> {
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
         // Never wait for this lock with the GIL held: the holder may be waiting for the GIL.
         let mut st = match self.state.try_lock() {
             Ok(st) => st,
@@ -62,15 +63,15 @@ impl PyScan {
             Some(rec) => {
                 let (map, range) = rec.mapping();
                 let id = Arc::as_ptr(map) as usize;
-                let whole = match &st.view {
-                    Some((at, v)) if *at == id => v.bind(py).clone(),
+                let body = match &st.view {
+                    Some((at, v)) if *at == id => SegmentBuffer::view(v.bind(py), range)?,
                     _ => {
-                        let v = log.segment_view(py, &rec)?;
+                        let v = log.exporter(py, &rec)?;
                         st.view = Some((id, v.clone().unbind()));
-                        v
+                        SegmentBuffer::view(&v, range)?
                     }
                 };
-                Ok(Some((rec.offset(), views::slice(&whole, range)?)))
+                Ok(Some(ints::pair(py, rec.offset(), body)))
             }
             None => match st.failed.take() {
                 Some(e) => Err(e.into()),

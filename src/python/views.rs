@@ -1,14 +1,11 @@
-//! Memoryviews over whole segment maps, cached; record bodies are zero-copy slices of them.
+//! The exporters of segment maps, cached; record bodies are zero-copy memoryviews made from them.
 
 use std::collections::HashMap;
-use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use pyo3::ffi;
 use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
-use pyo3::types::PyMemoryView;
 
 use super::buffer::SegmentBuffer;
 use crate::Mapping;
@@ -16,12 +13,12 @@ use crate::Mapping;
 /// Bounded, so that a long scan over many segments does not pin every map.
 const MAX_CACHED_VIEWS: usize = 64;
 
-/// A view over one segment's map; `map` is the map's address (a moved or recreated segment gets
-/// another map at the same start).
+/// The exporter of one segment's map; `map` is the map's address (a moved or recreated segment
+/// gets another map at the same start).
 struct Entry {
     start: u64,
     map: usize,
-    view: Py<PyMemoryView>,
+    view: Py<SegmentBuffer>,
 }
 
 #[derive(Default)]
@@ -44,14 +41,14 @@ impl ViewCache {
         self.views.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The view over the map of the segment starting at `start`. The lock is never held while
+    /// The exporter of the map of the segment starting at `start`. The lock is never held while
     /// Python allocates (a collection could run then).
-    pub fn segment_view<'py>(
+    pub fn exporter<'py>(
         &self,
         py: Python<'py>,
         map: &Arc<Mapping>,
         start: u64,
-    ) -> PyResult<Bound<'py, PyMemoryView>> {
+    ) -> PyResult<Bound<'py, SegmentBuffer>> {
         let id = Arc::as_ptr(map) as usize;
         let hit = {
             let mut views = self.locked();
@@ -79,9 +76,8 @@ impl ViewCache {
         if let Some(v) = hit {
             return Ok(v.into_bound(py));
         }
-        let exporter = Bound::new(py, SegmentBuffer::new(Arc::clone(map)))?;
-        let view = PyMemoryView::from(exporter.as_any())?;
-        let entry = |v: &Bound<'py, PyMemoryView>| Entry {
+        let view = Bound::new(py, SegmentBuffer::new(Arc::clone(map)))?;
+        let entry = |v: &Bound<'py, SegmentBuffer>| Entry {
             start,
             map: id,
             view: v.clone().unbind(),
@@ -120,24 +116,5 @@ impl ViewCache {
             }
         }
         Ok(())
-    }
-}
-
-/// The bytes `range` of `whole` as a memoryview (no copy). No Python integer or slice object is
-/// built for it (`PySlice::new` leaks the integers it makes: 56 bytes per call).
-pub(super) fn slice<'py>(
-    whole: &Bound<'py, PyMemoryView>,
-    range: Range<usize>,
-) -> PyResult<Bound<'py, PyAny>> {
-    let (start, end) = (range.start as ffi::Py_ssize_t, range.end as ffi::Py_ssize_t);
-    // SAFETY: `whole` is a live memoryview, which implements the sequence protocol; the call
-    // returns a new reference to a memoryview over the same export (or NULL with an exception
-    // set), which `from_owned_ptr_or_err` takes over. The range lies inside the map: it comes
-    // from a record of this segment (and memoryview slicing clamps anyway).
-    unsafe {
-        Bound::from_owned_ptr_or_err(
-            whole.py(),
-            ffi::PySequence_GetSlice(whole.as_ptr(), start, end),
-        )
     }
 }
