@@ -22,34 +22,33 @@
 //! the same bytes.
 //!
 //! Only bytes at or above the writer's position are ever written here: they hold no published
-//! record.
+//! record. The warm part is shared with the `rmqlog-warm` thread through an [`Edge`] (see
+//! [`crate::warmer`]): zeros go above its `ready` mark only under its lock.
 
 use std::fs::{File, OpenOptions};
 use std::io::IoSlice;
 use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 
 use crate::record::{self, HEADER_LEN};
-use crate::segment::Segment;
-
-/// Bytes warmed at a time.
-const CHUNK: usize = 256 * 1024;
+use crate::segment::{Mapping, Segment};
+use crate::warmer::{Edge, Target, CHUNK, ZEROS};
 /// At most this many bytes are warmed and synced at a time in sync mode (written as `CHUNK`s):
 /// the amount grows with the segment's warm part, so the first append of a new segment pays for
 /// one `CHUNK` only.
 const SYNCED_CHUNK: u64 = 4 << 20;
-static ZEROS: [u8; CHUNK] = [0; CHUNK];
 
 /// Records (header included) at least this long are written with `pwritev`, not through the map;
 /// in sync mode all are (a syscall is nothing beside the sync, and a page written through the map
 /// faults again after each sync has write-protected it).
 const DIRECT_MIN: usize = 16 * 1024;
 
-/// The active segment's file: `[.., upto)` is warm or written.
-#[derive(Debug, Default)]
+/// The active segment's file: `[.., edge.ready())` is warm or written.
+#[derive(Debug)]
 pub(crate) struct ActiveFile {
     /// `None` when there is no active segment, or its file refused a write: the map does it all.
-    file: Option<File>,
-    upto: u64,
+    file: Option<Arc<File>>,
+    edge: Arc<Edge>,
     size: u64,
     /// Sync each warmed chunk (`FlushMode::Sync`).
     sync: bool,
@@ -66,41 +65,79 @@ impl ActiveFile {
             }
         };
         ActiveFile {
-            file,
-            upto: pos,
+            file: file.map(Arc::new),
+            edge: Arc::new(Edge::new(pos)),
             size: seg.size(),
             sync,
         }
     }
 
+    /// No active segment: nothing is written outside the map.
+    pub fn none() -> ActiveFile {
+        ActiveFile {
+            file: None,
+            edge: Arc::new(Edge::new(0)),
+            size: 0,
+            sync: false,
+        }
+    }
+
+    /// What the `rmqlog-warm` thread needs to warm this segment ahead of the writer; `None` when
+    /// the file is unusable.
+    pub fn target(&self, seg: &Segment, map: &Arc<Mapping>) -> Option<Arc<Target>> {
+        Some(Arc::new(Target {
+            start: seg.start(),
+            size: self.size,
+            edge: Arc::clone(&self.edge),
+            file: Arc::clone(self.file.as_ref()?),
+            map: Arc::clone(map),
+        }))
+    }
+
+    /// Ends warming of this segment (it is sealed or the log closes): the whole segment counts
+    /// as warm, so the thread writes nothing more in it.
+    pub fn retire(&self) {
+        let held = self.edge.lock();
+        self.edge.raise(&held, self.size);
+    }
+
     /// Makes `[.., end)` warm (positions in the segment). The caller holds the writer mutex and
-    /// its position is at or below `self.upto`, so the zeros land where no record is yet.
+    /// its position is at or below the edge, so the zeros land where no record is yet.
     #[inline]
     pub fn warm(&mut self, end: u64) {
-        if end > self.upto {
+        if end > self.edge.ready() {
             self.warm_to(end);
         }
     }
 
     #[cold]
     fn warm_to(&mut self, end: u64) {
-        let Some(file) = &self.file else { return };
+        let edge = Arc::clone(&self.edge);
+        let held = edge.lock();
+        let Some(file) = self.file.clone() else {
+            // The map writes: keep the thread's zeros away.
+            edge.raise(&held, end);
+            return;
+        };
+        let from = edge.ready();
         let end = if self.sync {
-            end.max(self.upto + self.upto.clamp(CHUNK as u64, SYNCED_CHUNK))
+            end.max(from + from.clamp(CHUNK as u64, SYNCED_CHUNK))
         } else {
             end
         };
-        let from = self.upto;
-        while self.upto < end.min(self.size) {
-            let n = (self.size - self.upto).min(CHUNK as u64) as usize;
-            if let Err(e) = file.write_all_at(&ZEROS[..n], self.upto) {
+        let mut upto = from;
+        while upto < end.min(self.size) {
+            let n = (self.size - upto).min(CHUNK as u64) as usize;
+            if let Err(e) = file.write_all_at(&ZEROS[..n], upto) {
+                edge.raise(&held, upto);
                 self.stop(e);
                 return;
             }
-            self.upto += n as u64;
+            upto += n as u64;
         }
+        edge.raise(&held, upto);
         // In sync mode every earlier record is synced already: this writes the zeros.
-        if self.sync && self.upto > from {
+        if self.sync && upto > from {
             if let Err(e) = file.sync_data() {
                 self.stop(e);
             }
@@ -120,20 +157,25 @@ impl ActiveFile {
         if self.sync {
             self.warm(pos + (HEADER_LEN + body.len()) as u64);
         }
-        let Some(file) = &self.file else { return false };
+        let Some(file) = self.file.clone() else {
+            return false;
+        };
+        let end = pos + (HEADER_LEN + body.len()) as u64;
+        if end > self.edge.ready() {
+            // Reserve the range: no zeros from the thread may land on it from now on.
+            let held = self.edge.lock();
+            self.edge.raise(&held, end);
+        }
         let written = record::store(header, body, |at, parts| {
             let mut slices = [IoSlice::new(&[]), IoSlice::new(&[])];
             let n = parts.len().min(slices.len());
             for (slice, part) in slices.iter_mut().zip(parts) {
                 *slice = IoSlice::new(part);
             }
-            write_all_vectored_at(file, &slices[..n], pos + at as u64)
+            write_all_vectored_at(&file, &slices[..n], pos + at as u64)
         });
         match written {
-            Ok(()) => {
-                self.upto = self.upto.max(pos + (HEADER_LEN + body.len()) as u64);
-                true
-            }
+            Ok(()) => true,
             Err(e) => {
                 self.stop(e);
                 false
@@ -143,7 +185,10 @@ impl ActiveFile {
 
     /// Only a speed-up: after an error the map does the work (and a sync reports a real fault).
     fn stop(&mut self, e: std::io::Error) {
-        log::debug!("active segment file writes stop at {}: {e}", self.upto);
+        log::debug!(
+            "active segment file writes stop below {}: {e}",
+            self.edge.ready()
+        );
         self.file = None;
     }
 }

@@ -67,6 +67,7 @@ mod stats;
 mod sync;
 mod tail_hint;
 mod verify;
+mod warmer;
 mod writer;
 
 #[cfg(feature = "python")]

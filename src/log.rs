@@ -19,6 +19,7 @@ use crate::state::State;
 use crate::stats::StatsSnapshot;
 use crate::sync::locked;
 use crate::verify::{self, BadRange};
+use crate::warmer::start_warmer;
 use crate::writer::Writer;
 
 /// A segmented, memory-mapped commit log spread over one or more directories.
@@ -39,6 +40,7 @@ pub struct CommitLog {
 struct Threads {
     flusher: Option<Periodic>,
     cleaner: Option<Periodic>,
+    warmer: Option<Periodic>,
 }
 
 /// Facts about one segment, as returned by [`CommitLog::segments`].
@@ -81,10 +83,16 @@ impl CommitLog {
         Ok(log)
     }
 
-    /// Starts a writer's background threads: the flusher (as the flush mode asks) and the
-    /// cleaner (unless its interval is zero).
+    /// Starts a writer's background threads: the flusher (as the flush mode asks), the cleaner
+    /// (unless its interval is zero) and the warmer (unless `warm_ahead` is zero or appends sync).
     fn start_threads(&self) -> Result<()> {
         let mut t = locked(&self.threads);
+        let opts = &self.state.opts;
+        if let (Some(w), true) = (&self.writer, opts.warm_ahead > 0) {
+            if !opts.flush.policy().each_append {
+                t.warmer = Some(start_warmer(&self.state, w.warm_slot())?);
+            }
+        }
         if self.state.opts.flush.policy().background {
             t.flusher = Some(start_flusher(&self.state)?);
         }
@@ -363,7 +371,7 @@ impl CommitLog {
             self.state.events.forget();
             return Ok(());
         }
-        drop(threads); // stops and joins the flusher and the cleaner
+        drop(threads); // stops and joins the flusher, the cleaner and the warmer
                        // A move in flight sees the log closed between two chunks of its copy, removes its copy
                        // and clears its intent; none starts after.
         let no_move = locked(&self.state.move_lock);

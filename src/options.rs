@@ -204,6 +204,12 @@ pub struct Options {
     pub force_clean_ratio: PerDir<Option<f64>>,
     /// Free space to keep on every directory beyond a new segment. Defaults to 0.
     pub min_free_bytes: u64,
+    /// Bytes of the active segment a background thread (`rmqlog-warm`) keeps warm past the log's
+    /// end: zeros written into the page cache and mapped writable, so appends copy into memory
+    /// that is already there instead of faulting in fresh pages (see `docs/sizing.md`). 0 turns
+    /// the thread off (appends then warm 256 KiB at a time themselves). Ignored in
+    /// [`FlushMode::Sync`], whose appends warm and sync inline. Defaults to 64 MiB.
+    pub warm_ahead: u64,
     /// Called on every change of a directory's state. Defaults to none.
     pub on_dir_event: Option<Arc<EventFn>>,
     /// A sealed segment expires this long after its file was last modified; `None` turns time
@@ -241,6 +247,7 @@ impl fmt::Debug for Options {
             .field("max_used_ratio", &self.max_used_ratio)
             .field("force_clean_ratio", &self.force_clean_ratio)
             .field("min_free_bytes", &self.min_free_bytes)
+            .field("warm_ahead", &self.warm_ahead)
             .field("on_dir_event", &self.on_dir_event.is_some())
             .field("retention_hours", &self.retention_hours)
             .field("delete_hours", &self.delete_hours)
@@ -266,6 +273,7 @@ impl Default for Options {
             max_used_ratio: PerDir::all(None),
             force_clean_ratio: PerDir::all(None),
             min_free_bytes: 0,
+            warm_ahead: 64 << 20,
             on_dir_event: None,
             retention_hours: None,
             delete_hours: None,
@@ -399,6 +407,13 @@ impl Options {
     #[must_use]
     pub fn min_free_bytes(mut self, bytes: u64) -> Self {
         self.min_free_bytes = bytes;
+        self
+    }
+
+    /// Sets [`Options::warm_ahead`].
+    #[must_use]
+    pub fn warm_ahead(mut self, bytes: u64) -> Self {
+        self.warm_ahead = bytes;
         self
     }
 

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::{Mutex, TryLockError};
+use std::sync::{Arc, Mutex, TryLockError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::active_file::ActiveFile;
@@ -24,11 +24,14 @@ use crate::state::State;
 use crate::stats::Stats;
 use crate::sync::locked;
 use crate::tail_hint::TailHints;
+use crate::warmer::Slot;
 
 /// The log's single writer: its cursor, serialised by a mutex.
 #[derive(Debug)]
 pub(crate) struct Writer {
     cursor: Mutex<Cursor>,
+    /// The active segment, for the `rmqlog-warm` thread.
+    warm: Arc<Slot>,
 }
 
 /// Where the next record goes.
@@ -133,11 +136,17 @@ impl Writer {
         next_start: u64,
         tail: TailHints,
     ) -> Writer {
+        let warm = Arc::new(Slot::default());
         let file = match &active {
-            Some((seg, _)) => ActiveFile::new(seg, pos, sync),
-            None => ActiveFile::default(),
+            Some((seg, map)) => {
+                let file = ActiveFile::new(seg, pos, sync);
+                warm.set(file.target(seg, map));
+                file
+            }
+            None => ActiveFile::none(),
         };
         Writer {
+            warm,
             cursor: Mutex::new(Cursor {
                 active,
                 pos,
@@ -179,7 +188,7 @@ impl Writer {
                     continue;
                 }
             }
-            break write_batch(state, &mut c, bodies, &mut sink)?;
+            break write_batch(state, &mut c, &self.warm, bodies, &mut sink)?;
         };
         if state.opts.flush.policy().each_append {
             flush_to(state, end)?;
@@ -206,7 +215,7 @@ impl Writer {
         }
         state.check_writable()?;
         let mut offset = 0;
-        write_batch(state, &mut c, &[body], |o| offset = o)?;
+        write_batch(state, &mut c, &self.warm, &[body], |o| offset = o)?;
         Ok(Some(offset))
     }
 
@@ -222,11 +231,18 @@ impl Writer {
         f()
     }
 
+    /// The active segment as the `rmqlog-warm` thread sees it.
+    pub fn warm_slot(&self) -> &Arc<Slot> {
+        &self.warm
+    }
+
     /// Ends writing (the log closes): no active segment, no open file.
     pub fn stop(&self) {
         let mut c = locked(&self.cursor);
+        c.file.retire();
+        self.warm.set(None);
         c.active = None;
-        c.file = ActiveFile::default();
+        c.file = ActiveFile::none();
         c.tail = TailHints::default();
     }
 }
@@ -235,6 +251,7 @@ impl Writer {
 fn write_batch<B: AsRef<[u8]>>(
     state: &State,
     c: &mut Cursor,
+    warm: &Slot,
     bodies: &[B],
     mut sink: impl FnMut(u64),
 ) -> Result<u64> {
@@ -259,11 +276,14 @@ fn write_batch<B: AsRef<[u8]>>(
                     "the append plan and the writes disagree".into(),
                 ));
             };
+            // No zeros from the thread after this: the filler goes in at the position.
+            c.file.retire();
             if let Some((seg, map)) = &c.active {
                 seal(seg, map, c.pos);
                 rolled = true;
             }
             c.file = ActiveFile::new(&next.0, 0, sync);
+            warm.set(c.file.target(&next.0, &next.1));
             c.active = Some(next);
             c.pos = 0;
         }

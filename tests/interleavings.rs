@@ -498,3 +498,102 @@ fn close_waits_for_a_deletion_in_flight_and_refuses_later_ones() {
     assert_eq!(log.min_offset().unwrap(), t);
     assert_readable(&log, &acked);
 }
+
+/// A writer whose `rmqlog-warm` thread is paused at `warm::zeros`, holding the warm edge of the
+/// active segment (1 MiB): the first append warmed `[0, 256 KiB)` inline, the thread is about to
+/// write zeros over `[256 KiB, 512 KiB)`.
+fn writer_with_paused_warmer(
+    dirs: &[PathBuf],
+    opts: Options,
+) -> (Arc<CommitLog>, Vec<(u64, u64)>, Pause) {
+    let pause = Pause::at("warm::zeros");
+    let log = Arc::new(CommitLog::open(dirs, opts).unwrap());
+    let acked = vec![(log.append(&body(0, 1000)).unwrap(), 0)];
+    pause.wait(); // the writer is idle: the thread's next pass warms ahead
+    (log, acked, pause)
+}
+
+fn warm_opts() -> Options {
+    quiet().segment_size(1 << 20).warm_ahead(512 << 10)
+}
+
+/// Runs `f` on a thread, checks it is still blocked after 200 ms (waiting for the warmer's
+/// chunk), releases the warmer and returns what `f` returned.
+fn blocked_until_released<T: Send + 'static>(
+    log: &Arc<CommitLog>,
+    pause: Pause,
+    f: impl FnOnce(&CommitLog) -> T + Send + 'static,
+) -> T {
+    let t = on_thread(log, f);
+    thread::sleep(Duration::from_millis(200));
+    assert!(
+        !t.is_finished(),
+        "the writer went past the warm edge while the warmer held it"
+    );
+    pause.release();
+    t.join().unwrap()
+}
+
+/// Appends crossing the warm edge wait for the thread's chunk of zeros instead of writing under
+/// it: no record is zeroed.
+#[test]
+fn appends_past_the_edge_wait_for_the_warmers_chunk() {
+    let _scenario = fail::FailScenario::setup();
+    let (_root, dirs) = dirs(1);
+    let (log, mut acked, pause) = writer_with_paused_warmer(&dirs, warm_opts());
+    let more = blocked_until_released(&log, pause, |log| {
+        (1..400)
+            .map(|i| (log.append(&body(i, 1000)).unwrap(), i))
+            .collect::<Vec<_>>()
+    });
+    acked.extend(more);
+    assert!(
+        acked.last().unwrap().0 > 256 << 10,
+        "the appends crossed the edge"
+    );
+    assert_intact(log, &dirs, warm_opts(), acked);
+}
+
+/// A large record (written with `pwritev`, not through the map) reserves its range first.
+#[test]
+fn a_direct_write_past_the_edge_waits_for_the_warmers_chunk() {
+    let _scenario = fail::FailScenario::setup();
+    let (_root, dirs) = dirs(1);
+    let (log, mut acked, pause) = writer_with_paused_warmer(&dirs, warm_opts());
+    let mut at = acked[0].0;
+    for i in 1..13 {
+        at = log.append(&body(i, 20_000)).unwrap(); // 12 x 20 KB: up to the edge, not past it
+        acked.push((at, i));
+    }
+    assert!(at < 256 << 10);
+    let big = blocked_until_released(&log, pause, |log| log.append(&body(99, 60_000)).unwrap());
+    acked.push((big, 99));
+    assert_intact(log, &dirs, warm_opts(), acked);
+}
+
+/// A roll seals the segment (a filler at the writer's position) only once the thread let go of
+/// its edge; the log goes on in the new segment.
+#[test]
+fn a_roll_waits_for_the_warmers_chunk_before_the_filler() {
+    let _scenario = fail::FailScenario::setup();
+    let (_root, dirs) = dirs(1);
+    let (log, mut acked, pause) = writer_with_paused_warmer(&dirs, warm_opts());
+    let next = blocked_until_released(&log, pause, |log| {
+        log.append(&body(7, (1 << 20) - 100)).unwrap() // fits only in a new segment
+    });
+    assert_eq!(next, 1 << 20, "the record went to the next segment");
+    acked.push((next, 7));
+    assert_intact(log, &dirs, warm_opts(), acked);
+}
+
+/// `close` stops and joins the thread, also when it is in the middle of a chunk.
+#[test]
+fn close_joins_the_warmer_in_the_middle_of_a_chunk() {
+    let _scenario = fail::FailScenario::setup();
+    let (_root, dirs) = dirs(1);
+    let (log, acked, pause) = writer_with_paused_warmer(&dirs, warm_opts());
+    blocked_until_released(&log, pause, |log| log.close().unwrap());
+    let log = CommitLog::open(&dirs, warm_opts()).unwrap();
+    assert_readable(&log, &acked);
+    assert!(log.verify().unwrap().is_empty());
+}

@@ -234,6 +234,7 @@ class CommitLog:
         max_used_ratio: float | Mapping[_StrPath, float] | None = ...,
         force_clean_ratio: float | Mapping[_StrPath, float] | None = ...,
         min_free_bytes: int = ...,
+        warm_ahead: int = ...,
         on_dir_event: _DirEventFn | None = ...,
         retention_hours: float | None = ...,
         delete_hours: Sequence[int] | None = ...,

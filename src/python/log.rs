@@ -139,9 +139,9 @@ impl PyCommitLog {
     #[pyo3(
         text_signature = "(paths, *, preset=..., segment_size=..., strategy=..., read_only=..., \
         flush=..., flush_interval_ms=..., max_message_size=..., read_only_paths=..., accept_lost=..., \
-        max_used_ratio=..., force_clean_ratio=..., min_free_bytes=..., on_dir_event=..., \
-        retention_hours=..., delete_hours=..., retention_bytes=..., max_deletes_per_pass=..., \
-        clean_interval_ms=..., file_mode=...)"
+        max_used_ratio=..., force_clean_ratio=..., min_free_bytes=..., warm_ahead=..., \
+        on_dir_event=..., retention_hours=..., delete_hours=..., retention_bytes=..., \
+        max_deletes_per_pass=..., clean_interval_ms=..., file_mode=...)"
     )]
     // An option not given takes its value from the preset, else from `Options::default()`
     // (`rmqlog.DEFAULTS`). `None` means "not given", except for the options taken as `Arg`, where
@@ -161,6 +161,7 @@ impl PyCommitLog {
         max_used_ratio = Arg::NotGiven,
         force_clean_ratio = Arg::NotGiven,
         min_free_bytes = None,
+        warm_ahead = None,
         on_dir_event = None,
         retention_hours = Arg::NotGiven,
         delete_hours = Arg::NotGiven,
@@ -185,6 +186,7 @@ impl PyCommitLog {
         max_used_ratio: Arg<'py>,
         force_clean_ratio: Arg<'py>,
         min_free_bytes: Option<&Bound<'py, PyAny>>,
+        warm_ahead: Option<&Bound<'py, PyAny>>,
         on_dir_event: Option<&Bound<'py, PyAny>>,
         retention_hours: Arg<'py>,
         delete_hours: Arg<'py>,
@@ -207,6 +209,7 @@ impl PyCommitLog {
             max_used_ratio: max_used_ratio.given(),
             force_clean_ratio: force_clean_ratio.given(),
             min_free_bytes,
+            warm_ahead,
             on_dir_event,
             retention_hours: retention_hours.given(),
             delete_hours: delete_hours.given(),

@@ -30,6 +30,7 @@ pub struct Kwargs<'a, 'py> {
     pub max_used_ratio: Option<&'a Bound<'py, PyAny>>,
     pub force_clean_ratio: Option<&'a Bound<'py, PyAny>>,
     pub min_free_bytes: Option<&'a Bound<'py, PyAny>>,
+    pub warm_ahead: Option<&'a Bound<'py, PyAny>>,
     pub on_dir_event: Option<&'a Bound<'py, PyAny>>,
     pub retention_hours: Option<&'a Bound<'py, PyAny>>,
     pub delete_hours: Option<&'a Bound<'py, PyAny>>,
@@ -138,6 +139,7 @@ fn option_values<'py>(
     d.set_item("max_used_ratio", o.max_used_ratio.default)?;
     d.set_item("force_clean_ratio", o.force_clean_ratio.default)?;
     d.set_item("min_free_bytes", o.min_free_bytes)?;
+    d.set_item("warm_ahead", o.warm_ahead)?;
     d.set_item("on_dir_event", py.None())?;
     d.set_item("retention_hours", o.retention_hours)?;
     let hours = o
@@ -261,6 +263,9 @@ pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
     }
     if let Some(v) = k.min_free_bytes {
         o.min_free_bytes = args::uint(v, "min_free_bytes")?;
+    }
+    if let Some(v) = k.warm_ahead {
+        o.warm_ahead = args::uint(v, "warm_ahead")?;
     }
     if let Some(v) = k.on_dir_event.filter(|v| !v.is_none()) {
         o.on_dir_event = Some(py_event_callback(v)?);
