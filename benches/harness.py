@@ -265,6 +265,24 @@ def fmt_num(v: object) -> str:
     return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
 
 
+def fmt_rate(v: object) -> str:
+    """A rate in 3 significant digits with k/M/G."""
+    if not isinstance(v, int | float):
+        return "-"
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if v >= scale:
+            return f"{v / scale:.3g}{unit}"
+    return f"{v:.3g}"
+
+
+def fmt_range(r: Row, key: str) -> str:
+    """The median rate, with the min - max over the runs when there were several."""
+    text = fmt_rate(r[key])
+    if r.get("runs", 1) > 1:
+        text += f" ({fmt_rate(r[key + '_min'])}-{fmt_rate(r[key + '_max'])})"
+    return text
+
+
 def table_lines(rows: list[Row]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
     head = ("row", "ours/s", "baseline/s", "ratio min", "median", "max", "target", "met")
     lines = []
@@ -274,8 +292,8 @@ def table_lines(rows: list[Row]) -> tuple[tuple[str, ...], list[tuple[str, ...]]
         lines.append(
             (
                 str(r["name"]),
-                fmt_num(r["ours_per_s"]),
-                fmt_num(r["baseline_per_s"]),
+                fmt_range(r, "ours_per_s") if measured else "-",
+                fmt_range(r, "baseline_per_s") if measured else "-",
                 fmt_num(r.get("ratio_min", r["ratio"])) if measured else "skipped",
                 fmt_num(r["ratio"]) if measured else "-",
                 fmt_num(r.get("ratio_max", r["ratio"])) if measured else "-",
@@ -300,7 +318,7 @@ def print_table(rows: list[Row]) -> None:
 
 
 def print_markdown(rows: list[Row]) -> None:
-    """The table as docs/benchmarks.md shows it (rates and ratios are medians over the runs)."""
+    """The table as docs/benchmarks.md shows it: rates as median (min-max) over the runs."""
     head, lines = table_lines(rows)
     print("| " + " | ".join(head) + " |")
     print("|---|" + "---:|" * 5 + "---|---|")
