@@ -12,6 +12,8 @@ TOOLS := $(VENV)/.tools
 BUILT := $(VENV)/.built
 EXTRAS_STAMP := $(VENV)/.extras
 EXTRAS ?= test,spark,bench
+# Full passes of benches/compare.py in `make bench` (each row reported as min/median/max).
+BENCH_RUNS ?= 5
 # Seconds of the randomized chaos test (tests/chaos.rs) in `make test`; `make chaos` runs longer.
 CHAOS_SECS ?= 30
 # `make demo` numbers its steps: [1/3], [2/3], [3/3].
@@ -90,10 +92,10 @@ bench-quick: $(BUILT) $(EXTRAS_STAMP)
 fuzz-quick:
 	bash fuzz/run.sh 30
 
-## bench: criterion benches and the full comparison (writes bench-results.json).
+## bench: criterion benches and the full comparison, BENCH_RUNS passes (writes bench-results.json).
 bench: $(BUILT) $(EXTRAS_STAMP)
 	cargo bench
-	$(PY) benches/compare.py --out bench-results.json
+	$(PY) benches/compare.py --runs $(BENCH_RUNS) --out bench-results.json
 
 ## lint: rustfmt, clippy with and without the python and failpoints features, the module graph
 ## of the core (no cycle, nothing imports the facade), ruff.

@@ -118,21 +118,7 @@ fn reads(c: &mut Criterion) {
         })
     });
     g.bench_function("commitlog_read_64k", |bch| {
-        use commitlog::message::MessageSet;
-        bch.iter(|| {
-            let mut next = 0u64;
-            let mut total = 0usize;
-            while next < n as u64 {
-                let buf = cl
-                    .read(next, commitlog::ReadLimit::max_bytes(64 * 1024))
-                    .expect("read");
-                for m in buf.iter() {
-                    total += m.payload().len();
-                    next = m.offset() + 1;
-                }
-            }
-            assert_eq!(total, n * BODY);
-        })
+        bch.iter(|| assert_eq!(cl_scan_64k(&cl, n), n * BODY))
     });
     g.finish();
     drop(log);

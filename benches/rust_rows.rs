@@ -5,9 +5,11 @@
 //! ```sh
 //! cargo bench --bench rust_rows                 # full sizes (a few minutes)
 //! cargo bench --bench rust_rows -- --quick      # tiny sizes (seconds), asserts nothing
-//! cargo bench --bench rust_rows -- --only lookup_10k_vs_10_segments --reps 5
+//! cargo bench --bench rust_rows -- --only lookup_10k_vs_memory_floor --reps 5
+//! cargo bench --bench rust_rows -- --only ref_scan_100 --arrow-records 1000000
 //! ```
-//! Run without `--bench` (as `cargo test --all-targets` does) it runs the quick sizes.
+//! The references `ref_*` (the Rust side of compare.py's Arrow rows) run only when named by
+//! `--only`. Run without `--bench` (as `cargo test --all-targets` does) it runs the quick sizes.
 //! Data goes to `$RMQLOG_BENCH_DIR` (default: the system temp directory).
 
 mod common;
@@ -34,6 +36,8 @@ struct Params {
     lookup_reads: usize,
     recovery_segments: (usize, usize),
     recovery_reps: usize,
+    /// Records of the Rust references of compare.py's Arrow rows (`--arrow-records N`).
+    arrow_records: usize,
 }
 
 impl Params {
@@ -51,6 +55,7 @@ impl Params {
                 lookup_reads: 5_000,
                 recovery_segments: (2, 10),
                 recovery_reps: 1,
+                arrow_records: 20_000,
             }
         } else {
             Params {
@@ -65,6 +70,7 @@ impl Params {
                 lookup_reads: 100_000,
                 recovery_segments: (10, 1_000),
                 recovery_reps: 3,
+                arrow_records: 1_000_000,
             }
         }
     }
@@ -160,16 +166,112 @@ fn rust_append_100_vs_commitlog(p: &Params) -> Value {
     )
 }
 
-fn rust_read_vs_commitlog(p: &Params) -> Value {
-    let n = p.read_log;
+/// Appends `n` records in batches of `batch` into a fresh log; times the appends only.
+fn time_batches(segment: u64, flush: FlushMode, body: &[u8], n: usize, batch: usize) -> Duration {
+    let dir = tempdir();
+    let log = open_log(dir.path(), segment, flush);
+    let slices: Vec<&[u8]> = vec![body; batch];
+    let (d, ()) = timed(|| {
+        let mut done = 0;
+        while done < n {
+            let k = (n - done).min(batch);
+            black_box(log.append_batch(&slices[..k]).expect("append_batch"));
+            done += k;
+        }
+    });
+    assert_eq!(
+        log.max_offset().expect("max_offset"),
+        (n * (HEADER_LEN + body.len())) as u64
+    );
+    log.close().expect("close");
+    d
+}
+
+fn rust_append_batch_100_vs_commitlog(p: &Params) -> Value {
+    let n = p.append_100;
+    let batch = 1_000;
     let b = body(100);
+    let (mut ours, mut base) = (Vec::new(), Vec::new());
+    for _ in 0..p.reps {
+        ours.push(time_batches(BROKER_SEGMENT, FlushMode::None, &b, n, batch));
+        let dir = tempdir();
+        let mut cl = cl_open(dir.path(), None);
+        base.push(timed(|| cl_fill_batches(&mut cl, &b, n, batch)).0);
+        assert_eq!(cl.next_offset(), n as u64);
+    }
+    throughput_row(
+        "rust_append_batch_100_vs_commitlog",
+        n,
+        median(ours),
+        median(base),
+        json!({"ours": "CommitLog::append_batch of 1,000 x 100 B, segment_size 1 GiB, \
+                        FlushMode::None",
+               "baseline": "commitlog 0.2 CommitLog::append of a 1,000-message MessageBuf \
+                            (pushed anew per batch, buffer reused), default LogOptions"}),
+    )
+}
+
+/// An rmqlog log and a `commitlog` log of the same `n` records of 100 B, and their directories.
+struct TwoLogs {
+    log: rmqlog::CommitLog,
+    offsets: Vec<u64>,
+    cl: commitlog::CommitLog,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+fn two_logs(n: usize) -> TwoLogs {
     let dir = tempdir();
     let (log, offsets) = build_log(dir.path(), BROKER_SEGMENT, n, 100);
     let cdir = tempdir();
     let mut cl = cl_open(cdir.path(), None);
-    cl_fill(&mut cl, &b, n);
+    cl_fill(&mut cl, &body(100), n);
+    TwoLogs {
+        log,
+        offsets,
+        cl,
+        _dirs: (dir, cdir),
+    }
+}
+
+fn rust_scan_vs_commitlog(p: &Params) -> Value {
+    let n = p.read_log;
+    let logs = two_logs(n); // keeps the directories to the end
+    let (log, cl) = (&logs.log, &logs.cl);
+    let (mut ours, mut base) = (Vec::new(), Vec::new());
+    for _ in 0..p.reps {
+        ours.push(timed(|| assert_eq!(scan_sum(log).0, n * 100)).0);
+        base.push(timed(|| assert_eq!(cl_scan_64k(cl, n), n * 100)).0);
+    }
+    throughput_row(
+        "rust_scan_vs_commitlog",
+        n,
+        median(ours),
+        median(base),
+        json!({"ours": "CommitLog::scan over 1M x 100 B records (header and body CRC checked), \
+                        summing body lengths",
+               "baseline": "commitlog 0.2 CommitLog::read with a 64 KiB ReadLimit from offset \
+                            0 on (pread + CRC32C per message), summing payload lengths"}),
+    )
+}
+
+/// Sum of the body lengths, largest offset and count of a full scan.
+fn scan_sum(log: &rmqlog::CommitLog) -> (usize, u64, usize) {
+    let (mut total, mut last, mut count) = (0usize, 0u64, 0usize);
+    for r in log.scan(None, None).expect("scan") {
+        let r = r.expect("record");
+        total += r.body().len();
+        last = last.max(r.offset());
+        count += 1;
+    }
+    (total, last, count)
+}
+
+fn rust_read_vs_commitlog(p: &Params) -> Value {
+    let n = p.read_log;
+    let logs = two_logs(n); // keeps the directories to the end
+    let (log, offsets, cl) = (&logs.log, &logs.offsets, &logs.cl);
     let idx = random_indices(n, p.reads, 42);
-    assert_eq!(cl_read_one(&cl, idx[0] as u64, 100), 100);
+    assert_eq!(cl_read_one(cl, idx[0] as u64, 100), 100);
     let (mut ours, mut base) = (Vec::new(), Vec::new());
     for _ in 0..p.reps {
         ours.push(
@@ -183,7 +285,7 @@ fn rust_read_vs_commitlog(p: &Params) -> Value {
         base.push(
             timed(|| {
                 for &i in &idx {
-                    black_box(cl_read_one(&cl, i as u64, 100));
+                    black_box(cl_read_one(cl, i as u64, 100));
                 }
             })
             .0,
@@ -223,77 +325,85 @@ fn sync_append_64k_vs_fdatasync(p: &Params) -> Value {
     )
 }
 
-fn lookup_10k_vs_10_segments(p: &Params) -> Value {
+fn lookup_10k_vs_memory_floor(p: &Params) -> Value {
     let seg = 64 * 1024;
     let (small, large) = p.lookup_segments;
-    let d_small = tempdir();
     let d_large = tempdir();
-    let (log_s, off_s) = build_segments(d_small.path(), seg, small, 100);
     let (build_large, (log_l, off_l)) = timed(|| build_segments(d_large.path(), seg, large, 100));
     eprintln!(
         "  built {large} segments of 64 KiB in {:.1}s",
         build_large.as_secs_f64()
     );
     let reads = p.lookup_reads;
-    let idx_s = random_indices(off_s.len(), reads, 7);
     let idx_l = random_indices(off_l.len(), reads, 7);
+    drop(off_l);
+    // The memory floor: the same record reads (every word of each 132-byte record) from one file
+    // map holding as many bytes, every page cached and mapped, with no lookup and no check.
+    let rec_len = HEADER_LEN + 100;
+    let d_floor = tempdir();
+    let floor_map = filled_file_map(d_floor.path(), large * seg as usize);
     // Offsets are computed from the record index (no table of millions of offsets to miss in).
-    let run = |log: &rmqlog::CommitLog, idx: &[usize]| {
+    let offsets = |idx: &[usize]| {
+        idx.iter()
+            .map(|&i| full_segment_offset(i, seg, 100))
+            .collect::<Vec<_>>()
+    };
+    let sel = offsets(&idx_l);
+    let ours_once = || {
         timed(|| {
-            for &i in idx {
-                let offset = full_segment_offset(i, seg, 100);
-                black_box(log.read(offset).expect("read").len());
+            for &o in &sel {
+                black_box(log_l.read(o).expect("read").len());
             }
         })
         .0
     };
+    let floor_once = || timed(|| touch_records(&floor_map, sel.iter().copied(), rec_len)).0;
+    ours_once(); // one untimed pass each: both sides start with their pages mapped
+    floor_once();
     let (mut ours, mut base) = (Vec::new(), Vec::new());
     let faults = minor_faults();
-    for _ in 0..p.reps {
-        ours.push(run(&log_l, &idx_l));
-        base.push(run(&log_s, &idx_s));
+    for r in 0..p.reps {
+        if r % 2 == 0 {
+            ours.push(ours_once());
+            base.push(floor_once());
+        } else {
+            base.push(floor_once());
+            ours.push(ours_once());
+        }
     }
     let faults_per_read = (minor_faults() - faults) as f64 / (2 * p.reps * reads) as f64;
     assert_eq!(log_l.fallback_lookups(), 0);
-    drop((log_s, d_small));
-    // Not a row: the memory floor. The same record reads from one file map holding as many bytes
-    // (every page cached and mapped), with no lookup and no check: what data-cache and TLB misses
-    // alone cost over 640 MB against 640 KB on this machine.
-    let rec_len = HEADER_LEN + 100;
-    let d_floor = tempdir();
-    let floor_map = filled_file_map(d_floor.path(), large * seg as usize);
-    let touch = |idx: &[usize]| {
-        let offsets = idx.iter().map(|&i| full_segment_offset(i, seg, 100));
-        timed(|| touch_records(&floor_map, offsets, rec_len)).0
-    };
-    let (mut floor_l, mut floor_s) = (Vec::new(), Vec::new());
-    for _ in 0..p.reps {
-        floor_l.push(touch(&idx_l));
-        floor_s.push(touch(&idx_s));
-    }
-    let (floor_l, floor_s) = (median(floor_l), median(floor_s));
-    eprintln!(
-        "  memory floor: {:.1} ns per read over {large} segments' bytes, {:.1} ns over {small} \
-         (ratio {:.2})",
-        floor_l.as_secs_f64() * 1e9 / reads as f64,
-        floor_s.as_secs_f64() * 1e9 / reads as f64,
-        floor_l.as_secs_f64() / floor_s.as_secs_f64()
+    drop((log_l, d_large));
+    // Not a row: the same reads over `small` segments (the old baseline), for the record.
+    let d_small = tempdir();
+    let (log_s, off_s) = build_segments(d_small.path(), seg, small, 100);
+    let sel_s = offsets(&random_indices(off_s.len(), reads, 7));
+    let small_t = median(
+        (0..p.reps)
+            .map(|_| {
+                timed(|| {
+                    for &o in &sel_s {
+                        black_box(log_s.read(o).expect("read").len());
+                    }
+                })
+                .0
+            })
+            .collect(),
     );
     latency_row(
-        "lookup_10k_vs_10_segments",
+        "lookup_10k_vs_memory_floor",
         reads,
         median(ours),
         median(base),
         json!({"ours": format!("{reads} random CommitLog::read over {large} segments of 64 KiB \
                                 full of 100 B records"),
-               "baseline": format!("the same over {small} segments"),
+               "baseline": format!("the same record reads (every 8-byte word of each 132-byte \
+                                    record) from one fully cached and mapped file of the same \
+                                    {} MiB, no lookup, no check", (large * seg as usize) >> 20),
                "build_large_s": build_large.as_secs_f64(),
                "minor_faults_per_read": faults_per_read,
-               "memory_floor": "the same record reads (every word of each 132-byte record) from \
-                                one fully cached and mapped file of the same bytes, no lookup",
-               "memory_floor_large_s": floor_l.as_secs_f64(),
-               "memory_floor_small_s": floor_s.as_secs_f64(),
-               "memory_floor_ratio": floor_l.as_secs_f64() / floor_s.as_secs_f64()}),
+               "small_segments": small,
+               "small_segments_s": small_t.as_secs_f64()}),
     )
 }
 
@@ -323,9 +433,15 @@ fn recovery_once(segments: usize, sync_first: bool) -> Duration {
 fn recovery_1000_vs_10_segments(p: &Params) -> Value {
     let (small, large) = p.recovery_segments;
     let (mut ours, mut base) = (Vec::new(), Vec::new());
-    for _ in 0..p.recovery_reps {
-        ours.push(recovery_once(large, false));
-        base.push(recovery_once(small, false));
+    for r in 0..p.recovery_reps {
+        // Alternating which size goes first: each reopen follows the other size's writer.
+        if r % 2 == 0 {
+            ours.push(recovery_once(large, false));
+            base.push(recovery_once(small, false));
+        } else {
+            base.push(recovery_once(small, false));
+            ours.push(recovery_once(large, false));
+        }
     }
     // Not a row: the same reopen after `sync` (no dirty page left to write back), to show how
     // much of the time is the writeback of what the killed writer left in the page cache.
@@ -344,15 +460,72 @@ fn recovery_1000_vs_10_segments(p: &Params) -> Value {
     )
 }
 
+/// A reference of compare.py's Arrow rows: the Rust side of the same work, one number.
+fn reference(name: &str, n: usize, times: Vec<Duration>, what: &str) -> Value {
+    let t = median(times);
+    eprintln!("{name:34} {:>14.0}/s", per_s(n, t));
+    json!({"name": name, "median_s": t.as_secs_f64(), "per_s": per_s(n, t), "items": n,
+           "what": what})
+}
+
+/// `py_append_arrow_100`'s baseline: one `append_batch` of all the records into a fresh log
+/// with the Python defaults (FlushMode::Async) and the rows' segment size.
+fn ref_append_batch_100(p: &Params) -> Value {
+    let n = p.arrow_records;
+    let b = body(100);
+    let times = (0..p.reps)
+        .map(|_| time_batches(BROKER_SEGMENT, FlushMode::Async, &b, n, n))
+        .collect();
+    reference(
+        "ref_append_batch_100",
+        n,
+        times,
+        "CommitLog::append_batch of all the 100 B records in one call, FlushMode::Async",
+    )
+}
+
+/// `py_scan_arrow_100`'s baseline: a scan summing body lengths, max offset and count.
+fn ref_scan_100(p: &Params) -> Value {
+    let n = p.arrow_records;
+    let dir = tempdir();
+    let (log, _) = build_log(dir.path(), BROKER_SEGMENT, n, 100);
+    let times = (0..p.reps)
+        .map(|_| {
+            timed(|| {
+                let (total, last, count) = scan_sum(&log);
+                assert_eq!((total, count), (n * 100, n));
+                assert_eq!(last, ((n - 1) * (HEADER_LEN + 100)) as u64);
+            })
+            .0
+        })
+        .collect();
+    reference(
+        "ref_scan_100",
+        n,
+        times,
+        "CommitLog::scan of all the records: sum of body lengths, max offset, count",
+    )
+}
+
 type RowFn = fn(&Params) -> Value;
 
-const ROWS: [(&str, RowFn); 6] = [
+/// The rows, then the references (run only when named by `--only`).
+const ROWS: [(&str, RowFn); 8] = [
     ("rust_append_1k_vs_memcpy", rust_append_1k_vs_memcpy),
     ("rust_append_100_vs_commitlog", rust_append_100_vs_commitlog),
+    (
+        "rust_append_batch_100_vs_commitlog",
+        rust_append_batch_100_vs_commitlog,
+    ),
     ("rust_read_vs_commitlog", rust_read_vs_commitlog),
+    ("rust_scan_vs_commitlog", rust_scan_vs_commitlog),
     ("sync_append_64k_vs_fdatasync", sync_append_64k_vs_fdatasync),
-    ("lookup_10k_vs_10_segments", lookup_10k_vs_10_segments),
+    ("lookup_10k_vs_memory_floor", lookup_10k_vs_memory_floor),
     ("recovery_1000_vs_10_segments", recovery_1000_vs_10_segments),
+];
+const REFERENCES: [(&str, RowFn); 2] = [
+    ("ref_append_batch_100", ref_append_batch_100),
+    ("ref_scan_100", ref_scan_100),
 ];
 
 fn main() {
@@ -367,6 +540,12 @@ fn main() {
             "--reps" => {
                 p.reps = it.next().and_then(|v| v.parse().ok()).expect("--reps N");
                 p.recovery_reps = p.reps;
+            }
+            "--arrow-records" => {
+                p.arrow_records = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--arrow-records N");
             }
             "--only" => {
                 only = Some(
@@ -387,8 +566,10 @@ fn main() {
         base_dir().display()
     );
     let mut rows = Vec::new();
-    for (name, f) in ROWS {
-        if only.as_ref().is_some_and(|o| !o.iter().any(|n| n == name)) {
+    let named = |name: &str| only.as_ref().is_some_and(|o| o.iter().any(|n| n == name));
+    let refs = REFERENCES.into_iter().filter(|(name, _)| named(name));
+    for (name, f) in ROWS.into_iter().chain(refs) {
+        if only.is_some() && !named(name) {
             continue;
         }
         let mut row = f(&p);

@@ -280,6 +280,40 @@ pub fn cl_fill(log: &mut commitlog::CommitLog, body: &[u8], n: usize) {
     }
 }
 
+/// Appends `n` copies of `body` in batches of `batch`: a `MessageBuf` pushed anew per batch (its
+/// buffer reused), then one `append`.
+pub fn cl_fill_batches(log: &mut commitlog::CommitLog, body: &[u8], n: usize, batch: usize) {
+    let mut buf = commitlog::message::MessageBuf::default();
+    let mut done = 0;
+    while done < n {
+        buf.clear();
+        let k = (n - done).min(batch);
+        for _ in 0..k {
+            buf.push(body).expect("MessageBuf::push");
+        }
+        black_box(log.append(&mut buf).expect("commitlog append"));
+        done += k;
+    }
+}
+
+/// Reads messages `0..n` in order with a 64 KiB `ReadLimit` per `read`; returns the sum of the
+/// payload lengths.
+pub fn cl_scan_64k(log: &commitlog::CommitLog, n: usize) -> usize {
+    use commitlog::message::MessageSet;
+    let mut next = 0u64;
+    let mut total = 0usize;
+    while next < n as u64 {
+        let buf = log
+            .read(next, commitlog::ReadLimit::max_bytes(64 * 1024))
+            .expect("commitlog read");
+        for m in buf.iter() {
+            total += m.payload().len();
+            next = m.offset() + 1;
+        }
+    }
+    total
+}
+
 /// Size of a `commitlog` message on disk: its 20-byte header + body.
 pub fn cl_record_len(body_len: usize) -> usize {
     commitlog::message::HEADER_SIZE + body_len

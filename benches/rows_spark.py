@@ -1,0 +1,212 @@
+"""Spark rows, local[2]: the rmqlog source against Parquet of the same rows, and a time-window
+query against the full count on the log. Every timed query builds its DataFrame anew (Spark
+answers a repeated collect() of one DataFrame object from a cache) and checks what it saw."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from harness import BODY_100, SEGMENT, Row, Sizes, Workdir, alternate, say, skipped, throughput
+from harness import times as times_row
+
+NAMES = ("spark_scan_vs_parquet", "spark_meta_scan_vs_parquet", "spark_time_window_vs_full")
+META_SCHEMA = "offset long, timestamp timestamp"
+
+
+def _missing() -> str | None:
+    try:
+        import pyspark  # noqa: F401
+
+        import rmqlog.spark  # noqa: F401
+    except Exception as e:  # ImportError, or rmqlog.spark failing on its own imports
+        return f"pyspark or rmqlog.spark is not available ({e})"
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        return "java is not on PATH (Spark needs a JVM)"
+    return None
+
+
+def _session():
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    import rmqlog.spark as rs
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("rmqlog-compare")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    rs.register(spark)
+    return spark
+
+
+def _write_store(s: Sizes, store: str) -> None:
+    """``spark_rows`` records of 100 B in batches, spread over time: the writer sleeps 1 ms
+    every 10 batches, so the 90th-percentile timestamp cuts the log near its last tenth."""
+    from rmqlog import CommitLog
+
+    log = CommitLog(store, segment_size=SEGMENT)  # as for the other rows
+    batch = [BODY_100] * s.batch
+    for i in range(s.spark_rows // s.batch):
+        log.append_batch(batch)
+        if i % 10 == 9:
+            time.sleep(0.001)
+    log.close()
+
+
+def _why(e: Exception) -> str:
+    """The source's own message in a Spark error (its line naming rmqlog), else the last line."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()] or [type(e).__name__]
+    return next((ln for ln in lines if "rmqlog:" in ln), lines[-1])
+
+
+def _timed_query(build: Callable[[], Any], check: Callable[[Any], None]) -> Callable[[], float]:
+    """A run: builds the DataFrame and its query anew, collects it, checks the result."""
+
+    def run() -> float:
+        t = time.perf_counter()
+        got = build().collect()[0]
+        t = time.perf_counter() - t
+        check(got)
+        return t
+
+    return run
+
+
+def _rows(s: Sizes, wd: Workdir, spark) -> list[Row]:
+    from pyspark.sql import functions as F
+
+    n = s.spark_rows
+    d = wd.new()
+    store = os.path.join(d, "store")
+    _write_store(s, store)
+    parquet = os.path.join(d, "parquet")
+    spark.read.format("rmqlog").load(store).write.parquet(parquet)
+    log_df = lambda: spark.read.format("rmqlog").load(store)  # noqa: E731
+    pq_df = lambda: spark.read.parquet(parquet)  # noqa: E731
+    say("  parquet written")
+    rows = []
+
+    # Full scan: count(*), sum(length(body)), max(timestamp): Parquet can skip no needed column
+    # (a bare count() would be answered from Parquet footers).
+    def full(load: Callable[[], Any]) -> Callable[[], float]:
+        def check(got: Any) -> None:
+            assert got["n"] == n and got["bytes"] == n * len(BODY_100), got
+            assert got["last"] is not None, got
+
+        return _timed_query(
+            lambda: load().agg(
+                F.count("*").alias("n"),
+                F.sum(F.length("body")).alias("bytes"),
+                F.max("timestamp").alias("last"),
+            ),
+            check,
+        )
+
+    ours, base = full(log_df), full(pq_df)
+    if not s.quick:
+        ours()  # the first queries start the Python workers: not timed
+        base()
+    to, tb = alternate(s.spark_reps, ours, base)
+    rows.append(
+        throughput(
+            NAMES[0],
+            n,
+            to,
+            tb,
+            "spark.read.format('rmqlog').load(store): count(*), sum(length(body)), max(timestamp); "
+            "a new DataFrame per run, local[2]",
+            "spark.read.parquet of the same rows (written by Spark, snappy), the same query, a "
+            "new DataFrame per run",
+        )
+    )
+
+    # Metadata only: the body-less user schema against Parquet (which reads the column alone).
+    def meta(load: Callable[[], Any]) -> Callable[[], float]:
+        def check(got: Any) -> None:
+            assert got["n"] == n and got["last"] is not None, got
+
+        return _timed_query(
+            lambda: load().agg(F.max("timestamp").alias("last"), F.count("*").alias("n")), check
+        )
+
+    ours = meta(lambda: spark.read.format("rmqlog").schema(META_SCHEMA).load(store))
+    try:
+        ours()  # untimed: starts the workers, and tells whether the schema is accepted
+    except Exception as e:
+        rows.append(skipped(NAMES[1], f"the source refused .schema({META_SCHEMA!r}): {_why(e)}"))
+    else:
+        to, tb = alternate(s.spark_reps, ours, meta(pq_df))
+        rows.append(
+            throughput(
+                NAMES[1],
+                n,
+                to,
+                tb,
+                f"spark.read.format('rmqlog').schema('{META_SCHEMA}').load(store): "
+                "max(timestamp), count(*); a new DataFrame per run",
+                "spark.read.parquet of the same rows, the same query (Parquet reads the "
+                "timestamp column alone)",
+            )
+        )
+
+    # A time window: the last tenth of the log by timestamp, against the full count on the log.
+    cut = pq_df().agg(F.percentile_approx("timestamp", 0.9, 1_000_000).alias("t")).first()["t"]
+    in_window = pq_df().where(F.col("timestamp") >= F.lit(cut)).count()
+    assert 0 < in_window < n, (in_window, n)
+
+    def window() -> float:
+        def check(got: Any) -> None:
+            assert got["n"] == in_window, (got, in_window)
+
+        return _timed_query(
+            lambda: log_df().where(F.col("timestamp") >= F.lit(cut)).agg(F.count("*").alias("n")),
+            check,
+        )()
+
+    def count_all() -> float:
+        def check(got: Any) -> None:
+            assert got["n"] == n, got
+
+        return _timed_query(lambda: log_df().agg(F.count("*").alias("n")), check)()
+
+    tw, tf = alternate(s.spark_reps, window, count_all)
+    rows.append(
+        times_row(
+            NAMES[2],
+            tw,
+            tf,
+            f"count(*) where timestamp >= T on the rmqlog source, T the 90th percentile of the "
+            f"timestamps ({in_window:,} of {n:,} rows); a new DataFrame per run",
+            "count(*) of the whole log on the rmqlog source, a new DataFrame per run",
+            items=n,
+            window_rows=in_window,
+        )
+    )
+    shutil.rmtree(d, ignore_errors=True)
+    return rows
+
+
+def run(s: Sizes, wd: Workdir) -> list[Row]:
+    why = _missing()
+    if why is not None:
+        return [skipped(n, why) for n in NAMES]
+    say(f"spark ({s.spark_rows} rows; starting a local[2] session)")
+    spark = _session()
+    try:
+        say("  spark session up")
+        return _rows(s, wd, spark)
+    finally:
+        spark.stop()
