@@ -97,7 +97,7 @@ class Sizes:
             pq_reps=reps or 3,
             sqlite_records=1_000_000,
             arrow_records=1_000_000,
-            spark_rows=1_000_000,
+            spark_rows=2_000_000,
             spark_reps=reps or 3,
         )
 

@@ -24,7 +24,8 @@ class Options:
     end_offset: int | None = None
     start_timestamp: int | None = None
     end_timestamp: int | None = None
-    max_partition_bytes: int | None = None
+    # Spark's own spark.sql.files.maxPartitionBytes: a 1 GiB segment is read by 8 tasks.
+    max_partition_bytes: int | None = 128 << 20
     batch_bytes: int = DEFAULT_BATCH_BYTES
     batch_records: int = DEFAULT_BATCH_RECORDS
     fail_on_data_loss: bool = True
