@@ -23,49 +23,77 @@ use crate::state::State;
 /// Bodies of any length written before a `max_message_size` change stay readable.
 const MAX_BODY: usize = u32::MAX as usize;
 
+/// Where a validated record lies in its segment's map: all of a [`RecordRef`] but the map, so a
+/// scan that stays in one segment touches no reference count per record.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Found {
+    pub body_start: usize,
+    pub body_len: usize,
+    pub offset: u64,
+    pub timestamp_ms: u64,
+    pub next_offset: u64,
+    pub segment_start: u64,
+}
+
+impl Found {
+    /// The record, keeping `map` alive.
+    pub fn with_map(self, map: &Arc<Mapping>) -> RecordRef {
+        RecordRef {
+            map: Arc::clone(map),
+            at: self,
+        }
+    }
+
+    /// The body's byte range in the map.
+    pub fn body_range(&self) -> std::ops::Range<usize> {
+        self.body_start..self.body_start + self.body_len
+    }
+}
+
 /// A validated record. Derefs to the body; keeps the segment's map alive (also past `close()` and
 /// past the deletion of the file).
 #[derive(Debug, Clone)]
 pub struct RecordRef {
     map: Arc<Mapping>,
-    body_start: usize,
-    body_len: usize,
-    offset: u64,
-    timestamp_ms: u64,
-    next_offset: u64,
-    segment_start: u64,
+    at: Found,
 }
 
 impl RecordRef {
     /// Physical offset of the record.
     pub fn offset(&self) -> u64 {
-        self.offset
+        self.at.offset
     }
 
     /// Store timestamp in milliseconds since the Unix epoch.
     pub fn timestamp_ms(&self) -> u64 {
-        self.timestamp_ms
+        self.at.timestamp_ms
     }
 
     /// Offset of the next record (after an end-of-segment filler, the next segment's start).
     pub fn next_offset(&self) -> u64 {
-        self.next_offset
+        self.at.next_offset
     }
 
     /// Start offset of the segment holding the record.
     pub fn segment_start(&self) -> u64 {
-        self.segment_start
+        self.at.segment_start
     }
 
     /// The body.
     pub fn body(&self) -> &[u8] {
-        self.map
-            .bytes(self.body_start, self.body_start + self.body_len)
+        let r = self.at.body_range();
+        self.map.bytes(r.start, r.end)
     }
 
     /// The map holding the record, and the body's byte range inside it (for zero-copy exports).
     pub fn mapping(&self) -> (&Arc<Mapping>, std::ops::Range<usize>) {
-        (&self.map, self.body_start..self.body_start + self.body_len)
+        (&self.map, self.at.body_range())
+    }
+
+    /// The record's place, without its map.
+    #[cfg(feature = "arrow")]
+    pub(crate) fn found(&self) -> Found {
+        self.at
     }
 }
 
@@ -117,7 +145,7 @@ pub(crate) fn locate(
 
 /// What a validated position holds.
 enum At {
-    Record(RecordRef),
+    Record(Found),
     EndOfSegment,
     Invalid(&'static str),
     /// A record's magic is here but the header fails validation: a damaged record.
@@ -160,8 +188,7 @@ fn record_at(seg: &Segment, map: &Arc<Mapping>, offset: u64, max: u64) -> At {
     } else {
         offset + u64::from(h.len)
     };
-    At::Record(RecordRef {
-        map: Arc::clone(map),
+    At::Record(Found {
         body_start,
         body_len: h.body_len(),
         offset,
@@ -242,7 +269,7 @@ pub(crate) fn read(state: &State, offset: u64) -> Result<RecordRef> {
 /// The record a read asked for at `offset`, or why there is none.
 fn record_here(seg: &Segment, map: &Arc<Mapping>, offset: u64, max: u64) -> Result<RecordRef> {
     match record_at(seg, map, offset, max) {
-        At::Record(r) => Ok(r),
+        At::Record(r) => Ok(r.with_map(map)),
         other => Err(unexpected(seg, offset, &other, false)
             .unwrap_or(Error::Internal("a record read as no record".into()))),
     }
@@ -274,8 +301,9 @@ pub(crate) fn offset_for_timestamp(state: &Arc<State>, timestamp_ms: u64) -> Res
     }
     let min = state.min_offset();
     let from = lo.checked_sub(1).map_or(min, |i| starts[i]).max(min);
-    for rec in Scan::over(Arc::clone(state), list, from, max, max) {
-        let rec = rec?;
+    let mut scan = Scan::over(Arc::clone(state), list, from, max, max);
+    while let Some(rec) = scan.next_found() {
+        let (rec, _) = rec?;
         if rec.timestamp_ms >= timestamp_ms {
             return Ok(rec.offset);
         }
@@ -370,7 +398,7 @@ impl Scan {
         self.state.check_open()
     }
 
-    fn step(&mut self) -> Result<Option<RecordRef>> {
+    fn step(&mut self) -> Result<Option<Found>> {
         loop {
             if self.next >= self.end {
                 return Ok(None);
@@ -403,19 +431,42 @@ impl Scan {
             }
         }
     }
+
+    /// The next record and the map it lies in (borrowed: no reference count is touched).
+    pub(crate) fn next_found(&mut self) -> Option<Result<(Found, &Arc<Mapping>)>> {
+        if self.done {
+            return None;
+        }
+        match self.step() {
+            Ok(Some(f)) => match &self.current {
+                Some((_, map)) => Some(Ok((f, map))),
+                None => Some(Err(Error::Internal("a scan lost its segment".into()))),
+            },
+            Ok(None) => {
+                self.end_scan();
+                None
+            }
+            Err(e) => {
+                self.end_scan();
+                Some(Err(e))
+            }
+        }
+    }
+
+    /// An ended scan lets go of its snapshot of the segment list, so the maps of segments deleted
+    /// since go as soon as no record or batch holds them.
+    fn end_scan(&mut self) {
+        self.done = true;
+        self.current = None;
+        self.list = Arc::new(SegmentList::new(Vec::new(), self.state.opts.segment_size));
+    }
 }
 
 impl Iterator for Scan {
     type Item = Result<RecordRef>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
-        }
-        let item = self.step().transpose();
-        if !matches!(item, Some(Ok(_))) {
-            self.done = true;
-        }
-        item
+        self.next_found()
+            .map(|r| r.map(|(found, map)| found.with_map(map)))
     }
 }

@@ -13,14 +13,33 @@ use crate::error::{Error, Result};
 /// The bodies of `array`, one per element: binary, large_binary, binary_view, fixed_size_binary,
 /// or their string counterparts (the UTF-8 bytes). A null element is refused: a record has a body.
 pub fn bodies(array: &dyn Array) -> Result<Vec<&[u8]>> {
-    if let Some(nulls) = array.logical_nulls().filter(|n| n.null_count() > 0) {
-        let first = nulls.iter().position(|valid| !valid).unwrap_or(0);
-        return Err(Error::InvalidArgument(format!(
-            "the Arrow array has {} null element(s) (the first at index {first}); every record \
-             needs a body: drop or fill the nulls first",
-            nulls.null_count()
-        )));
+    chunk_bodies([array])
+}
+
+/// The bodies of the chunks of one array (a chunked array, a stream), in order; an error names
+/// an element by its index in the whole.
+pub fn chunk_bodies<'a>(chunks: impl IntoIterator<Item = &'a dyn Array>) -> Result<Vec<&'a [u8]>> {
+    let chunks: Vec<&dyn Array> = chunks.into_iter().collect();
+    let mut base = 0;
+    for a in &chunks {
+        if let Some(nulls) = a.logical_nulls().filter(|n| n.null_count() > 0) {
+            let first = base + nulls.iter().position(|valid| !valid).unwrap_or(0);
+            let count: usize = chunks.iter().map(|c| c.logical_null_count()).sum();
+            return Err(Error::InvalidArgument(format!(
+                "the Arrow array has {count} null element(s) (the first at index {first}); every \
+                 record needs a body: drop or fill the nulls first"
+            )));
+        }
+        base += a.len();
     }
+    let mut out = Vec::with_capacity(base);
+    for a in chunks {
+        out.extend(one_chunk(a)?);
+    }
+    Ok(out)
+}
+
+fn one_chunk(array: &dyn Array) -> Result<Vec<&[u8]>> {
     let any = array.as_any();
     let got = match array.data_type() {
         DataType::Binary => any.downcast_ref::<BinaryArray>().map(bytes),

@@ -14,7 +14,7 @@ use arrow_schema::SchemaRef;
 
 use super::columns::{BatchOptions, BodyLayout, Column};
 use crate::error::{Error, Result};
-use crate::reader::RecordRef;
+use crate::reader::Found;
 use crate::segment::Mapping;
 
 /// The columns of one batch, filled a record at a time.
@@ -58,10 +58,10 @@ impl<'a> BatchBuilder<'a> {
     }
 
     /// Whether `rec` still fits this batch (a first record always does).
-    pub(super) fn fits(&self, rec: &RecordRef) -> bool {
+    pub(super) fn fits(&self, rec: &Found) -> bool {
         self.rows == 0
             || (self.rows < self.opts.max_records
-                && self.body_bytes + rec.len() <= self.max_bytes())
+                && self.body_bytes + rec.body_len <= self.max_bytes())
     }
 
     fn max_bytes(&self) -> usize {
@@ -72,40 +72,40 @@ impl<'a> BatchBuilder<'a> {
     }
 
     /// Adds `rec` (the caller checked [`BatchBuilder::fits`]).
-    pub(super) fn push(&mut self, rec: &RecordRef) -> Result<()> {
+    pub(super) fn push(&mut self, rec: &Found, map: &Arc<Mapping>) -> Result<()> {
         // The one push that can fail comes first: a refused record leaves every column as it was.
         if self.opts.wants(Column::Body) {
             match self.opts.body {
-                BodyLayout::View => self.views.push(rec)?,
-                BodyLayout::Binary => self.push_copy(rec)?,
+                BodyLayout::View => self.views.push(rec, map)?,
+                BodyLayout::Binary => self.push_copy(rec, map)?,
             }
         }
         // Columns not asked for were given no capacity: each test is one predictable branch.
         if self.offsets.capacity() > 0 {
-            self.offsets.push(rec.offset() as i64);
+            self.offsets.push(rec.offset as i64);
         }
         if self.timestamps.capacity() > 0 {
-            let ms = i64::try_from(rec.timestamp_ms()).unwrap_or(i64::MAX);
+            let ms = i64::try_from(rec.timestamp_ms).unwrap_or(i64::MAX);
             self.timestamps.push(ms);
         }
         if self.segments.capacity() > 0 {
-            self.segments.push(rec.segment_start() as i64);
+            self.segments.push(rec.segment_start as i64);
         }
         self.rows += 1;
-        self.body_bytes += rec.len();
+        self.body_bytes += rec.body_len;
         Ok(())
     }
 
-    fn push_copy(&mut self, rec: &RecordRef) -> Result<()> {
-        let end = i32::try_from(self.data.len() + rec.len()).map_err(|_| {
+    fn push_copy(&mut self, rec: &Found, map: &Mapping) -> Result<()> {
+        let end = i32::try_from(self.data.len() + rec.body_len).map_err(|_| {
             Error::InvalidArgument(format!(
                 "the body at offset {} ({} bytes) does not fit an Arrow binary column (< 2 GiB \
                  per batch); read it with body=\"view\"",
-                rec.offset(),
-                rec.len()
+                rec.offset, rec.body_len
             ))
         })?;
-        self.data.extend_from_slice(rec.body());
+        let body = rec.body_range();
+        self.data.extend_from_slice(map.bytes(body.start, body.end));
         self.value_offsets.push(end);
         Ok(())
     }
@@ -159,8 +159,8 @@ struct Views {
 }
 
 impl Views {
-    fn push(&mut self, rec: &RecordRef) -> Result<()> {
-        let (map, body) = rec.mapping();
+    fn push(&mut self, rec: &Found, map: &Arc<Mapping>) -> Result<()> {
+        let body = rec.body_range();
         if u32::try_from(body.len()).is_err() {
             return Err(Error::Internal(format!(
                 "a body of {} bytes in a view column",
@@ -177,7 +177,8 @@ impl Views {
         let window = &mut self.windows[index];
         window.2 = window.2.max(body.end);
         let offset = (body.start - window.1) as u32;
-        self.views.push(make_view(rec.body(), index as u32, offset));
+        let bytes = map.bytes(body.start, body.end);
+        self.views.push(make_view(bytes, index as u32, offset));
         Ok(())
     }
 

@@ -6,6 +6,6 @@ mod build;
 mod columns;
 mod reader;
 
-pub use bodies::bodies;
+pub use bodies::{bodies, chunk_bodies};
 pub use columns::{BatchOptions, BodyLayout, Column};
 pub use reader::BatchReader;

@@ -70,9 +70,16 @@ impl BatchReader {
         }
         self.scan.check_open()?;
         let mut batch = BatchBuilder::new(&self.opts);
-        while let Some(rec) = self.pending.take().map(Ok).or_else(|| self.scan.next()) {
-            let rec = match rec {
-                Ok(rec) => rec,
+        if let Some(first) = self.pending.take() {
+            let (map, _) = first.mapping();
+            if let Err(e) = batch.push(&first.found(), map) {
+                self.pending = Some(first);
+                return Err(e);
+            }
+        }
+        while let Some(next) = self.scan.next_found() {
+            let (rec, map) = match next {
+                Ok(found) => found,
                 Err(e) if batch.is_empty() => return Err(e),
                 Err(e) => {
                     self.failed = Some(e);
@@ -80,11 +87,11 @@ impl BatchReader {
                 }
             };
             if !batch.fits(&rec) {
-                self.pending = Some(rec);
+                self.pending = Some(rec.with_map(map));
                 break;
             }
-            if let Err(e) = batch.push(&rec) {
-                self.pending = Some(rec);
+            if let Err(e) = batch.push(&rec, map) {
+                self.pending = Some(rec.with_map(map));
                 if batch.is_empty() {
                     return Err(e);
                 }

@@ -2,12 +2,14 @@
 //! `append_batch` takes and returns. No Python object is made per record.
 
 use std::ffi::CStr;
-use std::sync::{Mutex, TryLockError};
+use std::sync::{Arc, Mutex, TryLockError};
 
 use arrow_array::ffi::{from_ffi, to_ffi, FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_array::ffi_stream::{ArrayStreamReader, FFI_ArrowArrayStream};
-use arrow_array::{make_array, Array, ArrayRef, Int64Array, RecordBatch, StructArray};
-use arrow_schema::ArrowError;
+use arrow_array::{
+    make_array, Array, ArrayRef, Int64Array, RecordBatch, RecordBatchReader, StructArray,
+};
+use arrow_schema::{ArrowError, Schema, SchemaRef};
 use pyo3::exceptions::{PyModuleNotFoundError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
@@ -119,6 +121,37 @@ fn checked(data: arrow_data::ArrayData) -> PyResult<ArrayRef> {
     Ok(make_array(data))
 }
 
+/// An exported stream's reader. The C stream interface forbids concurrent `get_next` calls, but a
+/// consumer may break that rule (pyarrow's reader read from two threads): the second call gets an
+/// error instead of racing the first.
+struct OneConsumer(Mutex<BatchReader>);
+
+impl Iterator for OneConsumer {
+    type Item = Result<RecordBatch, ArrowError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.0.try_lock() {
+            Ok(mut r) => r.next(),
+            Err(TryLockError::Poisoned(e)) => e.into_inner().next(),
+            Err(TryLockError::WouldBlock) => Some(Err(ArrowError::InvalidArgumentError(
+                "this rmqlog stream is being read by another thread: the Arrow C stream \
+                 interface allows one consumer call at a time"
+                    .into(),
+            ))),
+        }
+    }
+}
+
+impl RecordBatchReader for OneConsumer {
+    fn schema(&self) -> SchemaRef {
+        match self.0.try_lock() {
+            Ok(r) => r.schema(),
+            Err(TryLockError::Poisoned(e)) => e.into_inner().schema(),
+            Err(TryLockError::WouldBlock) => Arc::new(Schema::empty()),
+        }
+    }
+}
+
 /// Record batches of a log, built in Rust: `CommitLog.scan_batches()`.
 #[pyclass(name = "BatchScan", module = "rmqlog", frozen)]
 pub struct PyBatchScan {
@@ -194,7 +227,8 @@ impl PyBatchScan {
             self.with_reader(|r| (r.next_offset(), r.end(), r.options().clone()))?;
         let log = self.log.get();
         let reader = py.detach(|| log.log.scan_batches(Some(start), Some(end), opts))?;
-        PyCapsule::new_with_value(py, FFI_ArrowArrayStream::new(Box::new(reader)), STREAM)
+        let stream = FFI_ArrowArrayStream::new(Box::new(OneConsumer(Mutex::new(reader))));
+        PyCapsule::new_with_value(py, stream, STREAM)
     }
 
     fn __repr__(&self) -> PyResult<String> {
@@ -242,11 +276,23 @@ pub(super) fn batch_options(
         opts.body = crate::arrow::BodyLayout::parse(&args::string(body, "body")?)?;
     }
     let positive = |obj: &Bound<'_, PyAny>, what: &str| -> PyResult<usize> {
-        let v = args::uint(obj, what)?;
+        let refuse = || {
+            PyValueError::new_err(format!(
+                "{what} must be a positive int below 2**64, got {}",
+                obj.repr().map(|r| r.to_string()).unwrap_or_default()
+            ))
+        };
+        let v = args::uint(obj, what).map_err(|e| {
+            if e.is_instance_of::<PyValueError>(obj.py()) {
+                refuse()
+            } else {
+                e
+            }
+        })?;
         usize::try_from(v)
             .ok()
             .filter(|&v| v > 0)
-            .ok_or_else(|| PyValueError::new_err(format!("{what} must be a positive int, got {v}")))
+            .ok_or_else(refuse)
     };
     if let Some(m) = max_records {
         opts.max_records = positive(m, "max_records")?;
@@ -272,10 +318,7 @@ pub(super) fn append_arrow<'py>(
     }
     let arrays = import_arrays(obj)?;
     let offsets = py.detach(|| -> Result<Vec<u64>, Error> {
-        let mut bodies = Vec::with_capacity(arrays.iter().map(|a| a.len()).sum());
-        for a in &arrays {
-            bodies.extend(crate::arrow::bodies(a.as_ref())?);
-        }
+        let bodies = crate::arrow::chunk_bodies(arrays.iter().map(|a| a.as_ref()))?;
         slf.log.append_batch(&bodies)
     })?;
     want_offsets.then(|| offsets_array(py, offsets)).transpose()

@@ -241,13 +241,17 @@ impl PyCommitLog {
     /// Appends many records at once (all visible together, or none); returns their offsets: a
     /// list for an iterable of bodies, a pyarrow int64 array for an Arrow array; None with
     /// `offsets=False`.
-    #[pyo3(signature = (bodies, /, *, offsets = true))]
+    #[pyo3(
+        signature = (bodies, /, *, offsets = None),
+        text_signature = "($self, bodies, /, *, offsets=True)"
+    )]
     fn append_batch<'py>(
         &self,
         py: Python<'py>,
         bodies: &Bound<'py, PyAny>,
-        offsets: bool,
+        offsets: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let offsets = offsets.map_or(Ok(true), |o| args::boolean(o, "offsets"))?;
         if bodies.is_instance_of::<PyBytes>() || bodies.is_instance_of::<PyString>() {
             return Err(PyTypeError::new_err(
                 "append_batch takes an iterable of bytes-like bodies or an Arrow binary array; \
