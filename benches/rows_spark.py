@@ -56,8 +56,9 @@ def _session():
 
 
 def _write_store(s: Sizes, store: str) -> None:
-    """``spark_rows`` records of 256 B (the issue's Spark measurements) in batches, spread over time: the writer sleeps 1 ms
-    every 10 batches, so the 90th-percentile timestamp cuts the log near its last tenth."""
+    """``spark_rows`` records of 256 B (as the issue measured Spark) in batches, spread over
+    time: the writer sleeps 1 ms every 10 batches, so the 90th-percentile timestamp cuts the
+    log near its last tenth."""
     from rmqlog import CommitLog
 
     log = CommitLog(store, segment_size=SEGMENT)  # as for the other rows

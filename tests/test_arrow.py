@@ -418,8 +418,8 @@ def test_a_corrupt_record_yields_the_batches_before_it_then_corruption_error(mak
         ({"columns": [1]}, TypeError, "sequence of column names"),
         ({"body": "x"}, ValueError, 'unknown body layout "x".*"view".*"binary"'),
         ({"body": 1}, TypeError, "body must be a str, got int"),
-        ({"max_records": 0}, ValueError, "max_records must be a positive int below 2\\*\\*64, got 0"),
-        ({"max_records": -5}, ValueError, r"max_records must be a positive int below 2\*\*64, got -5"),
+        ({"max_records": 0}, ValueError, r"max_records must be a positive int .*, got 0"),
+        ({"max_records": -5}, ValueError, r"max_records must be a positive int .*, got -5"),
         (
             {"max_records": 2**70},
             ValueError,
@@ -859,8 +859,8 @@ def test_one_stream_read_from_two_threads_never_duplicates_or_reports_corruption
                     b = reader.read_next_batch()
                 except StopIteration:
                     return
-                except Exception as e:
-                    errors.append(str(e))
+                except Exception as exc:
+                    errors.append(str(exc))
                     return
                 got.extend(b["offset"].to_pylist())
 
