@@ -427,37 +427,45 @@ pub fn minor_faults() -> u64 {
     ru.ru_minflt as u64
 }
 
-/// A file of `len` bytes in `dir`, written in full through one shared map that stays mapped: every
-/// page is in the page cache and in the page tables, as a log's segments are after its writer
-/// filled them.
-pub fn filled_file_map(dir: &Path, len: usize) -> memmap2::MmapMut {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(dir.join("filled"))
-        .expect("creating the reference file");
-    f.set_len(len as u64).expect("sizing the reference file");
-    // SAFETY: the file was just created in a private temporary directory, at its full length,
+/// The segment files of `log`, one after the other, in one file mapped read-only: the same bytes
+/// at the same offsets (from the first segment's start), in one map.
+pub fn concatenated_map(log: &rmqlog::CommitLog, dir: &Path) -> memmap2::Mmap {
+    let path = dir.join("concatenated");
+    let mut out = File::create(&path).expect("creating the reference file");
+    for seg in log.segments().expect("segments") {
+        let mut f = File::open(&seg.path).expect("opening a segment");
+        std::io::copy(&mut f, &mut out).expect("copying a segment");
+    }
+    drop(out);
+    let f = File::open(&path).expect("opening the reference file");
+    // SAFETY: the file was just written in a private temporary directory, at its full length,
     // and nothing else truncates it while the map lives.
-    let mut map = unsafe { memmap2::MmapMut::map_mut(&f) }.expect("mapping the reference file");
-    map.fill(1);
-    map
+    unsafe { memmap2::Mmap::map(&f) }.expect("mapping the reference file")
 }
 
-/// Reads every 8-byte word of the `record_len`-byte record at each offset: the memory traffic
-/// of a record read (header and body CRC) without any lookup or check.
+/// Reads and checks the record at each offset of `map` as a record read does (the header's
+/// CRC, then the body's), with no lookup: the floor of a validated random read. Returns the
+/// total body length.
 #[inline]
-pub fn touch_records(map: &[u8], offsets: impl Iterator<Item = u64>, record_len: usize) -> u64 {
-    let mut sum = 0u64;
+pub fn check_records(map: &[u8], offsets: impl Iterator<Item = u64>) -> u64 {
+    let word = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4"));
+    // One hasher made up front and cloned: `Hasher::new` detects the CPU at every call.
+    let fresh = crc32fast::Hasher::new();
+    let mut total = 0u64;
     for o in offsets {
-        let rec = &map[o as usize..o as usize + record_len];
-        for w in rec.chunks_exact(8) {
-            sum = sum.wrapping_add(u64::from_le_bytes(w.try_into().expect("8 bytes")));
-        }
+        let rest = &map[o as usize..];
+        let len = word(rest, 0) as usize;
+        let mut head = fresh.clone();
+        head.update(&rest[0..12]);
+        head.update(&rest[16..HEADER_LEN]);
+        assert_eq!(head.finalize(), word(rest, 12), "header CRC at {o}");
+        let body = &rest[HEADER_LEN..len];
+        let mut crc = fresh.clone();
+        crc.update(body);
+        assert_eq!(crc.finalize(), word(rest, 8), "body CRC at {o}");
+        total += body.len() as u64;
     }
-    black_box(sum)
+    black_box(total)
 }
 
 /// Times `f`.
