@@ -392,10 +392,10 @@ impl Scan {
         self.end
     }
 
-    /// An error once the log is closed.
+    /// The log's state (whether it is still open).
     #[cfg(feature = "arrow")]
-    pub(crate) fn check_open(&self) -> Result<()> {
-        self.state.check_open()
+    pub(crate) fn state(&self) -> &Arc<State> {
+        &self.state
     }
 
     fn step(&mut self) -> Result<Option<Found>> {

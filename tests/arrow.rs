@@ -15,7 +15,7 @@ use arrow_array::{
 };
 use arrow_schema::{DataType, TimeUnit};
 use common::{body, dirs, quiet, segment_of};
-use rmqlog::arrow::{BatchOptions, BodyLayout, Column};
+use rmqlog::arrow::{BatchOptions, BatchReader, BodyLayout, Column, ReadAhead};
 use rmqlog::{CommitLog, Error, HEADER_LEN};
 
 /// One record as `scan` sees it: offset, timestamp, body, segment start.
@@ -325,7 +325,45 @@ fn a_corrupt_record_ends_the_reader_after_the_records_before_it() {
     let log = CommitLog::open(&d, quiet().read_only(true)).unwrap();
     let mut o = opts(&Column::ALL, BodyLayout::View);
     o.max_records = 10;
-    let mut reader = log.scan_batches(None, None, o).unwrap();
+    for ahead in [false, true] {
+        let reader = log.scan_batches(None, None, o.clone()).unwrap();
+        let mut reader = Either::new(reader, ahead);
+        corrupt_case(&mut reader, &offsets, victim);
+    }
+    drop(root);
+}
+
+/// A plain reader or the same on its read-ahead thread.
+enum Either {
+    Plain(BatchReader),
+    Ahead(ReadAhead),
+}
+
+impl Either {
+    fn new(reader: BatchReader, ahead: bool) -> Either {
+        if ahead {
+            Either::Ahead(reader.read_ahead())
+        } else {
+            Either::Plain(reader)
+        }
+    }
+
+    fn next_batch(&mut self) -> rmqlog::Result<Option<RecordBatch>> {
+        match self {
+            Either::Plain(r) => r.next_batch(),
+            Either::Ahead(r) => r.next_batch(),
+        }
+    }
+
+    fn next_offset(&self) -> u64 {
+        match self {
+            Either::Plain(r) => r.next_offset(),
+            Either::Ahead(r) => r.next_offset(),
+        }
+    }
+}
+
+fn corrupt_case(reader: &mut Either, offsets: &[u64], victim: u64) {
     let mut seen = Vec::new();
     let err = loop {
         match reader.next_batch() {
@@ -340,8 +378,79 @@ fn a_corrupt_record_ends_the_reader_after_the_records_before_it() {
     assert_eq!(seen, offsets[..25]);
     assert!(matches!(err, Error::Corruption { .. }), "{err:?}");
     assert!(err.to_string().contains(&victim.to_string()), "{err}");
+    assert_eq!(
+        reader.next_offset(),
+        victim,
+        "the position stays at the damaged record"
+    );
     assert!(reader.next_batch().unwrap().is_none(), "the reader goes on");
-    drop(root);
+}
+
+#[test]
+fn read_ahead_gives_the_batches_and_positions_of_its_reader() {
+    let (_root, log) = filled();
+    for (max_records, max_bytes) in [(1, 1 << 20), (7, 750), (1000, 1 << 20)] {
+        for layout in [BodyLayout::View, BodyLayout::Binary] {
+            let mut o = opts(&Column::ALL, layout);
+            o.max_records = max_records;
+            o.max_bytes = max_bytes;
+            let mut plain = log.scan_batches(None, None, o.clone()).unwrap();
+            let mut ahead = log
+                .scan_batches(None, None, o.clone())
+                .unwrap()
+                .read_ahead();
+            assert_eq!(ahead.next_offset(), plain.next_offset());
+            loop {
+                let (a, b) = (plain.next_batch().unwrap(), ahead.next_batch().unwrap());
+                assert_eq!(ahead.next_offset(), plain.next_offset());
+                match (a, b) {
+                    (None, None) => break,
+                    (Some(a), Some(b)) => assert_eq!(a, b),
+                    (a, b) => panic!(
+                        "plain {:?} rows, ahead {:?}",
+                        a.map(|x| x.num_rows()),
+                        b.map(|x| x.num_rows())
+                    ),
+                }
+            }
+            assert_eq!(ahead.next_offset(), ahead.end());
+            assert!(ahead.next_batch().unwrap().is_none());
+        }
+    }
+}
+
+#[test]
+fn read_ahead_ends_with_closed_even_when_it_built_the_next_batch() {
+    let (_root, log) = filled();
+    let mut o = opts(&Column::ALL, BodyLayout::View);
+    o.max_records = 10;
+    let mut ahead = log
+        .scan_batches(None, None, o.clone())
+        .unwrap()
+        .read_ahead();
+    assert_eq!(ahead.next_batch().unwrap().unwrap().num_rows(), 10);
+    // The thread builds the second batch and waits for it to be taken: close meanwhile.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    log.close().unwrap();
+    assert!(matches!(ahead.next_batch(), Err(Error::Closed)));
+    assert!(ahead.next_batch().unwrap().is_none());
+}
+
+#[test]
+fn a_read_ahead_dropped_mid_scan_stops_its_thread() {
+    let (_root, log) = filled();
+    let mut o = opts(&Column::ALL, BodyLayout::Binary);
+    o.max_records = 3;
+    for _ in 0..50 {
+        let mut ahead = log
+            .scan_batches(None, None, o.clone())
+            .unwrap()
+            .read_ahead();
+        assert_eq!(ahead.next_batch().unwrap().unwrap().num_rows(), 3);
+        drop(ahead); // joins the thread, blocked handing over its next batch
+    }
+    // Never started: no thread to stop.
+    drop(log.scan_batches(None, None, o).unwrap().read_ahead());
 }
 
 #[test]

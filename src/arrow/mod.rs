@@ -4,8 +4,10 @@
 mod bodies;
 mod build;
 mod columns;
+mod read_ahead;
 mod reader;
 
 pub use bodies::{bodies, chunk_bodies};
 pub use columns::{BatchOptions, BodyLayout, Column};
+pub use read_ahead::ReadAhead;
 pub use reader::BatchReader;

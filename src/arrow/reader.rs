@@ -3,10 +3,14 @@
 use arrow_array::{RecordBatch, RecordBatchReader};
 use arrow_schema::{ArrowError, SchemaRef};
 
+use std::sync::Arc;
+
 use super::build::BatchBuilder;
 use super::columns::BatchOptions;
+use super::read_ahead::ReadAhead;
 use crate::error::{Error, Result};
 use crate::reader::{RecordRef, Scan};
+use crate::state::State;
 
 /// Record batches over a fixed range of a log (the range as of the call that made it). Each
 /// record is validated (header and body CRC) as by [`Scan`]. An error ends the reader, after the
@@ -54,6 +58,15 @@ impl BatchReader {
         &self.opts
     }
 
+    /// This reader on its own thread, building the next batch while the caller works on the last.
+    pub fn read_ahead(self) -> ReadAhead {
+        ReadAhead::new(self)
+    }
+
+    pub(super) fn state(&self) -> &Arc<State> {
+        self.scan.state()
+    }
+
     /// The next batch, `None` at the end of the range.
     pub fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
         if self.ended {
@@ -68,7 +81,7 @@ impl BatchReader {
         if let Some(e) = self.failed.take() {
             return Err(e);
         }
-        self.scan.check_open()?;
+        self.scan.state().check_open()?;
         let mut batch = BatchBuilder::new(&self.opts);
         if let Some(first) = self.pending.take() {
             let (map, _) = first.mapping();

@@ -17,7 +17,7 @@ use pyo3::types::{PyCapsule, PyCapsuleMethods};
 
 use super::args;
 use super::log::PyCommitLog;
-use crate::arrow::{BatchOptions, BatchReader};
+use crate::arrow::{BatchOptions, ReadAhead};
 use crate::Error;
 
 const SCHEMA: &CStr = c"arrow_schema";
@@ -124,7 +124,7 @@ fn checked(data: arrow_data::ArrayData) -> PyResult<ArrayRef> {
 /// An exported stream's reader. The C stream interface forbids concurrent `get_next` calls, but a
 /// consumer may break that rule (pyarrow's reader read from two threads): the second call gets an
 /// error instead of racing the first.
-struct OneConsumer(Mutex<BatchReader>);
+struct OneConsumer(Mutex<ReadAhead>);
 
 impl Iterator for OneConsumer {
     type Item = Result<RecordBatch, ArrowError>;
@@ -156,19 +156,19 @@ impl RecordBatchReader for OneConsumer {
 #[pyclass(name = "BatchScan", module = "rmqlog", frozen)]
 pub struct PyBatchScan {
     log: Py<PyCommitLog>,
-    reader: Mutex<BatchReader>,
+    reader: Mutex<ReadAhead>,
 }
 
 impl PyBatchScan {
-    pub(super) fn new(log: Py<PyCommitLog>, reader: BatchReader) -> Self {
+    pub(super) fn new(log: Py<PyCommitLog>, reader: crate::arrow::BatchReader) -> Self {
         PyBatchScan {
             log,
-            reader: Mutex::new(reader),
+            reader: Mutex::new(reader.read_ahead()),
         }
     }
 
     /// Never waits for the lock with the GIL held: its holder may be waiting for the GIL.
-    fn with_reader<T>(&self, f: impl FnOnce(&mut BatchReader) -> T) -> PyResult<T> {
+    fn with_reader<T>(&self, f: impl FnOnce(&mut ReadAhead) -> T) -> PyResult<T> {
         match self.reader.try_lock() {
             Ok(mut r) => Ok(f(&mut r)),
             Err(TryLockError::Poisoned(e)) => Ok(f(&mut e.into_inner())),
@@ -227,7 +227,8 @@ impl PyBatchScan {
             self.with_reader(|r| (r.next_offset(), r.end(), r.options().clone()))?;
         let log = self.log.get();
         let reader = py.detach(|| log.log.scan_batches(Some(start), Some(end), opts))?;
-        let stream = FFI_ArrowArrayStream::new(Box::new(OneConsumer(Mutex::new(reader))));
+        let reader = Mutex::new(reader.read_ahead());
+        let stream = FFI_ArrowArrayStream::new(Box::new(OneConsumer(reader)));
         PyCapsule::new_with_value(py, stream, STREAM)
     }
 
