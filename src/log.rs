@@ -166,7 +166,7 @@ impl CommitLog {
         opts: crate::arrow::BatchOptions,
     ) -> Result<crate::arrow::BatchReader> {
         opts.validate()?;
-        crate::arrow::BatchReader::new(self.scan(start, end)?, opts)
+        Ok(crate::arrow::BatchReader::new(self.scan(start, end)?, opts))
     }
 
     /// Appends the bodies of an Arrow binary (or string) array, as [`CommitLog::append_batch`]

@@ -29,16 +29,16 @@ pub struct BatchReader {
 }
 
 impl BatchReader {
-    pub(crate) fn new(scan: Scan, opts: BatchOptions) -> Result<BatchReader> {
-        opts.validate()?;
-        Ok(BatchReader {
+    /// `opts` were validated by the caller (before the scan was made).
+    pub(crate) fn new(scan: Scan, opts: BatchOptions) -> BatchReader {
+        BatchReader {
             schema: opts.schema(),
             scan,
             opts,
             pending: None,
             failed: None,
             ended: false,
-        })
+        }
     }
 
     /// Where the next batch starts (the end of the range once done).

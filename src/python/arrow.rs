@@ -2,7 +2,7 @@
 //! `append_batch` takes and returns. No Python object is made per record.
 
 use std::ffi::CStr;
-use std::sync::{Arc, Mutex, TryLockError};
+use std::sync::{Arc, Mutex};
 
 use arrow_array::ffi::{from_ffi, to_ffi, FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_array::ffi_stream::{ArrayStreamReader, FFI_ArrowArrayStream};
@@ -18,6 +18,7 @@ use pyo3::types::{PyCapsule, PyCapsuleMethods};
 use super::args;
 use super::log::PyCommitLog;
 use crate::arrow::{BatchOptions, ReadAhead};
+use crate::sync::try_locked;
 use crate::Error;
 
 const SCHEMA: &CStr = c"arrow_schema";
@@ -130,10 +131,9 @@ impl Iterator for OneConsumer {
     type Item = Result<RecordBatch, ArrowError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        match self.0.try_lock() {
-            Ok(mut r) => r.next(),
-            Err(TryLockError::Poisoned(e)) => e.into_inner().next(),
-            Err(TryLockError::WouldBlock) => Some(Err(ArrowError::InvalidArgumentError(
+        match try_locked(&self.0) {
+            Some(mut r) => r.next(),
+            None => Some(Err(ArrowError::InvalidArgumentError(
                 "this rmqlog stream is being read by another thread: the Arrow C stream \
                  interface allows one consumer call at a time"
                     .into(),
@@ -144,10 +144,9 @@ impl Iterator for OneConsumer {
 
 impl RecordBatchReader for OneConsumer {
     fn schema(&self) -> SchemaRef {
-        match self.0.try_lock() {
-            Ok(r) => r.schema(),
-            Err(TryLockError::Poisoned(e)) => e.into_inner().schema(),
-            Err(TryLockError::WouldBlock) => Arc::new(Schema::empty()),
+        match try_locked(&self.0) {
+            Some(r) => r.schema(),
+            None => Arc::new(Schema::empty()),
         }
     }
 }
@@ -169,13 +168,10 @@ impl PyBatchScan {
 
     /// Never waits for the lock with the GIL held: its holder may be waiting for the GIL.
     fn with_reader<T>(&self, f: impl FnOnce(&mut ReadAhead) -> T) -> PyResult<T> {
-        match self.reader.try_lock() {
-            Ok(mut r) => Ok(f(&mut r)),
-            Err(TryLockError::Poisoned(e)) => Ok(f(&mut e.into_inner())),
-            Err(TryLockError::WouldBlock) => Err(PyRuntimeError::new_err(
-                "this BatchScan is being advanced by another thread",
-            )),
-        }
+        let mut r = try_locked(&self.reader).ok_or_else(|| {
+            PyRuntimeError::new_err("this BatchScan is being advanced by another thread")
+        })?;
+        Ok(f(&mut r))
     }
 }
 
@@ -301,7 +297,6 @@ pub(super) fn batch_options(
     if let Some(m) = max_bytes {
         opts.max_bytes = positive(m, "max_bytes")?;
     }
-    opts.validate()?;
     Ok(opts)
 }
 

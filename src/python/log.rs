@@ -258,7 +258,8 @@ impl PyCommitLog {
                  use append() for one body",
             ));
         }
-        if arrow::is_arrow(bodies)? {
+        let sequence = bodies.is_instance_of::<PyList>() || bodies.is_instance_of::<PyTuple>();
+        if !sequence && arrow::is_arrow(bodies)? {
             return arrow::append_arrow(self, py, bodies, offsets);
         }
         let iter = bodies.try_iter().map_err(|_| {

@@ -1,7 +1,7 @@
 //! `ScanIterator`: records in batches fetched without the GIL, handed out one by one.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, TryLockError};
+use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::gc::{PyTraverseError, PyVisit};
@@ -11,6 +11,7 @@ use pyo3::types::PyTuple;
 use super::buffer::SegmentBuffer;
 use super::ints;
 use super::log::PyCommitLog;
+use crate::sync::try_locked;
 use crate::{Error, RecordRef, Scan};
 
 /// A scan fetches up to this many records (or bytes) per release of the GIL.
@@ -41,15 +42,9 @@ impl PyScan {
 
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
         // Never wait for this lock with the GIL held: the holder may be waiting for the GIL.
-        let mut st = match self.state.try_lock() {
-            Ok(st) => st,
-            Err(TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(TryLockError::WouldBlock) => {
-                return Err(PyRuntimeError::new_err(
-                    "this scan iterator is being advanced by another thread",
-                ))
-            }
-        };
+        let mut st = try_locked(&self.state).ok_or_else(|| {
+            PyRuntimeError::new_err("this scan iterator is being advanced by another thread")
+        })?;
         let log = self.log.get();
         log.log.max_offset()?; // a closed log stops the scan
         if st.ready.is_empty() {
