@@ -60,6 +60,18 @@ pub struct Checkpoint {
     /// later opens take them as lost without being told again.
     #[serde(default)]
     pub lost_dirs: Vec<DirRecord>,
+    /// The remote tier, and the version of its manifest this store's copy (`rmqlog.tier`) holds.
+    #[serde(default)]
+    pub tier: Option<TierMark>,
+}
+
+/// The store's remote tier, as its checkpoint records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierMark {
+    /// The tier's URL (its options, credentials among them, are never recorded).
+    pub url: String,
+    /// The manifest version last published.
+    pub manifest_version: u64,
 }
 
 /// One directory of the store.
@@ -142,6 +154,7 @@ impl From<PathsCheckpoint> for Checkpoint {
             }),
             writer: None,
             lost_dirs: Vec::new(),
+            tier: None,
         }
     }
 }
@@ -164,6 +177,7 @@ impl Checkpoint {
             moving: None,
             writer: None,
             lost_dirs: Vec::new(),
+            tier: None,
         }
     }
 

@@ -10,7 +10,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chrono::Timelike;
 
@@ -180,11 +180,16 @@ pub(crate) fn clean_pass(state: &State, force: bool) -> Result<usize> {
             .sealed()
             .iter()
             .map(|s| Candidate {
+                // A remote segment counts for the log's size; its directory (none) for no disk.
                 size: if s.is_lost() { 0 } else { s.size() },
                 dir: s.dir(),
                 // A hole left by a lost directory is as old as anything.
                 age: if s.is_lost() {
                     Some(Duration::MAX)
+                } else if let (false, Some(e)) = (s.is_local(), s.remote_copy()) {
+                    // Only in the tier: as old as its file was when it was uploaded.
+                    let modified = UNIX_EPOCH + Duration::from_millis(e.modified_ms);
+                    now.duration_since(modified).ok()
                 } else {
                     std::fs::metadata(s.path())
                         .and_then(|m| m.modified())

@@ -83,6 +83,15 @@ pub enum Error {
     #[error("cleaning has stopped: {cause}")]
     CleanerFailed { cause: String },
 
+    /// The object store of the remote tier failed a request (unreachable, refused, or an object
+    /// missing that the manifest lists). Damaged bytes are [`Error::Corruption`] instead.
+    #[error("object store {object}: {op}: {reason}")]
+    Tier {
+        op: &'static str,
+        object: String,
+        reason: String,
+    },
+
     /// An operating-system error, with the file it concerned.
     #[error("{op} {path}: {source}")]
     Io {
@@ -123,6 +132,14 @@ impl Error {
             path,
             offset,
             reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn tier(op: &'static str, object: impl Into<String>, reason: impl ToString) -> Self {
+        Error::Tier {
+            op,
+            object: object.into(),
+            reason: reason.to_string(),
         }
     }
 

@@ -38,7 +38,7 @@ pub(crate) fn flush_data(state: &State) -> Result<u64> {
         if seg.start() >= target {
             break;
         }
-        if seg.end() <= from || seg.is_lost() {
+        if seg.end() <= from || !seg.is_local() {
             continue;
         }
         // A segment the log continues past is synced whole, filler included.

@@ -16,6 +16,7 @@ use crate::options::SEGMENT_ALIGN;
 use crate::record::FILLER_LEN;
 use crate::segment::{Segment, MAX_OFFSET};
 use crate::segments::SegmentList;
+use crate::tier::{Entry, Tier};
 
 /// A segment file found on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +31,8 @@ pub struct Found {
     pub dir: usize,
     /// A hole: offsets a lost directory held (`accept_lost`); `path` names that directory.
     pub lost: bool,
+    /// Only in the remote tier: its manifest entry (`path` is the object's URL).
+    pub remote: Option<Entry>,
 }
 
 impl Found {
@@ -107,6 +110,7 @@ pub fn list(
                 path,
                 dir: dir_idx,
                 lost: false,
+                remote: None,
             });
         }
         fail_point!("layout::dir_listed");
@@ -237,6 +241,7 @@ pub fn fill_holes(
         path: owner.clone(),
         dir: usize::MAX,
         lost: true,
+        remote: None,
     };
     let mut out = Vec::with_capacity(segments.len() + 2);
     let mut at = segments.first().map_or(min, |f| f.start.min(min));
@@ -256,7 +261,14 @@ pub fn fill_holes(
 
 /// Builds the segment list, reusing `existing` segments (and their maps) where they match.
 /// Sealed segments are mapped read-only (their directory may be on a read-only filesystem).
-pub fn to_list(found: Vec<Found>, existing: &[Arc<Segment>], segment_size: u64) -> SegmentList {
+/// Remote segments read through `tier`; a local segment its manifest lists knows its copy.
+pub fn to_list(
+    found: Vec<Found>,
+    existing: &[Arc<Segment>],
+    segment_size: u64,
+    tier: Option<&Arc<Tier>>,
+) -> SegmentList {
+    let manifest = tier.map(|t| t.manifest());
     let segs = found
         .into_iter()
         .map(|f| {
@@ -266,11 +278,16 @@ pub fn to_list(found: Vec<Found>, existing: &[Arc<Segment>], segment_size: u64) 
                 .ok()
                 .map(|i| &existing[i])
                 .filter(|s| s.path() == f.path && s.size() == f.len);
-            match reuse {
-                Some(s) => Arc::clone(s),
-                None if f.lost => Arc::new(Segment::hole(f.start, f.len, f.path)),
-                None => Arc::new(Segment::new(f.start, f.len, f.path, f.dir, false)),
+            let seg = match (reuse, f.remote, tier) {
+                (Some(s), _, _) => Arc::clone(s),
+                (None, _, _) if f.lost => Arc::new(Segment::hole(f.start, f.len, f.path)),
+                (None, Some(e), Some(t)) => Arc::new(Segment::remote(e, Arc::clone(t))),
+                (None, _, _) => Arc::new(Segment::new(f.start, f.len, f.path, f.dir, false)),
+            };
+            if let Some(e) = manifest.as_ref().and_then(|m| m.get(f.start)) {
+                seg.set_remote_copy(e.clone());
             }
+            seg
         })
         .collect();
     SegmentList::new(segs, segment_size)
@@ -282,6 +299,7 @@ pub fn to_list(found: Vec<Found>, existing: &[Arc<Segment>], segment_size: u64) 
 pub fn check(segments: &[Found], sizes: &[u64], stop_at_gap: bool) -> Result<usize> {
     for (i, f) in segments.iter().enumerate() {
         let known = f.lost
+            || f.remote.is_some()
             || sizes.contains(&f.len)
             || (sizes.is_empty() && f.len >= SEGMENT_ALIGN && f.len % SEGMENT_ALIGN == 0);
         if !known {

@@ -65,7 +65,9 @@ mod settings;
 mod state;
 mod stats;
 mod sync;
+
 mod tail_hint;
+mod tier;
 mod verify;
 mod warmer;
 mod writer;
@@ -77,10 +79,13 @@ pub use crate::dirs::{DirEvent, DirInfo, DirState};
 pub use crate::error::{Error, Result};
 pub use crate::log::{CommitLog, SegmentInfo};
 pub use crate::mover::Moved;
-pub use crate::options::{EventFn, FlushMode, Options, PerDir, PlaceFn, Strategy, SEGMENT_ALIGN};
+pub use crate::options::{
+    EventFn, FlushMode, Options, PerDir, PlaceFn, Strategy, TierOptions, SEGMENT_ALIGN,
+};
 pub use crate::reader::{RecordRef, Scan};
 pub use crate::record::{FILLER_LEN, HEADER_LEN};
 pub use crate::segment::{Mapping, MAX_OFFSET};
 pub use crate::settings::WriterSettings;
 pub use crate::stats::StatsSnapshot;
+pub use crate::tier::TierStatus;
 pub use crate::verify::BadRange;

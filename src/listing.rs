@@ -12,12 +12,14 @@
 //! progress never reads as damage, and never makes a follower's log shorter.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::checkpoint::{read_newest, Checkpoint};
 use crate::error::{Error, Result};
 use crate::failpoint::fail_point;
 use crate::layout::{self, Found};
+use crate::tier::{reload_local, with_remote, Tier};
 
 /// Listings taken before giving up on a store that keeps changing under them.
 const ATTEMPTS: u32 = 12;
@@ -143,6 +145,7 @@ pub(crate) fn consistent(
     segment_size: u64,
     accept_lost: &[PathBuf],
     floor: u64,
+    tier: Option<&Arc<Tier>>,
 ) -> Result<Option<View>> {
     let online = vec![true; paths.len()];
     let mut last_error = None;
@@ -164,6 +167,10 @@ pub(crate) fn consistent(
             let min = after.as_ref().map_or(0, |c| c.min_offset);
             let mut segments = listing.segments;
             segments.retain(|f| f.end() > min);
+            if let Some(t) = tier {
+                reload_local(t, paths);
+                segments = with_remote(segments, t, min);
+            }
             let lost = Checkpoint::lost_paths(after.as_ref(), accept_lost);
             let mut segments = with_holes(segments, &lost, after.as_ref(), segment_size);
             // A gap ends the log there (a file being created at the end is not there yet).

@@ -18,6 +18,7 @@ use crate::settings::WriterSettings;
 use crate::state::State;
 use crate::stats::StatsSnapshot;
 use crate::sync::locked;
+use crate::tier::{start_shipper, TierStatus};
 use crate::verify::{self, BadRange};
 use crate::warmer::start_warmer;
 use crate::writer::Writer;
@@ -41,6 +42,7 @@ struct Threads {
     flusher: Option<Periodic>,
     cleaner: Option<Periodic>,
     warmer: Option<Periodic>,
+    shipper: Option<Periodic>,
 }
 
 /// Facts about one segment, as returned by [`CommitLog::segments`].
@@ -58,6 +60,11 @@ pub struct SegmentInfo {
     /// Sealed: wholly below `max_offset` and not the last segment. Only sealed segments are
     /// deleted by retention or moved.
     pub sealed: bool,
+    /// The segment has a file in the store's directories.
+    pub local: bool,
+    /// The segment has a verified copy in the remote tier (`path` is the object's URL when it is
+    /// not local).
+    pub remote: bool,
 }
 
 impl CommitLog {
@@ -98,6 +105,9 @@ impl CommitLog {
         }
         if !self.state.opts.clean_interval.is_zero() {
             t.cleaner = Some(start_cleaner(&self.state)?);
+        }
+        if self.state.tier.is_some() {
+            t.shipper = Some(start_shipper(&self.state)?);
         }
         Ok(())
     }
@@ -239,6 +249,8 @@ impl CommitLog {
                 // past the end yet.
                 written: s.written().min(end.saturating_sub(s.start())),
                 sealed: i < sealed,
+                local: s.is_local(),
+                remote: s.remote_copy().is_some(),
             })
             .collect())
     }
@@ -317,7 +329,22 @@ impl CommitLog {
     /// [`CommitLog::verify`], calling `progress(bytes_done, bytes_total)` after each segment.
     pub fn verify_with(&self, progress: impl FnMut(u64, u64)) -> Result<Vec<BadRange>> {
         self.state.check_open()?;
-        verify::verify(&self.state, progress)
+        verify::verify(&self.state, false, progress)
+    }
+
+    /// [`CommitLog::verify_with`] across both tiers: the records of remote-only segments too, and
+    /// every remote object read back against the manifest (length and CRC32C). Downloads the
+    /// whole remote part of the log.
+    pub fn verify_remote_with(&self, progress: impl FnMut(u64, u64)) -> Result<Vec<BadRange>> {
+        self.state.check_open()?;
+        verify::verify(&self.state, true, progress)
+    }
+
+    /// The remote tier's state: what is local, remote, both and waiting, the last error, the
+    /// counters. `None` without a tier.
+    pub fn tier_status(&self) -> Result<Option<TierStatus>> {
+        self.state.check_open()?;
+        Ok(self.state.tier_status())
     }
 
     /// Whether the log was opened read-only.
@@ -371,7 +398,7 @@ impl CommitLog {
             self.state.events.forget();
             return Ok(());
         }
-        drop(threads); // stops and joins the flusher, the cleaner and the warmer
+        drop(threads); // stops and joins the flusher, the cleaner, the warmer and the tier thread
                        // A move in flight sees the log closed between two chunks of its copy, removes its copy
                        // and clears its intent; none starts after.
         let no_move = locked(&self.state.move_lock);

@@ -141,6 +141,12 @@ fn movable(state: &State, start: u64, to: usize) -> Result<Arc<Segment>> {
                 seg.path().display()
             )));
         }
+        if seg.is_remote() {
+            return Err(Error::Unsupported(format!(
+                "segment {start} is only in the remote tier ({}); there is no local file to move",
+                seg.path().display()
+            )));
+        }
         let dir = &state.dirs[to];
         if dir.read_only || dir.state().0 == DirState::Offline {
             return Err(Error::invalid(format!(

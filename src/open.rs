@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::checkpoint::{Checkpoint, DirRecord};
+use crate::checkpoint::{read_newest, Checkpoint, DirRecord};
 use crate::dirs::{Dir, DirState};
 use crate::error::{Error, Result};
 use crate::flusher::flush_data;
@@ -25,6 +25,7 @@ use crate::segments::SegmentList;
 use crate::settings::WriterSettings;
 use crate::state::{Parts, State};
 use crate::tail_hint::{self, TailHints};
+use crate::tier::{is_url, open_tier, with_remote, Manifest, Tier, TierOptions};
 use crate::writer::Writer;
 
 /// Listings (with their tail scans) a read-only open takes while a writer changes the store.
@@ -40,6 +41,11 @@ pub(crate) struct Opened {
 
 pub(crate) fn open<P: AsRef<Path>>(paths: &[P], mut opts: Options) -> Result<Opened> {
     opts.validate()?;
+    if let [one] = paths {
+        if let Some(url) = one.as_ref().to_str().filter(|p| is_url(p)) {
+            return open_remote(url, opts);
+        }
+    }
     let given = check_paths(paths)?;
     let read_only = if opts.read_only_paths.is_empty() {
         Vec::new()
@@ -170,6 +176,21 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
         }
         listing.segments.retain(|f| f.end() > c.min_offset);
     }
+    let store_id = match (&ckpt, &store.store_id) {
+        (Some(c), _) => c.store_id.clone(),
+        (None, Some(id)) => id.clone(),
+        (None, None) => identity::random_id(),
+    };
+    let writable_paths: Vec<PathBuf> = dirs
+        .iter()
+        .filter(|d| d.keeps_metadata())
+        .map(|d| d.path.clone())
+        .collect();
+    let tier = open_tier(&opts, ckpt.as_ref(), &writable_paths, &store_id, true)?;
+    if let Some(t) = &tier {
+        let min = ckpt.as_ref().map_or(0, |c| c.min_offset);
+        listing.segments = with_remote(listing.segments, t, min);
+    }
     listing.segments = with_holes(listing.segments, &lost, ckpt.as_ref(), opts.segment_size);
     let lost_dirs = if listing.segments.iter().any(|f| f.lost) {
         lost_records(&lost, ckpt.as_ref(), &store)
@@ -187,14 +208,17 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
         ));
     }
 
-    let list = layout::to_list(listing.segments, &[], opts.segment_size);
+    let list = layout::to_list(listing.segments, &[], opts.segment_size, tier.as_ref());
     let hint = ckpt
         .as_ref()
         .and_then(|c| tail_hint::read(&all, &c.store_id));
     let (list, end, last_ts) = recover(list, ckpt.as_ref(), hint.as_ref(), true)?;
     let list = writable_last(list);
-    // A tail lost with its directory: the log goes on after the hole.
-    let end = list.last().filter(|l| l.is_lost()).map_or(end, |l| l.end());
+    // A tail lost with its directory, or only remote: the log goes on after it.
+    let end = list
+        .last()
+        .filter(|l| !l.is_local())
+        .map_or(end, |l| l.end());
 
     let ckpt_flushed = ckpt.as_ref().map(|c| {
         if c.clean {
@@ -208,9 +232,7 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
         None => {
             // Metadata lost in every directory: the identities still say which store this is.
             let mut c = Checkpoint::new(opts.segment_size);
-            if let Some(id) = &store.store_id {
-                c.store_id.clone_from(id);
-            }
+            c.store_id.clone_from(&store_id);
             c
         }
     };
@@ -242,7 +264,7 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
         None => min,
     };
     let sync = opts.flush.policy().each_append;
-    let writer = match list.last().filter(|l| !l.is_lost()) {
+    let writer = match list.last().filter(|l| l.is_local()) {
         Some(last) => Writer::new(
             sync,
             Some((Arc::clone(last), last.map()?)),
@@ -262,6 +284,7 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
         flushed,
         last_ts,
         checkpoint,
+        tier,
     })?;
     // Sync what recovery kept (in `FlushMode::None` that is left to the OS, as for appends), then
     // mark the store not clean until `close` says otherwise.
@@ -341,10 +364,18 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
             dir
         })
         .collect();
-    let (ckpt, list, end, last_ts) = recovered_view(&paths, &ids, &opts).map_err(|e| {
-        let missing: Vec<DirRecord> = store.left_out.iter().map(|(r, _)| r.clone()).collect();
-        missing_dirs_error(&missing, e)
-    })?;
+    let recorded = read_newest(&paths)?;
+    let store_id = recorded
+        .as_ref()
+        .map(|c| c.store_id.clone())
+        .or_else(|| store.store_id.clone())
+        .unwrap_or_default();
+    let tier = open_tier(&opts, recorded.as_ref(), &paths, &store_id, false)?;
+    let (ckpt, list, end, last_ts) =
+        recovered_view(&paths, &ids, &opts, tier.as_ref()).map_err(|e| {
+            let missing: Vec<DirRecord> = store.left_out.iter().map(|(r, _)| r.clone()).collect();
+            missing_dirs_error(&missing, e)
+        })?;
     if ckpt.is_none() && store.store_id.is_none() && list.first().is_none() {
         let names: Vec<String> = given.iter().map(|p| p.display().to_string()).collect();
         let what = if names.len() == 1 {
@@ -367,6 +398,7 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
         flushed,
         last_ts,
         checkpoint,
+        tier,
     })?;
     Ok(Opened {
         state,
@@ -375,20 +407,89 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
     })
 }
 
+/// A read-only open of a log's remote tier alone, by its URL: the sealed segments the tier's
+/// manifest lists, from any machine.
+fn open_remote(url: &str, opts: Options) -> Result<Opened> {
+    if !opts.read_only {
+        return Err(Error::config(format!(
+            "{url} is a tier URL, which opens read-only (read_only=True); a writer keeps its log \
+             in local directories and ships sealed segments to the tier with tier_url"
+        )));
+    }
+    let given = opts.tier.clone().unwrap_or_else(|| TierOptions::new(url));
+    if given.url.trim_end_matches('/') != url.trim_end_matches('/') {
+        return Err(Error::config(format!(
+            "tier_url {:?} differs from the URL opened, {url:?}; give it once",
+            given.url
+        )));
+    }
+    let tier = Tier::new(
+        url,
+        &given.options,
+        given.cache_dir.as_deref(),
+        given.cache_bytes,
+        false,
+        Manifest::empty(""),
+    )?;
+    let manifest = tier
+        .load_remote_manifest()?
+        .ok_or_else(|| Error::not_found(url, " (no rmqlog tier manifest under this prefix)"))?;
+    let mut checkpoint = Checkpoint::new(0);
+    checkpoint.store_id.clone_from(&manifest.store_id);
+    tier.set_manifest(manifest);
+    let tier = Arc::new(tier);
+    let (list, end) = remote_view(&tier, &[], opts.segment_size)?;
+    let min = list.first().map_or(end, |s| s.start());
+    let state = State::new(Parts {
+        opts,
+        dirs: Vec::new(),
+        read_only: true,
+        list,
+        end,
+        min,
+        flushed: end,
+        last_ts: 0,
+        checkpoint,
+        tier: Some(tier),
+    })?;
+    Ok(Opened {
+        state,
+        writer: None,
+        lock: None,
+    })
+}
+
+/// The segment list of a tier's manifest alone (reusing `existing` segments), and its end.
+pub(crate) fn remote_view(
+    tier: &Arc<Tier>,
+    existing: &[Arc<Segment>],
+    segment_size: u64,
+) -> Result<(SegmentList, u64)> {
+    let m = tier.manifest();
+    let found = with_remote(Vec::new(), tier, m.min_offset);
+    layout::check(&found, &[], false)?;
+    let list = layout::to_list(found, existing, segment_size, Some(tier));
+    let end = list
+        .last()
+        .map_or(m.min_offset, |s| s.start() + s.written());
+    Ok((list, end))
+}
+
 /// A consistent listing of the store (see [`listing`]) and the end of its records. A segment
 /// that moves or goes between the listing and the scan of the tail makes it list again.
 fn recovered_view(
     paths: &[PathBuf],
     ids: &[Option<String>],
     opts: &Options,
+    tier: Option<&Arc<Tier>>,
 ) -> Result<(Option<Checkpoint>, SegmentList, u64, u64)> {
     let mut gone = None;
     for _ in 0..LIST_ATTEMPTS {
-        let view = listing::consistent(paths, ids, opts.segment_size, &opts.accept_lost, 0)?;
+        let view = listing::consistent(paths, ids, opts.segment_size, &opts.accept_lost, 0, tier)?;
         let Some(view) = view else {
             break;
         };
-        let list = layout::to_list(view.segments, &[], opts.segment_size);
+        let list = layout::to_list(view.segments, &[], opts.segment_size, tier);
         let hint = view
             .ckpt
             .as_ref()
@@ -410,7 +511,7 @@ fn recovered_view(
 
 /// The writer's last segment, mapped for writing.
 fn writable_last(list: SegmentList) -> SegmentList {
-    let Some(last) = list.last().filter(|l| !l.is_lost()) else {
+    let Some(last) = list.last().filter(|l| l.is_local()) else {
         return list;
     };
     let seg = Segment::new(

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::dirs::{DirEvent, DirInfo};
 use crate::error::{Error, Result};
 use crate::record::HEADER_LEN;
+pub use crate::tier::TierOptions;
 
 /// Page granularity that segment sizes must respect.
 pub const SEGMENT_ALIGN: u64 = 4096;
@@ -231,6 +232,10 @@ pub struct Options {
     /// Period of the cleaner thread; zero disables it (passes then run only through `clean`).
     /// Defaults to 10 s.
     pub clean_interval: Duration,
+    /// The remote tier: sealed segments copied to an object store (`docs/tiering.md`). A store
+    /// remembers its tier: later opens without this option use the recorded URL. Defaults to
+    /// none.
+    pub tier: Option<TierOptions>,
 }
 
 impl fmt::Debug for Options {
@@ -255,6 +260,7 @@ impl fmt::Debug for Options {
             .field("max_deletes_per_pass", &self.max_deletes_per_pass)
             .field("clean_interval", &self.clean_interval)
             .field("file_mode", &format_args!("{:o}", self.file_mode))
+            .field("tier", &self.tier.as_ref().map(|t| &t.url))
             .finish()
     }
 }
@@ -281,6 +287,7 @@ impl Default for Options {
             max_deletes_per_pass: 10,
             clean_interval: Duration::from_secs(10),
             file_mode: 0o640,
+            tier: None,
         }
     }
 }
@@ -459,6 +466,13 @@ impl Options {
         self
     }
 
+    /// Sets [`Options::tier`].
+    #[must_use]
+    pub fn tier(mut self, tier: Option<TierOptions>) -> Self {
+        self.tier = tier;
+        self
+    }
+
     /// Sets [`Options::file_mode`].
     #[must_use]
     pub fn file_mode(mut self, mode: u32) -> Self {
@@ -524,6 +538,9 @@ impl Options {
                  write (0o600), got {:o}",
                 self.file_mode
             )));
+        }
+        if let Some(t) = &self.tier {
+            t.validate()?;
         }
         if self.max_deletes_per_pass == 0 {
             return Err(Error::invalid("max_deletes_per_pass must be at least 1"));

@@ -115,13 +115,31 @@ pub(crate) fn locate(
     list: &mut Arc<SegmentList>,
     offset: u64,
 ) -> Result<(Arc<Segment>, Arc<Mapping>)> {
+    locate_with(state, list, offset, |seg| seg.map())
+}
+
+/// [`locate`] for one record: of a remote segment only the record at `offset` is fetched.
+pub(crate) fn locate_record(
+    state: &State,
+    list: &mut Arc<SegmentList>,
+    offset: u64,
+) -> Result<(Arc<Segment>, Arc<Mapping>)> {
+    locate_with(state, list, offset, |seg| seg.map_for(offset))
+}
+
+fn locate_with(
+    state: &State,
+    list: &mut Arc<SegmentList>,
+    offset: u64,
+    map: impl Fn(&Segment) -> Result<Arc<Mapping>>,
+) -> Result<(Arc<Segment>, Arc<Mapping>)> {
     let mut attempt = 0;
     loop {
         let seg = Arc::clone(
             list.find(offset)
                 .ok_or_else(|| state.range_error(offset.into()))?,
         );
-        let err = match seg.map() {
+        let err = match map(&seg) {
             Ok(map) => return Ok((seg, map)),
             Err(e) if e.is_not_found() && attempt < LOCATE_ATTEMPTS => e,
             Err(e) => return Err(e),
@@ -262,7 +280,7 @@ pub(crate) fn read(state: &State, offset: u64) -> Result<RecordRef> {
     if let Some((seg, map)) = list.find(offset).and_then(|s| Some((s, s.mapped()?))) {
         return record_here(seg, map, offset, max);
     }
-    let (seg, map) = locate(state, &mut state.segments_full(), offset)?;
+    let (seg, map) = locate_record(state, &mut state.segments_full(), offset)?;
     record_here(&seg, &map, offset, max)
 }
 
@@ -286,7 +304,7 @@ pub(crate) fn offset_for_timestamp(state: &Arc<State>, timestamp_ms: u64) -> Res
     let mut hi = starts.len();
     while lo < hi {
         let mid = (lo + hi) / 2;
-        let older = match locate(state, &mut list, starts[mid]) {
+        let older = match locate_record(state, &mut list, starts[mid]) {
             Ok((seg, map)) if !seg.is_lost() => match record_at(&seg, &map, starts[mid], max) {
                 At::Record(r) => r.timestamp_ms < timestamp_ms,
                 _ => false,

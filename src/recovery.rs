@@ -45,20 +45,25 @@ pub fn find_end(list: &SegmentList, from: u64, max_body: usize) -> Result<Tail> 
     };
     let segs = list.as_slice();
     // The log continues past every segment before the one the scan starts in: all sealed.
-    for seg in &segs[..idx] {
+    for seg in segs[..idx].iter().filter(|s| !s.is_remote()) {
         seg.set_written(seg.size());
     }
     let mut pos = from - segs[idx].start();
     loop {
         let seg = &segs[idx];
-        if seg.is_lost() {
-            // A hole left by a lost directory: the log goes on after it.
+        if !seg.is_local() {
+            // A hole left by a lost directory, or a sealed segment only in the remote tier: the
+            // log goes on after it.
             if idx + 1 < segs.len() {
                 idx += 1;
                 pos = 0;
                 continue;
             }
-            tail.end = seg.end();
+            tail.end = if seg.is_remote() {
+                seg.start() + seg.written()
+            } else {
+                seg.end()
+            };
             return Ok(tail);
         }
         let map = seg.map()?;
@@ -165,7 +170,7 @@ pub fn cut(list: &SegmentList, end: u64) -> Result<SegmentList> {
         return Ok(list.clone()); // `end` is the end of the last segment: nothing after it
     };
     let seg = &list.as_slice()[idx];
-    if !seg.is_lost() {
+    if seg.is_local() {
         zero_from(seg.path(), end - seg.start(), seg.size())?;
     }
     for later in &list.as_slice()[idx + 1..] {

@@ -17,6 +17,7 @@ use std::sync::{Arc, OnceLock};
 use memmap2::{MmapOptions, MmapRaw};
 
 use crate::error::{Error, IoContext, Result};
+use crate::tier::{Entry, Tier};
 
 /// The largest offset a log holds: `i64::MAX`. Offsets are unsigned in the file format, but signed
 /// 64-bit integers in Arrow, Spark and Java, so no segment may end past this; a store whose files
@@ -30,6 +31,28 @@ pub struct Mapping {
 }
 
 impl Mapping {
+    /// Maps the whole of the file at `path` read-only; `len` is its expected length (a file of
+    /// another length is refused: mapping past its end would fault on access).
+    pub(crate) fn open_read_only(path: &Path, len: u64) -> Result<Mapping> {
+        let file = OpenOptions::new()
+            .read(true)
+            .open(path)
+            .ctx("opening", path)?;
+        let actual = file.metadata().ctx("reading length of", path)?.len();
+        if actual != len {
+            return Err(Error::corruption(
+                Some(path.to_path_buf()),
+                None,
+                format!("file has length {actual}, expected {len}"),
+            ));
+        }
+        let raw = MmapOptions::new()
+            .len(len as usize)
+            .map_raw_read_only(&file)
+            .ctx("mapping", path)?;
+        Ok(Mapping { raw })
+    }
+
     /// Length of the map (the segment size).
     pub fn len(&self) -> usize {
         self.raw.len()
@@ -82,6 +105,17 @@ impl Mapping {
     }
 }
 
+/// Where a segment's bytes are.
+#[derive(Debug)]
+enum Place {
+    /// A file in one of the store's directories.
+    File,
+    /// A hole left by a lost directory: no file, reads fail naming the directory.
+    Lost,
+    /// Only in the remote tier: read through its cache.
+    Remote(Arc<Tier>),
+}
+
 /// One fixed-size segment file named by its start offset.
 #[derive(Debug)]
 pub struct Segment {
@@ -90,8 +124,9 @@ pub struct Segment {
     path: PathBuf,
     dir: usize,
     writable: bool,
-    /// A hole left by a lost directory: no file, reads fail naming the directory.
-    lost: bool,
+    place: Place,
+    /// The verified copy in the remote tier, once there is one (always, for a remote segment).
+    remote: OnceLock<Entry>,
     /// End of the records in this segment, relative to `start` (the filler is not counted).
     written: AtomicU64,
     map: OnceLock<Arc<Mapping>>,
@@ -107,24 +142,64 @@ impl Segment {
             path,
             dir,
             writable,
-            lost: false,
+            place: Place::File,
+            remote: OnceLock::new(),
             written: AtomicU64::new(0),
             map: OnceLock::new(),
         }
+    }
+
+    /// A segment whose only copy is `entry` in `tier`.
+    pub(crate) fn remote(entry: Entry, tier: Arc<Tier>) -> Segment {
+        let url = PathBuf::from(tier.object_url(entry.start));
+        let mut s = Segment::new(entry.start, entry.size, url, usize::MAX, false);
+        s.written = AtomicU64::new(entry.written);
+        s.place = Place::Remote(tier);
+        let _ = s.remote.set(entry);
+        s
     }
 
     /// A hole standing for offsets `[start, start + size)` that lived in the lost directory
     /// `dir_path` (opened with `accept_lost`).
     pub fn hole(start: u64, size: u64, dir_path: PathBuf) -> Segment {
         let mut s = Segment::new(start, size, dir_path, usize::MAX, false);
-        s.lost = true;
+        s.place = Place::Lost;
         s.written = AtomicU64::new(size);
         s
     }
 
     /// Whether this is a hole left by a lost directory.
     pub fn is_lost(&self) -> bool {
-        self.lost
+        matches!(self.place, Place::Lost)
+    }
+
+    /// Whether the segment's bytes are in a file of the store (not a hole, not remote-only).
+    pub fn is_local(&self) -> bool {
+        matches!(self.place, Place::File)
+    }
+
+    /// Whether the segment's only copy is in the remote tier.
+    pub fn is_remote(&self) -> bool {
+        matches!(self.place, Place::Remote(_))
+    }
+
+    /// The segment's verified copy in the remote tier, if it has one.
+    pub(crate) fn remote_copy(&self) -> Option<&Entry> {
+        self.remote.get()
+    }
+
+    /// Records that `entry` in the tier is a verified copy of this (local) segment.
+    pub(crate) fn set_remote_copy(&self, entry: Entry) {
+        let _ = self.remote.set(entry);
+    }
+
+    /// The segment's map with the record at `offset` readable: for a remote segment only that
+    /// record's bytes are fetched (a range read), unless the segment is cached whole.
+    pub fn map_for(&self, offset: u64) -> Result<Arc<Mapping>> {
+        match (&self.place, self.remote.get()) {
+            (Place::Remote(tier), Some(e)) => tier.map_range(e, offset),
+            _ => self.map(),
+        }
     }
 
     /// First physical offset of the segment.
@@ -176,7 +251,10 @@ impl Segment {
         if let Some(m) = self.map.get() {
             return Ok(Arc::clone(m));
         }
-        if self.lost {
+        if let (Place::Remote(tier), Some(e)) = (&self.place, self.remote.get()) {
+            return tier.map_whole(e);
+        }
+        if self.is_lost() {
             return Err(Error::corruption(
                 Some(self.path.clone()),
                 Some(self.start),

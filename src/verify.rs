@@ -82,8 +82,35 @@ fn verify_segment(
     Ok(())
 }
 
-/// [`CommitLog::verify_with`](crate::CommitLog::verify_with).
-pub(crate) fn verify(state: &State, mut progress: impl FnMut(u64, u64)) -> Result<Vec<BadRange>> {
+/// Checks the object of each segment with a remote copy against the tier's manifest (length,
+/// CRC32C, read back whole); a bad or missing object is a range of the whole segment.
+fn verify_remote_copy(state: &State, seg: &Segment, out: &mut Vec<BadRange>) -> Result<()> {
+    let (Some(tier), Some(entry)) = (&state.tier, seg.remote_copy()) else {
+        return Ok(());
+    };
+    match tier.block_on(tier.read_back(entry)) {
+        Ok(()) => Ok(()),
+        Err(e @ Error::Corruption { .. }) => {
+            tier.forget_cached(seg.start());
+            out.push(BadRange {
+                start: seg.start(),
+                end: seg.end(),
+                reason: e.to_string(),
+            });
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// [`CommitLog::verify_with`](crate::CommitLog::verify_with). Remote-only segments are walked
+/// (through the cache) and their objects checked only with `remote`; with it, so are the objects
+/// of segments that are both local and remote.
+pub(crate) fn verify(
+    state: &State,
+    remote: bool,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<Vec<BadRange>> {
     let max = state.max_offset();
     let min = state.min_offset();
     let mut list = state.segments_full();
@@ -94,8 +121,16 @@ pub(crate) fn verify(state: &State, mut progress: impl FnMut(u64, u64)) -> Resul
         if seg.start() >= max {
             break;
         }
-        if seg.is_lost() {
-            continue; // a known hole (accept_lost), listed by holes()
+        if seg.is_lost() || (seg.is_remote() && !remote) {
+            continue; // a known hole (accept_lost), listed by holes(); or not asked for
+        }
+        if remote {
+            let bad = out.len();
+            verify_remote_copy(state, seg, &mut out)?;
+            if seg.is_remote() && out.len() > bad {
+                progress(max.min(seg.end()).saturating_sub(min), total);
+                continue; // its records cannot be read: the object is the damage
+            }
         }
         let from = min.saturating_sub(seg.start()).min(seg.size());
         let limit = (max.min(seg.end()) - seg.start()).max(from);

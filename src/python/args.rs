@@ -14,7 +14,7 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
-fn one_path(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<PathBuf> {
+pub fn one_path(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<PathBuf> {
     let os = obj.py().import("os")?;
     let fs = if obj.is_instance_of::<PyString>() {
         obj.clone()
@@ -42,6 +42,9 @@ fn one_path(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<PathBuf> {
 /// a sequence of them.
 pub fn paths(obj: &Bound<'_, PyAny>) -> PyResult<Vec<PathBuf>> {
     if let Ok(s) = obj.cast::<PyString>() {
+        if crate::tier::is_url(s.to_str()?) {
+            return Ok(vec![PathBuf::from(s.to_str()?)]); // a tier URL, opened read-only
+        }
         let sep: String = obj.py().import("os")?.getattr("pathsep")?.extract()?;
         let s = s.to_str()?;
         let parts: Vec<&str> = s.split(sep.as_str()).collect();

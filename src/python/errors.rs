@@ -20,6 +20,7 @@ struct Tree {
     read_only: Py<PyType>,
     closed: Py<PyType>,
     poisoned: Py<PyType>,
+    tier: Py<PyType>,
 }
 
 static TREE: PyOnceLock<Tree> = PyOnceLock::new();
@@ -107,6 +108,12 @@ fn build(py: Python<'_>) -> PyResult<Tree> {
             &[b()],
             "An append after a failed sync; reads keep working.",
         )?,
+        tier: make(
+            py,
+            "TierError",
+            &[b(), exc("OSError")?],
+            "The remote tier's object store failed a request (unreachable, refused).",
+        )?,
         base,
     })
 }
@@ -128,6 +135,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         &t.read_only,
         &t.closed,
         &t.poisoned,
+        &t.tier,
     ] {
         let ty = ty.bind(py);
         m.add(ty.name()?, ty)?;
@@ -182,6 +190,7 @@ fn to_py(e: Error) -> PyErr {
             Error::ReadOnly(_) => &t.read_only,
             Error::Closed => &t.closed,
             Error::WriterPoisoned { .. } => &t.poisoned,
+            Error::Tier { .. } => &t.tier,
             Error::CleanerFailed { .. }
             | Error::Unsupported(_)
             | Error::OffsetLimit { .. }

@@ -169,6 +169,13 @@ impl PyCommitLog {
         max_deletes_per_pass = None,
         clean_interval_ms = None,
         file_mode = None,
+        tier_url = None,
+        tier_options = None,
+        tier_after = None,
+        local_retention_hours = None,
+        local_retention_bytes = None,
+        tier_cache_bytes = None,
+        tier_cache_dir = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new<'py>(
@@ -194,8 +201,19 @@ impl PyCommitLog {
         max_deletes_per_pass: Option<&Bound<'py, PyAny>>,
         clean_interval_ms: Option<&Bound<'py, PyAny>>,
         file_mode: Option<&Bound<'py, PyAny>>,
+        tier_url: Option<&Bound<'py, PyAny>>,
+        tier_options: Option<&Bound<'py, PyAny>>,
+        tier_after: Option<&Bound<'py, PyAny>>,
+        local_retention_hours: Option<&Bound<'py, PyAny>>,
+        local_retention_bytes: Option<&Bound<'py, PyAny>>,
+        tier_cache_bytes: Option<&Bound<'py, PyAny>>,
+        tier_cache_dir: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Self> {
         let dirs = args::paths(paths)?;
+        let url_path = match dirs.as_slice() {
+            [one] => one.to_str().filter(|p| crate::tier::is_url(p)).map(str::to_string),
+            _ => None,
+        };
         let opts = options::build(&options::Kwargs {
             preset,
             segment_size,
@@ -217,6 +235,14 @@ impl PyCommitLog {
             max_deletes_per_pass,
             clean_interval_ms,
             file_mode,
+            tier_url,
+            tier_options,
+            tier_after,
+            local_retention_hours,
+            local_retention_bytes,
+            tier_cache_bytes,
+            tier_cache_dir,
+            url_path,
         })?;
         let log = py.detach(|| CommitLog::open(&dirs, opts))?;
         Ok(PyCommitLog {
@@ -427,9 +453,48 @@ impl PyCommitLog {
         d.set_item("bytes_deleted", s.bytes_deleted)?;
         d.set_item("clean_last_error", s.clean_last_error)?;
         d.set_item("fallback_lookups", self.log.fallback_lookups())?;
+        if let Some(t) = self.log.tier_status()? {
+            d.set_item("tier_uploads", t.uploads)?;
+            d.set_item("tier_upload_errors", t.upload_errors)?;
+            d.set_item("tier_pending_segments", t.pending_segments)?;
+            d.set_item("tier_last_error", t.last_error)?;
+            d.set_item("tier_downloads", t.downloads)?;
+            d.set_item("tier_range_reads", t.range_reads)?;
+            d.set_item("tier_cache_hits", t.cache_hits)?;
+        }
         d.set_item("strategy", self.log.options().strategy.name())?;
         d.set_item("flush", self.log.options().flush.as_str())?;
         Ok(d)
+    }
+
+    /// The remote tier's state (`None` without a tier): `url`, `manifest_version`, segment counts
+    /// (`local_segments`, `remote_segments`, `both_segments`, `pending_segments`), bytes
+    /// (`pending_bytes`, `remote_bytes`, `cache_bytes`), `last_error`, and the counters since open.
+    fn tier_status<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(t) = self.log.tier_status()? else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("url", t.url)?;
+        d.set_item("manifest_version", t.manifest_version)?;
+        d.set_item("local_segments", t.local_segments)?;
+        d.set_item("remote_segments", t.remote_segments)?;
+        d.set_item("both_segments", t.both_segments)?;
+        d.set_item("pending_segments", t.pending_segments)?;
+        d.set_item("pending_bytes", t.pending_bytes)?;
+        d.set_item("remote_bytes", t.remote_bytes)?;
+        d.set_item("cache_bytes", t.cache_bytes)?;
+        d.set_item("last_error", t.last_error)?;
+        d.set_item("uploads", t.uploads)?;
+        d.set_item("uploaded_bytes", t.uploaded_bytes)?;
+        d.set_item("upload_errors", t.upload_errors)?;
+        d.set_item("local_deleted", t.local_deleted)?;
+        d.set_item("remote_deleted", t.remote_deleted)?;
+        d.set_item("downloads", t.downloads)?;
+        d.set_item("range_reads", t.range_reads)?;
+        d.set_item("fetched_bytes", t.fetched_bytes)?;
+        d.set_item("cache_hits", t.cache_hits)?;
+        Ok(Some(d))
     }
 
     /// The settings the store's writer recorded (this log's own, for a writer), or `None` when the
@@ -506,31 +571,37 @@ impl PyCommitLog {
 
     /// Checks every record (headers, stored offsets, body CRCs) without changing anything.
     /// Returns `(start_offset, end_offset, reason)` per damaged range; `[]` when clean.
-    /// `progress(done_bytes, total_bytes)` is called after each segment if given.
-    #[pyo3(signature = (progress = None))]
+    /// `progress(done_bytes, total_bytes)` is called after each segment if given. `remote=True`
+    /// also reads back every object of the remote tier (length, CRC32C) and walks the records of
+    /// the segments that are only remote; the default is True only for a log opened by its URL.
+    #[pyo3(signature = (progress = None, *, remote = None))]
     fn verify(
         &self,
         py: Python<'_>,
         progress: Option<Bound<'_, PyAny>>,
+        remote: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<(u64, u64, String)>> {
-        let bad = match progress {
-            None => py.detach(|| self.log.verify())?,
-            Some(cb) => {
-                let cb = cb.unbind();
-                let mut failed = None;
-                let bad = py.detach(|| {
-                    self.log.verify_with(|done, total| {
-                        if failed.is_none() {
-                            failed = Python::attach(|py| cb.call1(py, (done, total)).err());
-                        }
-                    })
-                })?;
-                if let Some(e) = failed {
-                    return Err(e);
-                }
-                bad
-            }
+        let remote = match remote.filter(|r| !r.is_none()) {
+            Some(r) => args::boolean(r, "remote")?,
+            None => self.log.paths().is_empty(),
         };
+        let cb = progress.map(Bound::unbind);
+        let mut failed = None;
+        let bad = py.detach(|| {
+            let progress = |done, total| {
+                if let (None, Some(cb)) = (&failed, &cb) {
+                    failed = Python::attach(|py| cb.call1(py, (done, total)).err());
+                }
+            };
+            if remote {
+                self.log.verify_remote_with(progress)
+            } else {
+                self.log.verify_with(progress)
+            }
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
         Ok(bad
             .into_iter()
             .map(|b| (b.start, b.end, b.reason))
@@ -578,6 +649,8 @@ impl PyCommitLog {
                 size: s.size,
                 written: s.written,
                 sealed: s.sealed,
+                local: s.local,
+                remote: s.remote,
             })
             .collect())
     }

@@ -11,7 +11,7 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyT
 
 use super::args;
 use super::dirs::PyDirInfo;
-use crate::{DirEvent, DirInfo, FlushMode, Options, PerDir, Strategy};
+use crate::{DirEvent, DirInfo, FlushMode, Options, PerDir, Strategy, TierOptions};
 
 /// The keyword arguments of `CommitLog`, as given: `None` when not given. For the options whose
 /// `None` means "off" (`max_used_ratio`, `force_clean_ratio`, `retention_hours`, `delete_hours`,
@@ -38,6 +38,15 @@ pub struct Kwargs<'a, 'py> {
     pub max_deletes_per_pass: Option<&'a Bound<'py, PyAny>>,
     pub clean_interval_ms: Option<&'a Bound<'py, PyAny>>,
     pub file_mode: Option<&'a Bound<'py, PyAny>>,
+    pub tier_url: Option<&'a Bound<'py, PyAny>>,
+    pub tier_options: Option<&'a Bound<'py, PyAny>>,
+    pub tier_after: Option<&'a Bound<'py, PyAny>>,
+    pub local_retention_hours: Option<&'a Bound<'py, PyAny>>,
+    pub local_retention_bytes: Option<&'a Bound<'py, PyAny>>,
+    pub tier_cache_bytes: Option<&'a Bound<'py, PyAny>>,
+    pub tier_cache_dir: Option<&'a Bound<'py, PyAny>>,
+    /// The log's path, when it is a tier URL (`CommitLog("s3://...", read_only=True)`).
+    pub url_path: Option<String>,
 }
 
 fn number(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<f64> {
@@ -152,6 +161,14 @@ fn option_values<'py>(
     d.set_item("max_deletes_per_pass", o.max_deletes_per_pass)?;
     d.set_item("clean_interval_ms", ms(o.clean_interval))?;
     d.set_item("file_mode", o.file_mode)?;
+    let t = TierOptions::new("");
+    d.set_item("tier_url", py.None())?;
+    d.set_item("tier_options", py.None())?;
+    d.set_item("tier_after", t.after.as_secs_f64())?;
+    d.set_item("local_retention_hours", py.None())?;
+    d.set_item("local_retention_bytes", py.None())?;
+    d.set_item("tier_cache_bytes", t.cache_bytes)?;
+    d.set_item("tier_cache_dir", py.None())?;
     Ok(d)
 }
 
@@ -291,6 +308,76 @@ pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
             PyValueError::new_err(format!("file_mode must be permission bits, got {mode:o}"))
         })?;
     }
+    o.tier = tier(k)?;
     o.validate()?;
     Ok(o)
+}
+
+/// The `tier_*` and `local_retention_*` options; the URL is `tier_url`, or the path when the log
+/// is opened by its tier URL.
+fn tier(k: &Kwargs<'_, '_>) -> PyResult<Option<TierOptions>> {
+    let given = |v: Option<&Bound<'_, PyAny>>| v.filter(|v| !v.is_none()).is_some();
+    let url = match (k.tier_url.filter(|v| !v.is_none()), &k.url_path) {
+        (Some(v), _) => args::string(v, "tier_url")?,
+        (None, Some(path)) => path.clone(),
+        (None, None) => {
+            let others = [
+                ("tier_options", k.tier_options),
+                ("tier_after", k.tier_after),
+                ("local_retention_hours", k.local_retention_hours),
+                ("local_retention_bytes", k.local_retention_bytes),
+                ("tier_cache_bytes", k.tier_cache_bytes),
+                ("tier_cache_dir", k.tier_cache_dir),
+            ];
+            if let Some((name, _)) = others.iter().find(|(_, v)| given(*v)) {
+                return Err(PyValueError::new_err(format!(
+                    "{name} configures the remote tier: give tier_url too (a store that has a \
+                     tier remembers its URL, not its options)"
+                )));
+            }
+            return Ok(None);
+        }
+    };
+    let mut t = TierOptions::new(url);
+    if let Some(v) = k.tier_options.filter(|v| !v.is_none()) {
+        let map = v.cast::<PyDict>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "tier_options must be a dict of str to str (the store's settings: endpoint, \
+                 region, ...), got {}",
+                args::type_of(v)
+            ))
+        })?;
+        for (key, value) in map.iter() {
+            let key = args::string(&key, "a tier_options key")?;
+            let value = args::string(&value, &format!("tier_options[{key:?}]"))?;
+            t.options.insert(key, value);
+        }
+    }
+    if let Some(v) = k.tier_after.filter(|v| !v.is_none()) {
+        t.after = seconds(v, "tier_after", 1.0)?;
+    }
+    if let Some(v) = k.local_retention_hours.filter(|v| !v.is_none()) {
+        t.local_retention = Some(seconds(v, "local_retention_hours", 3600.0)?);
+    }
+    if let Some(v) = k.local_retention_bytes.filter(|v| !v.is_none()) {
+        t.local_retention_bytes = Some(args::uint(v, "local_retention_bytes")?);
+    }
+    if let Some(v) = k.tier_cache_bytes.filter(|v| !v.is_none()) {
+        t.cache_bytes = args::uint(v, "tier_cache_bytes")?;
+    }
+    if let Some(v) = k.tier_cache_dir.filter(|v| !v.is_none()) {
+        t.cache_dir = Some(args::one_path(v, "tier_cache_dir")?);
+    }
+    Ok(Some(t))
+}
+
+/// A non-negative number of `unit`-second units, as a duration.
+fn seconds(v: &Bound<'_, PyAny>, what: &str, unit: f64) -> PyResult<Duration> {
+    let n = number(v, what)?;
+    if !(n >= 0.0 && n.is_finite()) {
+        return Err(PyValueError::new_err(format!(
+            "{what} must be a non-negative number or None, got {n}"
+        )));
+    }
+    Ok(Duration::from_secs_f64(n * unit))
 }

@@ -54,18 +54,35 @@ pub struct PySegment {
     /// Sealed: wholly below max_offset, not the last segment; only these are deleted or moved.
     #[pyo3(get)]
     pub(super) sealed: bool,
+    /// The segment has a file in the store's directories.
+    #[pyo3(get)]
+    pub(super) local: bool,
+    /// The segment has a verified copy in the remote tier (`path` is its URL when not local).
+    #[pyo3(get)]
+    pub(super) remote: bool,
 }
 
 #[pymethods]
 impl PySegment {
     fn __repr__(&self) -> String {
         format!(
-            "Segment(start_offset={}, path={:?}, size={}, written={}, sealed={})",
+            "Segment(start_offset={}, path={:?}, size={}, written={}, sealed={}, local={}, \
+             remote={})",
             self.start_offset,
             self.path,
             self.size,
             self.written,
-            if self.sealed { "True" } else { "False" }
+            py_bool(self.sealed),
+            py_bool(self.local),
+            py_bool(self.remote),
         )
+    }
+}
+
+fn py_bool(b: bool) -> &'static str {
+    if b {
+        "True"
+    } else {
+        "False"
     }
 }

@@ -191,7 +191,8 @@ impl State {
         // 2. The new head is durable before any file goes.
         self.write_checkpoint()?;
         // 3. The files.
-        for seg in victims.iter().filter(|s| !s.is_lost()) {
+        // Remote copies go with the manifest's next version (the tier thread follows the head).
+        for seg in victims.iter().filter(|s| s.is_local()) {
             if let Err(e) = remove_durably(seg.path()) {
                 log::warn!("deleting {} failed: {e}", seg.path().display());
                 return Err(e);

@@ -1,10 +1,11 @@
 //! Writing the store's checkpoint (`rmqlog.meta`) from the state: the counters it covers, the
 //! directories it goes to, the move intent it carries.
 
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
 use super::State;
-use crate::checkpoint::{Checkpoint, Move};
+use crate::checkpoint::{Checkpoint, Move, TierMark};
 use crate::error::{Error, Result};
 use crate::settings::WriterSettings;
 use crate::sync::locked;
@@ -59,6 +60,12 @@ impl State {
         // A clean checkpoint vouches for the end of the log, so it needs everything synced.
         c.clean = clean && flushed == max;
         c.max_offset = if c.clean { max } else { 0 };
+        if let Some(t) = &self.tier {
+            c.tier = Some(TierMark {
+                url: t.remote.url.clone(),
+                manifest_version: t.manifest().version,
+            });
+        }
         if let Some(old) = on_disk {
             let same = Checkpoint {
                 seq: old.seq,
@@ -70,12 +77,15 @@ impl State {
             }
         }
         c.seq += 1;
-        let dirs: Vec<_> = self
-            .dirs
+        c.write(&self.metadata_dirs(), self.opts.file_mode)
+    }
+
+    /// The directories that keep the store's metadata (checkpoint, tier manifest copy).
+    pub fn metadata_dirs(&self) -> Vec<PathBuf> {
+        self.dirs
             .iter()
             .filter(|d| d.keeps_metadata())
             .map(|d| d.path.clone())
-            .collect();
-        c.write(&dirs, self.opts.file_mode)
+            .collect()
     }
 }

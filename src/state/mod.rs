@@ -33,6 +33,7 @@ use crate::options::Options;
 use crate::segments::SegmentList;
 use crate::stats::Stats;
 use crate::sync::locked;
+use crate::tier::Tier;
 
 /// What every part of one open log shares.
 #[derive(Debug)]
@@ -70,6 +71,8 @@ pub(crate) struct State {
     pub refresh_lock: Mutex<()>,
     pub events: Events,
     pub stats: Stats,
+    /// The remote tier, if the store has one.
+    pub tier: Option<Arc<Tier>>,
 }
 
 /// What an open hands to [`State::new`].
@@ -83,6 +86,7 @@ pub(crate) struct Parts {
     pub flushed: u64,
     pub last_ts: u64,
     pub checkpoint: Checkpoint,
+    pub tier: Option<Arc<Tier>>,
 }
 
 impl State {
@@ -109,6 +113,7 @@ impl State {
             refresh_lock: Mutex::new(()),
             events,
             stats: Stats::default(),
+            tier: p.tier,
         }))
     }
 

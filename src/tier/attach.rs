@@ -1,0 +1,100 @@
+//! Joining a store and its tier at open and at each listing: which tier (given or recorded),
+//! which manifest, and the remote segments no local file holds.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::manifest::{self, Manifest};
+use super::{Tier, TierOptions};
+use crate::checkpoint::Checkpoint;
+use crate::error::{Error, Result};
+use crate::layout::Found;
+use crate::options::Options;
+
+/// The tier of a store being opened: as `opts.tier` gives it, or as the checkpoint recorded it
+/// (a store remembers its tier; credentials come from the environment then). `dirs`: where the
+/// manifest's local copy is. `writer`: a `file://` directory may be created.
+pub(crate) fn open_tier(
+    opts: &Options,
+    ckpt: Option<&Checkpoint>,
+    dirs: &[PathBuf],
+    store_id: &str,
+    writer: bool,
+) -> Result<Option<Arc<Tier>>> {
+    let recorded = ckpt.and_then(|c| c.tier.as_ref());
+    let defaults;
+    let given = match (&opts.tier, recorded) {
+        (Some(t), Some(r)) if t.url.trim_end_matches('/') != r.url && r.manifest_version > 0 => {
+            return Err(Error::config(format!(
+                "tier_url {:?} is not this store's tier: its sealed segments are in {} (manifest \
+                 version {}); a store keeps one tier",
+                t.url, r.url, r.manifest_version
+            )))
+        }
+        (Some(t), _) => t,
+        (None, Some(r)) => {
+            defaults = TierOptions::new(r.url.clone());
+            &defaults
+        }
+        (None, None) => return Ok(None),
+    };
+    let manifest = manifest::load_local(dirs).unwrap_or_else(|| Manifest::empty(store_id));
+    if manifest.store_id != store_id {
+        return Err(Error::config(format!(
+            "the tier manifest copy in the store's directories belongs to store {}, not {store_id}",
+            manifest.store_id
+        )));
+    }
+    if let Some(r) = recorded.filter(|r| r.manifest_version > manifest.version) {
+        return Err(Error::corruption(
+            None,
+            None,
+            format!(
+                "the checkpoint records tier manifest version {}, but the newest copy of the \
+                 manifest ({}) in the store's directories is version {}",
+                r.manifest_version,
+                manifest::LOCAL_COPY,
+                manifest.version
+            ),
+        ));
+    }
+    let tier = Tier::new(
+        &given.url,
+        &given.options,
+        given.cache_dir.as_deref(),
+        given.cache_bytes,
+        writer,
+        manifest,
+    )?;
+    Ok(Some(Arc::new(tier)))
+}
+
+/// Takes a newer local copy of the manifest (a follower, after the writer published).
+pub(crate) fn reload_local(tier: &Tier, dirs: &[PathBuf]) {
+    if let Some(m) = manifest::load_local(dirs) {
+        if m.version > tier.manifest().version && m.store_id == tier.manifest().store_id {
+            tier.set_manifest(m);
+        }
+    }
+}
+
+/// `found` (a local listing, sorted) with the tier's segments from `min` on that no local file
+/// holds.
+pub(crate) fn with_remote(mut found: Vec<Found>, tier: &Tier, min: u64) -> Vec<Found> {
+    let m = tier.manifest();
+    for e in m.segments.iter().filter(|e| e.end() > min) {
+        if found.iter().any(|f| f.start == e.start) {
+            continue;
+        }
+        found.push(Found {
+            start: e.start,
+            len: e.size,
+            path: PathBuf::from(tier.object_url(e.start)),
+            dir: usize::MAX,
+            lost: false,
+            remote: Some(e.clone()),
+        });
+    }
+    found.sort_by_key(|f| f.start);
+    found
+}

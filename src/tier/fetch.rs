@@ -1,0 +1,167 @@
+//! Reading remote segments: whole objects for scans (checked against the manifest's CRC32C),
+//! byte ranges for point reads (checked by the records' own CRCs, as every read is).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use object_store::ObjectStoreExt;
+
+use super::manifest::{object_name, Entry};
+use super::Tier;
+use crate::error::{Error, IoContext, Result};
+use crate::record::HEADER_LEN;
+use crate::segment::Mapping;
+use crate::sync::locked;
+
+/// Bytes a point read fetches at least: one request usually brings the whole record.
+const RANGE_WINDOW: u64 = 64 * 1024;
+
+impl Tier {
+    /// The whole of segment `e`, from the cache or downloaded into it.
+    pub fn map_whole(&self, e: &Entry) -> Result<Arc<Mapping>> {
+        if let Some(m) = self.cache.get(e.start, None) {
+            Tier::count(&self.stats.cache_hits, 1);
+            return Ok(m);
+        }
+        let _one = locked(&self.cache.fetching);
+        if let Some(m) = self.cache.get(e.start, None) {
+            Tier::count(&self.stats.cache_hits, 1);
+            return Ok(m);
+        }
+        let path = self.cache.download_path(e.start);
+        let downloaded = self.block_on(self.download(e, &path));
+        if let Err(err) = downloaded {
+            let _ = std::fs::remove_file(&path);
+            return Err(err);
+        }
+        Tier::count(&self.stats.downloads, 1);
+        Tier::count(&self.stats.fetched_bytes, e.size);
+        self.cache.put_whole(e.start, e.size)
+    }
+
+    /// Streams object `e` into `path`, checking its length and CRC32C against the manifest.
+    async fn download(&self, e: &Entry, path: &PathBuf) -> Result<()> {
+        let name = object_name(e.start);
+        let url = self.remote.url_of(&name);
+        let got = self
+            .remote
+            .store
+            .get(&self.remote.path(&name))
+            .await
+            .map_err(|err| self.read_error(e, err))?;
+        let mut file = std::io::BufWriter::with_capacity(
+            1 << 20,
+            std::fs::File::create(path).ctx("creating a tier cache file", path)?,
+        );
+        let mut stream = got.into_stream();
+        let (mut crc, mut len) = (0u32, 0u64);
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|err| self.read_error(e, err))?;
+            crc = crc32c::crc32c_append(crc, &chunk);
+            len += chunk.len() as u64;
+            file.write_all(&chunk)
+                .ctx("writing to the tier cache", path)?;
+        }
+        file.flush().ctx("writing to the tier cache", path)?;
+        check_object(&url, e, len, crc)
+    }
+
+    /// Segment `e`'s map with the record at `offset` in it: from the cache, or fetched by range
+    /// into the segment's sparse cache file.
+    pub fn map_range(&self, e: &Entry, offset: u64) -> Result<Arc<Mapping>> {
+        if let Some(m) = self.cache.get(e.start, None) {
+            Tier::count(&self.stats.cache_hits, 1);
+            return Ok(m);
+        }
+        let at = offset - e.start;
+        if at >= e.written {
+            // Past the records: the reader reports it from an empty (zero) header.
+            return self.cached_or_fetch(e, at, (at + HEADER_LEN as u64).min(e.size));
+        }
+        let head_end = (at + HEADER_LEN as u64).min(e.written);
+        let map = self.cached_or_fetch(e, at, (at + RANGE_WINDOW).min(e.written).max(head_end))?;
+        let head = map.bytes(at as usize, head_end as usize);
+        let len = head
+            .get(..4)
+            .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64);
+        let end = (at + len).min(e.written);
+        if end <= head_end || self.cache.get(e.start, Some(at..end)).is_some() {
+            return Ok(map);
+        }
+        self.cached_or_fetch(e, at, end)
+    }
+
+    fn cached_or_fetch(&self, e: &Entry, from: u64, to: u64) -> Result<Arc<Mapping>> {
+        if let Some(m) = self.cache.get(e.start, Some(from..to)) {
+            Tier::count(&self.stats.cache_hits, 1);
+            return Ok(m);
+        }
+        let name = object_name(e.start);
+        let bytes = self
+            .block_on(
+                self.remote
+                    .store
+                    .get_range(&self.remote.path(&name), from..to),
+            )
+            .map_err(|err| self.read_error(e, err))?;
+        if bytes.len() as u64 != to - from {
+            return Err(Error::corruption(
+                Some(PathBuf::from(self.remote.url_of(&name))),
+                Some(e.start + from),
+                format!(
+                    "a range read of {} bytes returned {}: the object is shorter than the \
+                     manifest's {} bytes",
+                    to - from,
+                    bytes.len(),
+                    e.size
+                ),
+            ));
+        }
+        Tier::count(&self.stats.range_reads, 1);
+        Tier::count(&self.stats.fetched_bytes, bytes.len() as u64);
+        self.cache.put_range(e.start, e.size, from, &bytes)
+    }
+
+    /// A failed read of segment `e`'s object: a missing object is damage (the manifest lists
+    /// it), anything else the store failing.
+    fn read_error(&self, e: &Entry, err: object_store::Error) -> Error {
+        let url = self.object_url(e.start);
+        match err {
+            object_store::Error::NotFound { .. } => Error::corruption(
+                Some(PathBuf::from(url)),
+                Some(e.start),
+                "the object is missing, but the tier's manifest lists it (deleted by hand?)",
+            ),
+            other => Error::tier("reading", url, other),
+        }
+    }
+
+    /// Forgets the cached copy of segment `start` (after it failed a check).
+    pub fn forget_cached(&self, start: u64) {
+        self.cache.forget(start);
+    }
+}
+
+/// An object's length and CRC32C must be what the manifest says.
+pub(crate) fn check_object(url: &str, e: &Entry, len: u64, crc: u32) -> Result<()> {
+    if len != e.size {
+        return Err(Error::corruption(
+            Some(PathBuf::from(url)),
+            Some(e.start),
+            format!("the object has {len} bytes, the manifest says {}", e.size),
+        ));
+    }
+    if crc != e.crc32c {
+        return Err(Error::corruption(
+            Some(PathBuf::from(url)),
+            Some(e.start),
+            format!(
+                "the object's CRC32C is {crc:#010x}, the manifest says {:#010x}",
+                e.crc32c
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,232 @@
+//! The manifest: which segments are in the object store, and the log's head there.
+//!
+//! Every change writes a new object `manifest/<version, 20 digits>.json`, then the pointer
+//! `manifest/CURRENT` (the version, in decimal). A reader follows the pointer, so it never sees a
+//! segment object before it is listed, and never a listed one that was not verified first: an
+//! upload interrupted anywhere leaves the pointer at the old version. The writer also keeps a
+//! copy in each directory of the store (`rmqlog.tier`, written atomically), so opening and
+//! following a local store never need the network.
+
+use std::path::PathBuf;
+
+use object_store::{ObjectStoreExt, PutPayload};
+use serde::{Deserialize, Serialize};
+
+use super::store::Remote;
+use crate::error::{Error, Result};
+use crate::fs::{atomic_write, segment_name};
+
+/// Name of the local copy of the manifest, in every directory of the store.
+pub(crate) const LOCAL_COPY: &str = "rmqlog.tier";
+const FORMAT: u32 = 1;
+const POINTER: &str = "manifest/CURRENT";
+
+/// One segment in the object store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Start offset: the object's name.
+    pub start: u64,
+    /// Length of the object (the segment file's length).
+    pub size: u64,
+    /// End of the segment's records and filler, relative to `start`.
+    pub written: u64,
+    /// CRC32C (Castagnoli) of the whole object.
+    pub crc32c: u32,
+    /// When the segment was last written (its file's mtime), in ms since the epoch: its age for
+    /// retention.
+    pub modified_ms: u64,
+}
+
+impl Entry {
+    /// One past the last offset the segment can hold.
+    pub fn end(&self) -> u64 {
+        self.start + self.size
+    }
+}
+
+/// The remote part of one log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: u32,
+    /// The store this tier belongs to: another store's tier is refused.
+    pub store_id: String,
+    /// Incremented on every change; 0 for a tier that holds nothing yet.
+    pub version: u64,
+    /// First offset of the log (remote retention moves it).
+    pub min_offset: u64,
+    /// The segments, in offset order, each with a verified object.
+    pub segments: Vec<Entry>,
+}
+
+impl Manifest {
+    pub fn empty(store_id: &str) -> Manifest {
+        Manifest {
+            format: FORMAT,
+            store_id: store_id.to_string(),
+            version: 0,
+            min_offset: 0,
+            segments: Vec::new(),
+        }
+    }
+
+    /// The entry of the segment starting at `start`.
+    pub fn get(&self, start: u64) -> Option<&Entry> {
+        self.segments
+            .binary_search_by_key(&start, |e| e.start)
+            .ok()
+            .map(|i| &self.segments[i])
+    }
+
+    /// The next version, with `entry` added (or replacing the entry of the same start).
+    pub fn with(&self, entry: Entry) -> Manifest {
+        let mut next = self.clone();
+        next.version += 1;
+        match next
+            .segments
+            .binary_search_by_key(&entry.start, |e| e.start)
+        {
+            Ok(i) => next.segments[i] = entry,
+            Err(i) => next.segments.insert(i, entry),
+        }
+        next
+    }
+
+    /// The next version, with the head moved to `min` and the entries wholly below it dropped;
+    /// returns them too (their objects may go once this version is current).
+    pub fn without_head(&self, min: u64) -> (Manifest, Vec<Entry>) {
+        let mut next = self.clone();
+        next.version += 1;
+        next.min_offset = next.min_offset.max(min);
+        let keep = next.segments.partition_point(|e| e.end() <= min);
+        let gone = next.segments.drain(..keep).collect();
+        (next, gone)
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec_pretty(self).unwrap_or_default();
+        v.push(b'\n');
+        v
+    }
+
+    fn decode(bytes: &[u8], what: &str) -> Result<Manifest> {
+        let m: Manifest = serde_json::from_slice(bytes)
+            .map_err(|e| Error::corruption(None, None, format!("manifest {what}: {e}")))?;
+        if m.format != FORMAT {
+            return Err(Error::corruption(
+                None,
+                None,
+                format!(
+                    "manifest {what} has format {}; this rmqlog reads {FORMAT}",
+                    m.format
+                ),
+            ));
+        }
+        Ok(m)
+    }
+}
+
+/// The name of a segment's object.
+pub(crate) fn object_name(start: u64) -> String {
+    segment_name(start)
+}
+
+fn version_name(version: u64) -> String {
+    format!("manifest/{}.json", segment_name(version))
+}
+
+/// Reads the current manifest from the store; `None` when the tier holds none yet.
+pub(crate) async fn load(remote: &Remote) -> Result<Option<Manifest>> {
+    let pointer = match remote.store.get(&remote.path(POINTER)).await {
+        Ok(r) => r.bytes().await,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => Err(e),
+    }
+    .map_err(|e| Error::tier("reading", remote.url_of(POINTER), e))?;
+    let text = String::from_utf8_lossy(&pointer);
+    let version: u64 = text.trim().parse().map_err(|_| {
+        Error::corruption(
+            Some(PathBuf::from(remote.url_of(POINTER))),
+            None,
+            format!("the manifest pointer holds {text:?}, not a version number"),
+        )
+    })?;
+    let name = version_name(version);
+    let bytes = match remote.store.get(&remote.path(&name)).await {
+        Ok(r) => r.bytes().await,
+        Err(e) => Err(e),
+    }
+    .map_err(|e| Error::tier("reading", remote.url_of(&name), e))?;
+    let m = Manifest::decode(&bytes, &remote.url_of(&name))?;
+    if m.version != version {
+        return Err(Error::corruption(
+            Some(PathBuf::from(remote.url_of(&name))),
+            None,
+            format!("manifest says version {}, its name {version}", m.version),
+        ));
+    }
+    Ok(Some(m))
+}
+
+/// Makes `m` the current manifest: its version object first, then the pointer. Older versions
+/// stay until [`prune`] (a reader that followed the old pointer can still read them).
+pub(crate) async fn publish(remote: &Remote, m: &Manifest) -> Result<()> {
+    let name = version_name(m.version);
+    remote
+        .store
+        .put(&remote.path(&name), PutPayload::from(m.encode()))
+        .await
+        .map_err(|e| Error::tier("writing", remote.url_of(&name), e))?;
+    remote
+        .store
+        .put(
+            &remote.path(POINTER),
+            PutPayload::from(format!("{}\n", m.version)),
+        )
+        .await
+        .map_err(|e| Error::tier("writing", remote.url_of(POINTER), e))?;
+    Ok(())
+}
+
+/// Deletes manifest versions older than `keep_from` (best effort: a leftover is harmless).
+pub(crate) async fn prune(remote: &Remote, keep_from: u64) {
+    for v in keep_from.saturating_sub(8)..keep_from {
+        let _ = remote.store.delete(&remote.path(&version_name(v))).await;
+    }
+}
+
+/// The newest local copy among `dirs`, if any.
+pub(crate) fn load_local(dirs: &[PathBuf]) -> Option<Manifest> {
+    let mut newest: Option<Manifest> = None;
+    for dir in dirs {
+        let path = dir.join(LOCAL_COPY);
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        match Manifest::decode(&bytes, &path.display().to_string()) {
+            Ok(m) if newest.as_ref().is_none_or(|n| n.version < m.version) => newest = Some(m),
+            Ok(_) => {}
+            Err(e) => log::warn!("ignoring {}: {e}", path.display()),
+        }
+    }
+    newest
+}
+
+/// Writes the local copy into each of `dirs` (atomically); fails only if no directory took it.
+pub(crate) fn save_local(dirs: &[PathBuf], m: &Manifest, mode: u32) -> Result<()> {
+    let bytes = m.encode();
+    let mut first_error = None;
+    let mut written = 0;
+    for dir in dirs {
+        match atomic_write(&dir.join(LOCAL_COPY), &bytes, mode) {
+            Ok(()) => written += 1,
+            Err(e) => {
+                log::warn!("tier manifest copy not updated in {}: {e}", dir.display());
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) if written == 0 => Err(e),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,141 @@
+//! The object store a tier URL names: `s3://bucket/prefix` (and S3-compatible stores through the
+//! `endpoint` option) or `file:///directory`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::local::LocalFileSystem;
+use object_store::path::Path as ObjPath;
+use object_store::{ClientOptions, ObjectStore, RetryConfig};
+
+use crate::error::{Error, Result};
+
+/// One store and the prefix under which a log's objects live.
+#[derive(Debug, Clone)]
+pub(crate) struct Remote {
+    pub store: Arc<dyn ObjectStore>,
+    pub prefix: ObjPath,
+    /// The URL as given, without a trailing `/`: how messages name the tier.
+    pub url: String,
+    /// Whether objects carry user metadata (S3 does; a local directory does not).
+    pub metadata: bool,
+}
+
+impl Remote {
+    /// Where the object `name` lives under the prefix.
+    pub fn path(&self, name: &str) -> ObjPath {
+        self.prefix.clone().join(name)
+    }
+
+    /// The object `name` as a URL, for messages.
+    pub fn url_of(&self, name: &str) -> String {
+        format!("{}/{name}", self.url)
+    }
+}
+
+/// Whether `path` is a tier URL (`scheme://...`) rather than a directory.
+pub(crate) fn is_url(path: &str) -> bool {
+    path.split_once("://").is_some_and(|(scheme, _)| {
+        !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric())
+    })
+}
+
+/// Builds the store `url` names. `options` go to the store's builder (S3: `endpoint`,
+/// `region`, `access_key_id`, `allow_http`, ...); credentials not given come from the
+/// environment as the AWS tools read them. `create`: a `file://` directory is created if missing
+/// (a writer's tier), otherwise it must exist.
+pub(crate) fn connect(
+    url: &str,
+    options: &BTreeMap<String, String>,
+    create: bool,
+) -> Result<Remote> {
+    let url = url.trim_end_matches('/').to_string();
+    let parsed = url::Url::parse(&url).map_err(|e| {
+        Error::config(format!(
+            "tier_url {url:?} is not a URL ({e}); expected s3://bucket/prefix or file:///directory"
+        ))
+    })?;
+    let (store, prefix, metadata): (Arc<dyn ObjectStore>, ObjPath, bool) = match parsed.scheme() {
+        "s3" | "s3a" => (s3(&url, &parsed, options)?, prefix_of(&parsed)?, true),
+        "file" => {
+            if let Some(k) = options.keys().next() {
+                return Err(Error::config(format!(
+                    "tier_options {k:?} is not accepted for a file:// tier (it takes none)"
+                )));
+            }
+            let dir = parsed.to_file_path().map_err(|()| {
+                Error::config(format!("tier_url {url:?} names no local directory"))
+            })?;
+            if create {
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| Error::io("creating the tier directory", &dir, e))?;
+            } else if !dir.is_dir() {
+                return Err(Error::not_found(
+                    &dir,
+                    " (the tier directory does not exist)",
+                ));
+            }
+            let fs = LocalFileSystem::new_with_prefix(&dir)
+                .map_err(|e| Error::tier("opening", url.clone(), e))?;
+            (Arc::new(fs), ObjPath::default(), false)
+        }
+        other => {
+            return Err(Error::config(format!(
+                "tier_url scheme {other:?} is not supported; expected s3:// (or s3a://) or file://"
+            )))
+        }
+    };
+    Ok(Remote {
+        store,
+        prefix,
+        url,
+        metadata,
+    })
+}
+
+fn prefix_of(url: &url::Url) -> Result<ObjPath> {
+    ObjPath::parse(url.path().trim_matches('/'))
+        .map_err(|e| Error::config(format!("tier_url {url}: bad prefix ({e})")))
+}
+
+/// An S3 client that fails fast when the store is unreachable: the uploader retries on its own
+/// schedule (with backoff), and a read should say the store is down, not hang for minutes.
+fn s3(
+    url: &str,
+    parsed: &url::Url,
+    options: &BTreeMap<String, String>,
+) -> Result<Arc<dyn ObjectStore>> {
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(Error::config(format!(
+            "tier_url {url:?} names no bucket: expected s3://bucket/prefix"
+        )));
+    }
+    let client = ClientOptions::new()
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_timeout(Duration::from_secs(120));
+    let retry = RetryConfig {
+        max_retries: 2,
+        retry_timeout: Duration::from_secs(10),
+        ..RetryConfig::default()
+    };
+    let mut b = AmazonS3Builder::from_env()
+        .with_url(url)
+        .with_client_options(client)
+        .with_retry(retry);
+    for (k, v) in options {
+        let key: AmazonS3ConfigKey = k.parse().map_err(|_| {
+            Error::config(format!(
+                "tier_options key {k:?} is not an S3 option; accepted: endpoint, region, \
+                 access_key_id, secret_access_key, session_token, allow_http, \
+                 virtual_hosted_style_request, ... (object_store's AmazonS3ConfigKey names)"
+            ))
+        })?;
+        b = b.with_config(key, v.clone());
+    }
+    let store = b
+        .build()
+        .map_err(|e| Error::config(format!("tier_url {url:?}: {e}")))?;
+    Ok(Arc::new(store))
+}

@@ -1,0 +1,91 @@
+//! One segment's upload: put as a single object with its length and CRC32C in the object's
+//! metadata (where the store keeps metadata), then read back whole and checked. Only a checked
+//! object goes into the manifest.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use object_store::{Attribute, Attributes, ObjectStore, ObjectStoreExt, PutOptions, PutPayload};
+
+use super::fetch::check_object;
+use super::manifest::{object_name, Entry};
+use super::Tier;
+use crate::error::{Error, Result};
+use crate::segment::{Mapping, Segment};
+
+/// A sealed segment's mapped bytes, lent to the upload without a copy.
+struct Sealed(Arc<Mapping>);
+
+impl AsRef<[u8]> for Sealed {
+    fn as_ref(&self) -> &[u8] {
+        // A sealed segment's bytes are never written again (segment.rs invariants).
+        self.0.bytes(0, self.0.len())
+    }
+}
+
+impl Tier {
+    /// Uploads sealed segment `seg`, last written at `modified_ms`, and checks the object.
+    pub fn upload(&self, seg: &Segment, modified_ms: u64) -> Result<Entry> {
+        let map = seg.map()?;
+        let entry = Entry {
+            start: seg.start(),
+            size: seg.size(),
+            written: seg.written(),
+            crc32c: crc32c::crc32c(map.bytes(0, map.len())),
+            modified_ms,
+        };
+        let name = object_name(seg.start());
+        let url = self.remote.url_of(&name);
+        let path = self.remote.path(&name);
+        let mut attributes = Attributes::new();
+        if self.remote.metadata {
+            attributes.insert(
+                Attribute::Metadata("rmqlog-crc32c".into()),
+                format!("{:08x}", entry.crc32c).into(),
+            );
+            attributes.insert(
+                Attribute::Metadata("rmqlog-length".into()),
+                entry.size.to_string().into(),
+            );
+        }
+        let opts = PutOptions {
+            attributes,
+            ..PutOptions::default()
+        };
+        let payload = PutPayload::from(Bytes::from_owner(Sealed(map)));
+        self.block_on(async {
+            self.remote
+                .store
+                .put_opts(&path, payload, opts)
+                .await
+                .map_err(|e| Error::tier("uploading", url.clone(), e))?;
+            self.read_back(&entry).await
+        })?;
+        Ok(entry)
+    }
+
+    /// Reads object `e` back whole and checks its length and CRC32C.
+    pub(crate) async fn read_back(&self, e: &Entry) -> Result<()> {
+        let name = object_name(e.start);
+        let url = self.remote.url_of(&name);
+        let got =
+            match self.remote.store.get(&self.remote.path(&name)).await {
+                Ok(g) => g,
+                Err(object_store::Error::NotFound { .. }) => return Err(Error::corruption(
+                    Some(url.clone().into()),
+                    Some(e.start),
+                    "the object is missing, but the tier's manifest lists it (deleted by hand?)",
+                )),
+                Err(err) => return Err(Error::tier("reading back", url, err)),
+            };
+        let mut stream = got.into_stream();
+        let (mut crc, mut len) = (0u32, 0u64);
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|err| Error::tier("reading back", url.clone(), err))?;
+            crc = crc32c::crc32c_append(crc, &chunk);
+            len += chunk.len() as u64;
+        }
+        check_object(&url, e, len, crc)
+    }
+}

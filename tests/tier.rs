@@ -1,0 +1,169 @@
+//! The remote tier through a `file://` store: uploads, local copies deleted once remote, reads
+//! across both tiers, reopen, followers, a URL-only open, and damaged objects.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rmqlog::{CommitLog, Error, Options, TierOptions};
+
+const SEG: u64 = 64 * 1024;
+
+fn tier_opts(url: &str) -> TierOptions {
+    let mut t = TierOptions::new(url);
+    t.local_retention_bytes = Some(2 * SEG);
+    t
+}
+
+fn opts(url: &str) -> Options {
+    Options::default()
+        .segment_size(SEG)
+        .tier(Some(tier_opts(url)))
+}
+
+fn url_of(dir: &Path) -> String {
+    format!("file://{}", dir.display())
+}
+
+fn body(i: usize) -> Vec<u8> {
+    format!("record {i:06} ").repeat(1 + i % 40).into_bytes()
+}
+
+/// Waits until `done` holds of the tier status, or fails after 30 s.
+fn wait_for(log: &CommitLog, what: &str, done: impl Fn(&rmqlog::TierStatus) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = log.tier_status().unwrap().expect("a tier");
+        if done(&st) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {st:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn check_all(log: &CommitLog, offsets: &[u64]) {
+    for (i, &o) in offsets.iter().enumerate() {
+        assert_eq!(
+            &*log.read(o).unwrap(),
+            body(i).as_slice(),
+            "record {i} at {o}"
+        );
+    }
+    let scanned: Vec<(u64, Vec<u8>)> = log
+        .scan(None, None)
+        .unwrap()
+        .map(|r| {
+            let r = r.unwrap();
+            (r.offset(), r.to_vec())
+        })
+        .collect();
+    assert_eq!(scanned.len(), offsets.len());
+    for (i, (o, b)) in scanned.iter().enumerate() {
+        assert_eq!((*o, b.as_slice()), (offsets[i], body(i).as_slice()));
+    }
+}
+
+fn write_tiered(dir: &Path, url: &str, n: usize) -> (CommitLog, Vec<u64>) {
+    let log = CommitLog::open(&[dir], opts(url)).unwrap();
+    let offsets: Vec<u64> = (0..n).map(|i| log.append(&body(i)).unwrap()).collect();
+    (log, offsets)
+}
+
+#[test]
+fn sealed_segments_go_remote_and_every_record_stays_readable() {
+    let local = tempfile::tempdir().unwrap();
+    let remote = tempfile::tempdir().unwrap();
+    let url = url_of(remote.path());
+    let (log, offsets) = write_tiered(local.path(), &url, 3000);
+    let segs = log.segments().unwrap().len();
+    assert!(segs > 6, "the test needs many segments, got {segs}");
+    wait_for(&log, "uploads and local deletions", |s| {
+        s.pending_segments == 0 && s.remote_segments >= segs - 4
+    });
+    let infos = log.segments().unwrap();
+    assert!(infos.iter().any(|s| !s.local && s.remote));
+    assert!(infos.last().unwrap().local);
+    // Only a few local files are left; every record reads back.
+    let files = std::fs::read_dir(local.path())
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().len() == 20
+        })
+        .count();
+    assert!(files <= 4, "{files} local segment files left");
+    check_all(&log, &offsets);
+    let st = log.tier_status().unwrap().unwrap();
+    assert!(st.range_reads > 0 || st.downloads > 0, "{st:?}");
+
+    // A follower in another "process" sees both tiers.
+    let ro = CommitLog::open(&[local.path()], Options::default().read_only(true)).unwrap();
+    check_all(&ro, &offsets);
+    drop(ro);
+    log.close().unwrap();
+
+    // Reopened without tier options: the store remembers its tier.
+    let again = CommitLog::open(&[local.path()], Options::default().segment_size(SEG)).unwrap();
+    check_all(&again, &offsets);
+    let more = again.append(b"after reopen").unwrap();
+    assert_eq!(&*again.read(more).unwrap(), b"after reopen");
+    again.close().unwrap();
+
+    // The URL alone: the sealed part of the log.
+    let by_url = CommitLog::open(&[url.as_str()], Options::default().read_only(true)).unwrap();
+    let n = by_url.scan(None, None).unwrap().count();
+    let max = by_url.max_offset().unwrap();
+    let upto = offsets.iter().filter(|&&o| o < max).count();
+    assert_eq!(n, upto);
+    assert!(upto > offsets.len() / 2, "{upto} of {}", offsets.len());
+    assert!(by_url.verify_remote_with(|_, _| {}).unwrap().is_empty());
+}
+
+/// The first error of a scan from `start` (when it starts, or on the way).
+fn first_error(log: &CommitLog, start: Option<u64>) -> Error {
+    match log.scan(start, None) {
+        Err(e) => e,
+        Ok(mut scan) => scan.find_map(|r| r.err()).expect("an error"),
+    }
+}
+
+#[test]
+fn a_damaged_or_missing_object_is_corruption_naming_it() {
+    let local = tempfile::tempdir().unwrap();
+    let remote = tempfile::tempdir().unwrap();
+    let url = url_of(remote.path());
+    let (log, offsets) = write_tiered(local.path(), &url, 1500);
+    wait_for(&log, "remote-only segments", |s| {
+        s.remote_segments >= 2 && s.pending_segments == 0
+    });
+    log.close().unwrap();
+    let first = remote.path().join(format!("{:020}", offsets[0]));
+    let mut bytes = std::fs::read(&first).unwrap();
+    bytes[100] ^= 0xff;
+    std::fs::write(&first, &bytes).unwrap();
+
+    let ro = CommitLog::open(&[url.as_str()], Options::default().read_only(true)).unwrap();
+    let bad = ro.verify_remote_with(|_, _| {}).unwrap();
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(bad[0].reason.contains("CRC32C"), "{}", bad[0].reason);
+    assert!(
+        bad[0].reason.contains(&format!("{:020}", offsets[0])),
+        "{}",
+        bad[0].reason
+    );
+    let err = first_error(&ro, None);
+    assert!(matches!(err, Error::Corruption { .. }), "{err}");
+    assert!(err.to_string().contains(&url), "{err}");
+
+    let second = ro.segments().unwrap()[1].start_offset;
+    std::fs::remove_file(remote.path().join(format!("{second:020}"))).unwrap();
+    // verify() cached the segment whole: a fresh open has a cold cache.
+    let ro = CommitLog::open(&[url.as_str()], Options::default().read_only(true)).unwrap();
+    let err = first_error(&ro, Some(second));
+    assert!(err.to_string().contains("missing"), "{err}");
+    let err = ro.read(second).unwrap_err();
+    assert!(matches!(err, Error::Corruption { .. }), "{err}");
+}
