@@ -1,5 +1,6 @@
 //! The remote tier through a `file://` store: uploads, local copies deleted once remote, reads
 //! across both tiers, reopen, followers, a URL-only open, and damaged objects.
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is the failure report
 
 use std::path::Path;
 use std::time::{Duration, Instant};
