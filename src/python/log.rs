@@ -211,7 +211,10 @@ impl PyCommitLog {
     ) -> PyResult<Self> {
         let dirs = args::paths(paths)?;
         let url_path = match dirs.as_slice() {
-            [one] => one.to_str().filter(|p| crate::tier::is_url(p)).map(str::to_string),
+            [one] => one
+                .to_str()
+                .filter(|p| crate::tier::is_url(p))
+                .map(str::to_string),
             _ => None,
         };
         let opts = options::build(&options::Kwargs {

@@ -21,6 +21,8 @@ use crate::sync::locked;
 
 /// How often the thread looks for work.
 const INTERVAL: Duration = Duration::from_millis(100);
+/// How long one pass keeps uploading before it lets the thread look at its stop signal.
+const PASS_BUDGET: Duration = Duration::from_millis(500);
 /// The longest pause between attempts while the store fails.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -63,7 +65,11 @@ fn pass(state: &State, tier: &Arc<Tier>, checked_remote: &mut bool) -> Result<()
         *checked_remote = true;
     }
     trim_remote(state, tier)?;
-    upload_one(state, tier)?;
+    // Uploads until none is left or the pass has run a while (so a close never waits long).
+    let started = Instant::now();
+    while upload_one(state, tier)? && started.elapsed() < PASS_BUDGET && state.check_open().is_ok()
+    {
+    }
     drop_local(state, tier)
 }
 
@@ -124,8 +130,9 @@ fn trim_remote(state: &State, tier: &Tier) -> Result<()> {
     Ok(())
 }
 
-/// Uploads the oldest sealed local segment that has no remote copy and is old enough.
-fn upload_one(state: &State, tier: &Tier) -> Result<()> {
+/// Uploads the oldest sealed local segment that has no remote copy and is old enough; whether
+/// it uploaded one.
+fn upload_one(state: &State, tier: &Tier) -> Result<bool> {
     let list = state.segments_full();
     let m = tier.manifest();
     for seg in list.sealed(state.max_offset()) {
@@ -140,16 +147,16 @@ fn upload_one(state: &State, tier: &Tier) -> Result<()> {
         let modified = modified_ms(seg);
         let age = now_ms().saturating_sub(modified);
         if u128::from(age) < state.opts.tier.as_ref().map_or(0, |t| t.after.as_millis()) {
-            return Ok(());
+            return Ok(false);
         }
         let entry = tier.upload(seg, modified)?;
         commit(state, tier, m.with(entry.clone()))?;
         Tier::count(&tier.stats.uploads, 1);
         Tier::count(&tier.stats.uploaded_bytes, entry.size);
         seg.set_remote_copy(entry);
-        return Ok(());
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
 }
 
 /// Deletes the local copies of the oldest sealed segments that are safely remote, while they are
