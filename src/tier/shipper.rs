@@ -9,12 +9,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use object_store::ObjectStoreExt;
 
-use super::manifest::{self, object_name, Manifest};
-use super::Tier;
 use crate::background::{Next, Periodic};
 use crate::dirs::{DirEvent, DirState};
 use crate::error::{Error, Result};
 use crate::fs::remove_durably;
+use crate::remote::manifest::{self, object_name, Manifest};
+use crate::remote::Tier;
 use crate::segment::Segment;
 use crate::state::{Change, State};
 use crate::sync::locked;
@@ -149,7 +149,7 @@ fn upload_one(state: &State, tier: &Tier) -> Result<bool> {
         if u128::from(age) < state.opts.tier.as_ref().map_or(0, |t| t.after.as_millis()) {
             return Ok(false);
         }
-        let entry = tier.upload(seg, modified)?;
+        let entry = tier.upload(seg.start(), seg.written(), seg.map()?, modified)?;
         commit(state, tier, m.with(entry.clone()))?;
         Tier::count(&tier.stats.uploads, 1);
         Tier::count(&tier.stats.uploaded_bytes, entry.size);

@@ -12,7 +12,7 @@ use super::fetch::check_object;
 use super::manifest::{object_name, Entry};
 use super::Tier;
 use crate::error::{Error, Result};
-use crate::segment::{Mapping, Segment};
+use crate::mapping::Mapping;
 
 /// A sealed segment's mapped bytes, lent to the upload without a copy.
 struct Sealed(Arc<Mapping>);
@@ -25,17 +25,23 @@ impl AsRef<[u8]> for Sealed {
 }
 
 impl Tier {
-    /// Uploads sealed segment `seg`, last written at `modified_ms`, and checks the object.
-    pub fn upload(&self, seg: &Segment, modified_ms: u64) -> Result<Entry> {
-        let map = seg.map()?;
+    /// Uploads the sealed segment at `start` (`map`, whose records end at `written`), last
+    /// written at `modified_ms`, and checks the object.
+    pub fn upload(
+        &self,
+        start: u64,
+        written: u64,
+        map: Arc<Mapping>,
+        modified_ms: u64,
+    ) -> Result<Entry> {
         let entry = Entry {
-            start: seg.start(),
-            size: seg.size(),
-            written: seg.written(),
+            start,
+            size: map.len() as u64,
+            written,
             crc32c: crc32c::crc32c(map.bytes(0, map.len())),
             modified_ms,
         };
-        let name = object_name(seg.start());
+        let name = object_name(start);
         let url = self.remote.url_of(&name);
         let path = self.remote.path(&name);
         let mut attributes = Attributes::new();

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use crate::error::{Error, IoContext, Result};
 use crate::fs::segment_name;
 use crate::identity::random_id;
-use crate::segment::Mapping;
+use crate::mapping::Mapping;
 use crate::sync::locked;
 
 #[derive(Debug)]

@@ -11,8 +11,8 @@ use object_store::ObjectStoreExt;
 use super::manifest::{object_name, Entry};
 use super::Tier;
 use crate::error::{Error, IoContext, Result};
+use crate::mapping::Mapping;
 use crate::record::HEADER_LEN;
-use crate::segment::Mapping;
 use crate::sync::locked;
 
 /// Bytes a point read fetches at least: one request usually brings the whole record.
