@@ -32,6 +32,7 @@ from rmqlog.spark.schema import ARROW_SCHEMA, SCHEMA, SCHEMA_DDL
 from rmqlog.spark.schema import Projection as Projection
 from rmqlog.spark.schema import projection as projection
 from rmqlog.spark.source import NAME, PUSHDOWN_CONF, RmqlogDataSource, register
+from rmqlog.spark.store import Store as Store
 from rmqlog.spark.stream import RmqlogStreamReader
 from rmqlog.spark.udf import IDLE_SECONDS as IDLE_SECONDS
 from rmqlog.spark.udf import _cache as _cache
@@ -40,7 +41,8 @@ from rmqlog.spark.udf import _drop_idle as _drop_idle
 from rmqlog.spark.udf import body_udf, body_udf_nulls, lookup_bodies
 
 # The names imported ``as`` themselves are not in __all__ (they were not before the split) but stay
-# reachable here: the options, read_range, IDLE_SECONDS, and the UDF cache's internals.
+# reachable here: the options, read_range, IDLE_SECONDS, and the UDF cache's internals (keyed by
+# Store, the store as a read names it).
 __all__ = [
     "ARROW_SCHEMA",
     "NAME",

@@ -14,6 +14,7 @@ from rmqlog.spark.errors import _data_loss
 from rmqlog.spark.options import Options
 from rmqlog.spark.pushdown import Interval, Pushed, intersect, push
 from rmqlog.spark.schema import _TIMESTAMP, FULL, Projection
+from rmqlog.spark.store import Store
 
 if sys.byteorder != "little":  # pragma: no cover
     raise ImportError("rmqlog.spark: the columnar batches are little-endian; this host is not")
@@ -37,8 +38,8 @@ class RangePartition(InputPartition):
         return f"RangePartition(index={self.index}, lo={self.lo}, hi={self.hi}{spans})"
 
 
-def _open(paths: Sequence[str]) -> CommitLog:
-    return CommitLog(list(paths), read_only=True)
+def _open(store: Store) -> CommitLog:
+    return store.open()
 
 
 def _byte_ranges(
@@ -159,7 +160,7 @@ def read_range(
     were there) follow ``fail_on_data_loss``."""
     if not isinstance(part, RangePartition):  # Spark's placeholder for an empty plan
         return
-    log = _open(opts.paths)
+    log = _open(opts.store)
     try:
         for lo, hi in part.spans:
             yield from _read_span(log, opts, proj, lo, hi)
@@ -182,7 +183,7 @@ class RmqlogReader(DataSourceReader):
         return push(self.pushed, filters)
 
     def partitions(self) -> list[RangePartition]:
-        log = _open(self.opts.paths)
+        log = _open(self.opts.store)
         try:
             lo, hi = _resolve_range(log, self.opts)
             ranges = self.pushed.ranges(log, lo, hi)
