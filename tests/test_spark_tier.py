@@ -11,6 +11,8 @@ read of the URL alone gives the records of the sealed segments.
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -145,6 +147,35 @@ def test_tier_options_are_parsed():
     assert o.store == rs.Store(("/d0", "/d1"), "file:///t", (), "/c")
 
 
+READ_IN_A_CHILD = """
+import sys
+import rmqlog.spark as rs
+opts = rs.parse_options({"path": sys.argv[1]})
+parts = rs.RmqlogReader(opts).partitions()
+offsets = [o for p in parts for b in rs.read_range(opts, p) for o in b.column("offset").to_pylist()]
+print(len(parts), offsets == sorted(offsets), len(offsets), rs.lookup_bodies(sys.argv[1], offsets))
+"""
+
+
+def test_settings_from_the_environment_alone(s3_bucket, tmp_path):
+    """No tier option: the process that reads (an executor's Python worker, its variables set
+    with spark.executorEnv.*) takes the object store's settings from AWS_* variables, as the AWS
+    tools do; AWS_ALLOW_HTTP included."""
+    w = _write(tmp_path / "store", s3_bucket, 2)
+    env = {**os.environ, **{f"AWS_{k.upper()}": v for k, v in w.options.items()}}
+    assert "AWS_ALLOW_HTTP" in env and "AWS_ENDPOINT" in env
+    out = subprocess.run(
+        [sys.executable, "-c", READ_IN_A_CHILD, w.url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    bodies = [r[2] for r in w.sealed]
+    assert out.stdout.strip() == f"{len(w.remote)} True {len(bodies)} {bodies}"
+
+
 # ---------------------------------------------------------------------------------------------
 # local mode (the session-wide `spark`): both tiers, streams, body_udf
 
@@ -154,9 +185,11 @@ def test_directories_plus_tier_url_read_both_tiers_as_one_offset_space(spark, ti
     segs = w.segments
     assert all(s.remote and not s.local for s in segs[:-1]) and len(segs) >= 4
     assert segs[-1].local and not segs[-1].remote  # the active segment
-    df = _read(spark.read, w).option("tier_url", w.url).load(w.paths)
+    cache = tmp_path / "cache"  # each open log's cache is a directory of its own in it
+    df = _read(spark.read, w, tier_url=w.url, tier_cache_dir=cache).load(w.paths)
     assert df.rdd.getNumPartitions() == len(segs)
     assert _rows(df) == w.rows
+    assert cache.is_dir() and list(cache.iterdir()) == []  # made there, removed at close
     # a range from the remote part into the local one
     lo, hi = w.rows[100][0], w.rows[-5][0]
     df = _read(spark.read, w, tier_url=w.url, start_offset=lo, end_offset=hi).load(w.paths)

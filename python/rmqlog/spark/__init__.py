@@ -6,12 +6,16 @@
     df = spark.read.format("rmqlog").load("/d0/store:/d1/store")  # offset timestamp body segment
     meta = spark.read.format("rmqlog").schema("offset long, timestamp timestamp").load(...)
     stream = spark.readStream.format("rmqlog").load("/d0/store:/d1/store")
+    remote = spark.read.format("rmqlog").option("tier.region", "eu-west-1").load("s3://bucket/log")
 
 Executors read the segment files directly (read-only, no lock), so every executor must see the
 store's directories: Spark local mode, executors on the broker host, or directories on a shared
-filesystem. Rows are built as Arrow record batches by the Rust core (``CommitLog.scan_batches``): no
-per-record Python code runs in a scan. Filters on ``offset`` and ``timestamp`` prune what is
-planned; a schema that is a subset of the columns reads only those. See ``docs/spark.md``.
+filesystem. A store with an object storage tier is also read from the tier's URL alone
+(``load("s3://bucket/prefix")``, settings as options ``tier.<key>``): every task reads its
+segments from the object store, nothing local is needed. Rows are built as Arrow record
+batches by the Rust core (``CommitLog.scan_batches``): no per-record Python code runs in a scan.
+Filters on ``offset`` and ``timestamp`` prune what is planned; a schema that is a subset of the
+columns reads only those. See ``docs/spark.md``.
 
 Importing this module needs pyspark and pyarrow (the wheel's ``spark`` extra:
 ``pip install "$(ls dist/*.whl)[spark]"``); ``body_udf`` also needs pandas. ``import rmqlog``
