@@ -176,6 +176,41 @@ def test_settings_from_the_environment_alone(s3_bucket, tmp_path):
     assert out.stdout.strip() == f"{len(w.remote)} True {len(bodies)} {bodies}"
 
 
+def test_a_url_stream_meets_the_tiers_retention(file_tier, tmp_path):
+    """Records a stream of the URL had not read are deleted (truncate_before: the tier drops the
+    objects below the new head): DataLossError, or with fail_on_data_loss=false a warning and
+    the micro-batch starts at the new head."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    log, w = _open_writer(tmp_path / "store", file_tier)
+    with log:
+        _append(log, 0)
+        _append(log, RECORDS_PER_BURST)
+        _snapshot(log, w)
+        readers = [
+            rs.RmqlogDataSource({"path": w.url, "fail_on_data_loss": lenient}).streamReader(
+                rs.SCHEMA
+            )
+            for lenient in ("true", "false")
+        ]
+        start = readers[0].initialOffset()
+        end = readers[0].latestOffset(start, ReadAllAvailable())
+        assert start == {"offset": 0} and end["offset"] > w.sealed[-1][0]
+        head = w.remote[1]
+        log.truncate_before(head)
+        deadline = time.monotonic() + 30
+        while readers[0]._follower().min_offset < head:  # refreshed from the manifest
+            assert time.monotonic() < deadline, log.tier_status()
+            time.sleep(0.05)
+        with pytest.raises(rs.DataLossError, match="fail_on_data_loss"):
+            readers[0].partitions(start, end)
+        with pytest.warns(RuntimeWarning, match="skipping"):
+            parts = readers[1].partitions(start, end)
+        assert parts[0].lo == head and parts[-1].hi == end["offset"]
+        for r in readers:
+            r.stop()
+
+
 # ---------------------------------------------------------------------------------------------
 # local mode (the session-wide `spark`): both tiers, streams, body_udf
 
