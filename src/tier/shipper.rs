@@ -12,6 +12,7 @@ use object_store::ObjectStoreExt;
 use crate::background::{Next, Periodic};
 use crate::dirs::{DirEvent, DirState};
 use crate::error::{Error, Result};
+use crate::failpoint::fail_point;
 use crate::fs::remove_durably;
 use crate::remote::manifest::{self, object_name, Manifest};
 use crate::remote::Tier;
@@ -98,6 +99,7 @@ fn adopt_remote(state: &State, tier: &Tier) -> Result<()> {
 fn commit(state: &State, tier: &Tier, mut next: Manifest) -> Result<()> {
     next.min_offset = next.min_offset.max(state.min_offset());
     tier.block_on(manifest::publish(&tier.remote, &next))?;
+    fail_point!("tier::published");
     let version = next.version;
     save(state, tier, next)?;
     tier.block_on(manifest::prune(&tier.remote, version));
@@ -150,6 +152,7 @@ fn upload_one(state: &State, tier: &Tier) -> Result<bool> {
             return Ok(false);
         }
         let entry = tier.upload(seg.start(), seg.written(), seg.map()?, modified)?;
+        fail_point!("tier::uploaded");
         commit(state, tier, m.with(entry.clone()))?;
         Tier::count(&tier.stats.uploads, 1);
         Tier::count(&tier.stats.uploaded_bytes, entry.size);
@@ -219,6 +222,7 @@ fn drop_one(
         ))
     })?;
     if replaced {
+        fail_point!("tier::replaced");
         remove_durably(seg.path())?;
         Tier::count(&tier.stats.local_deleted, 1);
         log::info!(
