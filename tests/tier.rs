@@ -168,3 +168,30 @@ fn a_damaged_or_missing_object_is_corruption_naming_it() {
     let err = ro.read(second).unwrap_err();
     assert!(matches!(err, Error::Corruption { .. }), "{err}");
 }
+
+#[test]
+fn a_follower_reading_what_retention_deleted_remotely_gets_out_of_range_not_corruption() {
+    let local = tempfile::tempdir().unwrap();
+    let remote = tempfile::tempdir().unwrap();
+    let url = url_of(remote.path());
+    let (log, offsets) = write_tiered(local.path(), &url, 1500);
+    wait_for(&log, "remote-only segments", |s| {
+        s.remote_segments >= 3 && s.pending_segments == 0
+    });
+    let follower = CommitLog::open(&[local.path()], Options::default().read_only(true)).unwrap();
+    let segs = log.segments().unwrap();
+    let cut = segs[2].start_offset;
+    log.truncate_before(cut).unwrap();
+    wait_for(&log, "the objects below the head deleted", |s| {
+        s.remote_deleted >= 2
+    });
+    // The follower has not refreshed: its list still holds the deleted segments.
+    let err = follower.read(offsets[0]).unwrap_err();
+    assert!(matches!(err, Error::OffsetOutOfRange { .. }), "{err}");
+    assert_eq!(follower.min_offset().unwrap(), cut);
+    let first_kept = offsets.iter().position(|&o| o >= cut).unwrap();
+    assert_eq!(
+        &*follower.read(offsets[first_kept]).unwrap(),
+        body(first_kept).as_slice()
+    );
+}
