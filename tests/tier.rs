@@ -195,3 +195,35 @@ fn a_follower_reading_what_retention_deleted_remotely_gets_out_of_range_not_corr
         body(first_kept).as_slice()
     );
 }
+
+#[test]
+fn concurrent_point_reads_of_cold_remote_segments_all_read_right() {
+    let local = tempfile::tempdir().unwrap();
+    let remote = tempfile::tempdir().unwrap();
+    let url = url_of(remote.path());
+    let (log, offsets) = write_tiered(local.path(), &url, 3000);
+    wait_for(&log, "remote-only segments", |s| s.remote_segments >= 5 && s.pending_segments == 0);
+    log.close().unwrap();
+    for round in 0..5 {
+        // A fresh open: a cold cache, every segment's first reads racing.
+        let ro = CommitLog::open(&[url.as_str()], Options::default().read_only(true)).unwrap();
+        let max = ro.max_offset().unwrap();
+        let live: Vec<(usize, u64)> = offsets
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|&(_, o)| o < max)
+            .collect();
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (ro, live) = (&ro, &live);
+                s.spawn(move || {
+                    for k in 0..live.len() {
+                        let (i, o) = live[(k * 7 + t * 13 + round) % live.len()];
+                        assert_eq!(&*ro.read(o).unwrap(), body(i).as_slice(), "record {i}");
+                    }
+                });
+            }
+        });
+    }
+}
