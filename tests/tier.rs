@@ -202,7 +202,9 @@ fn concurrent_point_reads_of_cold_remote_segments_all_read_right() {
     let remote = tempfile::tempdir().unwrap();
     let url = url_of(remote.path());
     let (log, offsets) = write_tiered(local.path(), &url, 3000);
-    wait_for(&log, "remote-only segments", |s| s.remote_segments >= 5 && s.pending_segments == 0);
+    wait_for(&log, "remote-only segments", |s| {
+        s.remote_segments >= 5 && s.pending_segments == 0
+    });
     log.close().unwrap();
     for round in 0..5 {
         // A fresh open: a cold cache, every segment's first reads racing.
