@@ -7,9 +7,9 @@ use crate::layout;
 use crate::listing;
 use crate::open::remote_view;
 use crate::recovery::find_end;
+use crate::remote::Tier;
 use crate::state::{Change, State};
 use crate::sync::locked;
-use crate::tier::Tier;
 
 /// Listings and tail scans a refresh takes before keeping its view for now.
 const ATTEMPTS: usize = 8;

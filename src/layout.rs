@@ -14,9 +14,9 @@ use crate::failpoint::fail_point;
 use crate::fs::{is_segment_like, is_temp_segment, parse_segment_name};
 use crate::options::SEGMENT_ALIGN;
 use crate::record::FILLER_LEN;
+use crate::remote::{Entry, Tier};
 use crate::segment::{Segment, MAX_OFFSET};
 use crate::segments::SegmentList;
-use crate::tier::{Entry, Tier};
 
 /// A segment file found on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,7 +19,8 @@ use crate::checkpoint::{read_newest, Checkpoint};
 use crate::error::{Error, Result};
 use crate::failpoint::fail_point;
 use crate::layout::{self, Found};
-use crate::tier::{reload_local, with_remote, Tier};
+use crate::remote::Tier;
+use crate::tier::{reload_local, with_remote};
 
 /// Listings taken before giving up on a store that keeps changing under them.
 const ATTEMPTS: u32 = 12;

@@ -160,6 +160,13 @@ impl CommitLog {
         reader::read(&self.state, offset)
     }
 
+    /// [`CommitLog::read`] if the record's segment is mapped already, so that the read cannot
+    /// wait (no file to open, no request to the remote tier); `Ok(None)` otherwise.
+    pub fn try_read(&self, offset: u64) -> Result<Option<RecordRef>> {
+        self.state.check_open()?;
+        reader::read_mapped(&self.state, offset)
+    }
+
     /// Records with offsets in `[start, end)` (defaults: the whole log as of this call).
     pub fn scan(&self, start: Option<u64>, end: Option<u64>) -> Result<Scan> {
         self.state.check_open()?;

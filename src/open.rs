@@ -20,12 +20,13 @@ use crate::mover::finish_interrupted_move;
 use crate::options::Options;
 use crate::paths::{absolute_overrides, check_paths, create_dir_durably};
 use crate::recovery::recover;
+use crate::remote::{is_url, Manifest, Tier, TierOptions};
 use crate::segment::Segment;
 use crate::segments::SegmentList;
 use crate::settings::WriterSettings;
 use crate::state::{Parts, State};
 use crate::tail_hint::{self, TailHints};
-use crate::tier::{is_url, open_tier, with_remote, Manifest, Tier, TierOptions};
+use crate::tier::{open_tier, with_remote};
 use crate::writer::Writer;
 
 /// Listings (with their tail scans) a read-only open takes while a writer changes the store.

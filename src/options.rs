@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::dirs::{DirEvent, DirInfo};
 use crate::error::{Error, Result};
 use crate::record::HEADER_LEN;
-pub use crate::tier::TierOptions;
+pub use crate::remote::TierOptions;
 
 /// Page granularity that segment sizes must respect.
 pub const SEGMENT_ALIGN: u64 = 4096;

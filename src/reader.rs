@@ -141,7 +141,9 @@ fn locate_with(
         );
         let err = match map(&seg) {
             Ok(map) => return Ok((seg, map)),
-            Err(e) if e.is_not_found() && attempt < LOCATE_ATTEMPTS => e,
+            // A remote object missing: deleted by retention (the manifest moved on first), or
+            // damage if the current list still holds the segment.
+            Err(e) if gone(&seg, &e) && attempt < LOCATE_ATTEMPTS => e,
             Err(e) => return Err(e),
         };
         attempt += 1;
@@ -159,6 +161,12 @@ fn locate_with(
             _ => return Err(err),
         }
     }
+}
+
+/// Whether `e`, from mapping `seg`, may mean that the segment went away (its file deleted or
+/// moved, its remote object deleted by retention) rather than damage.
+fn gone(seg: &Segment, e: &Error) -> bool {
+    e.is_not_found() || (seg.is_remote() && matches!(e, Error::Corruption { .. }))
 }
 
 /// What a validated position holds.
@@ -270,18 +278,25 @@ fn unexpected(seg: &Segment, offset: u64, at: &At, scanning: bool) -> Option<Err
 
 /// [`CommitLog::read`](crate::CommitLog::read).
 pub(crate) fn read(state: &State, offset: u64) -> Result<RecordRef> {
+    if let Some(rec) = read_mapped(state, offset)? {
+        return Ok(rec);
+    }
+    let (seg, map) = locate_record(state, &mut state.segments_full(), offset)?;
+    record_here(&seg, &map, offset, state.max_offset())
+}
+
+/// [`read`] when the record's segment is mapped already (no file opened, no request to a tier):
+/// `None` otherwise. Its map's `Arc` is cloned once, into the record.
+pub(crate) fn read_mapped(state: &State, offset: u64) -> Result<Option<RecordRef>> {
     let max = state.max_offset();
     if offset < state.min_offset() || offset >= max {
         return Err(state.range_error(offset.into()));
     }
-    // The common case: the segment is mapped already; its map's `Arc` is cloned once, into the
-    // record.
     let list = state.segments();
-    if let Some((seg, map)) = list.find(offset).and_then(|s| Some((s, s.mapped()?))) {
-        return record_here(seg, map, offset, max);
+    match list.find(offset).and_then(|s| Some((s, s.mapped()?))) {
+        Some((seg, map)) => record_here(seg, map, offset, max).map(Some),
+        None => Ok(None),
     }
-    let (seg, map) = locate_record(state, &mut state.segments_full(), offset)?;
-    record_here(&seg, &map, offset, max)
 }
 
 /// The record a read asked for at `offset`, or why there is none.

@@ -10,11 +10,14 @@ work as usual and ``-ra`` lists their reasons.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
+import shutil
 import sys
 
 import _faultfs
 import _mounts
+import _object_stores
 import pytest
 
 from rmqlog import CommitLog
@@ -158,12 +161,99 @@ def faultfs(faultfs_available, tmp_path):
 
 
 @pytest.fixture(scope="session")
-def spark():
-    """One local[2] SparkSession (UTC session time zone) for every Spark test module, with the
-    rmqlog source registered. The modules skip themselves first where java or pyspark is
-    missing."""
-    import rmqlog.spark as rs
+def s3_server(tmp_path_factory):
+    """moto's S3 server for the session (``tests/_object_stores.py``): ``endpoint``, ``options()``,
+    ``stop()``, ``start()`` (same port, buckets kept), ``stopped()``. Skips where moto or boto3
+    is missing."""
+    for module in ("moto", "boto3"):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"S3 tier tests need {module} (make develop installs it)")
+    server = _object_stores.S3Server(tmp_path_factory.mktemp("moto") / "server.log")
+    yield server
+    server.close()
 
+
+@pytest.fixture
+def s3_bucket(s3_server):
+    """A fresh bucket: ``url`` (s3://<bucket>/log), ``options``, ``bucket``, a boto3 ``client``,
+    ``keys()``, ``read``, ``write``, ``delete``. The server is running at the start and again
+    at the end, whatever the test stopped; the bucket is dropped."""
+    s3_server.start()
+    tier = _object_stores.S3Tier(s3_server)
+    yield tier
+    s3_server.start()
+    tier.drop()
+
+
+@pytest.fixture
+def file_tier(tmp_path):
+    """A ``file://`` tier in a fresh directory ``path``; the same shape as ``s3_bucket``."""
+    return _object_stores.FileTier(tmp_path / "tier")
+
+
+@pytest.fixture(params=["s3", "file"])
+def tier(request):
+    """``s3_bucket`` or ``file_tier``: the test runs once on each."""
+    return request.getfixturevalue("s3_bucket" if request.param == "s3" else "file_tier")
+
+
+SPARK_LOCAL = "local[2]"
+SPARK_CLUSTER = "local-cluster[2,1,1024]"  # 2 executor JVMs of 1 core and 1024 MB each
+
+
+class _SparkSessions:
+    """The one SparkContext a process may have, built for the master the running test asks for.
+
+    Asking for the other master stops the current session and builds the new one in the same
+    gateway JVM (about 8 s to the cluster, 1 s back to local[2] once the JVM runs), so ``spark`` and
+    ``spark_cluster`` are function-scoped: each test gets a live session, whatever ran before."""
+
+    def __init__(self) -> None:
+        self.session = None
+
+    def get(self, master: str):
+        if self.session is not None and self.session.sparkContext.master == master:
+            return self.session
+        self.close()
+        from pyspark.sql import SparkSession
+
+        import rmqlog.spark as rs
+
+        session = (
+            SparkSession.builder.master(master)
+            .appName("rmqlog-test-spark")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.scheduler.minRegisteredResourcesRatio", "1.0")  # jobs wait for all
+            .getOrCreate()
+        )
+        session.sparkContext.setLogLevel("ERROR")
+        assert rs.register(session) is rs.RmqlogDataSource
+        assert session.conf.get(rs.PUSHDOWN_CONF) == "true"
+        self.session = session
+        return session
+
+    def close(self) -> None:
+        if self.session is None:
+            return
+        from pyspark.find_spark_home import _find_spark_home
+
+        app = self.session.sparkContext.applicationId
+        self.session.stop()
+        self.session = None
+        # The cluster's workers keep executor logs in SPARK_HOME/work/<app> (in the venv).
+        shutil.rmtree(os.path.join(_find_spark_home(), "work", app), ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def _spark_sessions():
+    """Executors and Python workers run this interpreter (the venv: rmqlog imports there).
+    Skips where java or pyspark is missing."""
+    if shutil.which("java") is None or importlib.util.find_spec("pyspark") is None:
+        pytest.skip("Spark tests need `java` on PATH and pyspark (make develop installs it)")
     env = {
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable,
@@ -171,25 +261,25 @@ def spark():
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("rmqlog-test-spark")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    assert rs.register(session) is rs.RmqlogDataSource
-    assert session.conf.get(rs.PUSHDOWN_CONF) == "true"
-    yield session
-    session.stop()
+    sessions = _SparkSessions()
+    yield sessions
+    sessions.close()
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+@pytest.fixture
+def spark(_spark_sessions):
+    """A local[2] SparkSession (UTC session time zone) with the rmqlog source registered, shared
+    by the Spark tests. The modules skip themselves first where java or pyspark is missing."""
+    return _spark_sessions.get(SPARK_LOCAL)
+
+
+@pytest.fixture
+def spark_cluster(_spark_sessions):
+    """Like ``spark`` on a local-cluster: executors in 2 JVMs of their own (not the driver's),
+    each with its Python workers, as on a real cluster."""
+    return _spark_sessions.get(SPARK_CLUSTER)

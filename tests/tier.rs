@@ -168,3 +168,62 @@ fn a_damaged_or_missing_object_is_corruption_naming_it() {
     let err = ro.read(second).unwrap_err();
     assert!(matches!(err, Error::Corruption { .. }), "{err}");
 }
+
+#[test]
+fn a_follower_reading_what_retention_deleted_remotely_gets_out_of_range_not_corruption() {
+    let local = tempfile::tempdir().unwrap();
+    let remote = tempfile::tempdir().unwrap();
+    let url = url_of(remote.path());
+    let (log, offsets) = write_tiered(local.path(), &url, 1500);
+    wait_for(&log, "remote-only segments", |s| {
+        s.remote_segments >= 3 && s.pending_segments == 0
+    });
+    let follower = CommitLog::open(&[local.path()], Options::default().read_only(true)).unwrap();
+    let segs = log.segments().unwrap();
+    let cut = segs[2].start_offset;
+    log.truncate_before(cut).unwrap();
+    wait_for(&log, "the objects below the head deleted", |s| {
+        s.remote_deleted >= 2
+    });
+    // The follower has not refreshed: its list still holds the deleted segments.
+    let err = follower.read(offsets[0]).unwrap_err();
+    assert!(matches!(err, Error::OffsetOutOfRange { .. }), "{err}");
+    assert_eq!(follower.min_offset().unwrap(), cut);
+    let first_kept = offsets.iter().position(|&o| o >= cut).unwrap();
+    assert_eq!(
+        &*follower.read(offsets[first_kept]).unwrap(),
+        body(first_kept).as_slice()
+    );
+}
+
+#[test]
+fn concurrent_point_reads_of_cold_remote_segments_all_read_right() {
+    let local = tempfile::tempdir().unwrap();
+    let remote = tempfile::tempdir().unwrap();
+    let url = url_of(remote.path());
+    let (log, offsets) = write_tiered(local.path(), &url, 3000);
+    wait_for(&log, "remote-only segments", |s| s.remote_segments >= 5 && s.pending_segments == 0);
+    log.close().unwrap();
+    for round in 0..5 {
+        // A fresh open: a cold cache, every segment's first reads racing.
+        let ro = CommitLog::open(&[url.as_str()], Options::default().read_only(true)).unwrap();
+        let max = ro.max_offset().unwrap();
+        let live: Vec<(usize, u64)> = offsets
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|&(_, o)| o < max)
+            .collect();
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (ro, live) = (&ro, &live);
+                s.spawn(move || {
+                    for k in 0..live.len() {
+                        let (i, o) = live[(k * 7 + t * 13 + round) % live.len()];
+                        assert_eq!(&*ro.read(o).unwrap(), body(i).as_slice(), "record {i}");
+                    }
+                });
+            }
+        });
+    }
+}

@@ -30,6 +30,7 @@ from rmqlog._native import (
     Segment,
     StoreLockedError,
     StoreNotFoundError,
+    TierError,
     WriterPoisonedError,
     __version__,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "Segment",
     "StoreLockedError",
     "StoreNotFoundError",
+    "TierError",
     "WriterPoisonedError",
     "__version__",
     "to_arrow",

@@ -31,6 +31,7 @@ __all__ = [
     "SegmentBuffer",
     "StoreLockedError",
     "StoreNotFoundError",
+    "TierError",
     "WriterPoisonedError",
     "__version__",
     "_flush_logging",
@@ -90,6 +91,9 @@ class ClosedError(CommitLogError, ValueError):
 class WriterPoisonedError(CommitLogError):
     """An append after a failed sync; reads keep working."""
 
+class TierError(CommitLogError, OSError):
+    """The remote tier's object store failed a request (unreachable, refused)."""
+
 @final
 class Record:
     """One record."""
@@ -127,6 +131,13 @@ class Segment:
     def sealed(self) -> bool:
         """Sealed: wholly below ``max_offset`` and not the last segment. Only sealed segments are
         deleted by retention or moved (``move_segment``)."""
+    @property
+    def local(self) -> bool:
+        """The segment has a file in the store's directories."""
+    @property
+    def remote(self) -> bool:
+        """The segment has a verified copy in the remote tier (``path`` is the object's URL when
+        it is not local)."""
 
 @final
 class DirInfo:
@@ -242,6 +253,13 @@ class CommitLog:
         max_deletes_per_pass: int = ...,
         clean_interval_ms: int = ...,
         file_mode: int = ...,
+        tier_url: str | None = ...,
+        tier_options: Mapping[str, str] | None = ...,
+        tier_after: float | None = ...,
+        local_retention_hours: float | None = ...,
+        local_retention_bytes: int | None = ...,
+        tier_cache_bytes: int | None = ...,
+        tier_cache_dir: _StrPath | None = ...,
     ) -> Self: ...
     def append(self, body: Buffer, /) -> int:
         """Appends one record; returns its physical offset."""
@@ -322,10 +340,16 @@ class CommitLog:
     def flush(self) -> int:
         """Syncs everything appended so far; returns ``flushed_offset``."""
     def verify(
-        self, progress: Callable[[int, int], object] | None = None
+        self,
+        progress: Callable[[int, int], object] | None = None,
+        *,
+        remote: bool | None = None,
     ) -> list[tuple[int, int, str]]:
         """Checks every record (headers, stored offsets, body CRCs) without changing anything.
-        Returns ``(start_offset, end_offset, reason)`` per damaged range; ``[]`` when clean."""
+        Returns ``(start_offset, end_offset, reason)`` per damaged range; ``[]`` when clean.
+        ``remote=True`` also reads back every object of the remote tier against its manifest
+        (length, CRC32C) and walks the remote-only segments; the default is True only for a log
+        opened by its tier URL."""
     def move_segment(self, start_offset: int, dest_path: _StrPath, /) -> None:
         """Moves a sealed segment to another writable directory of the store, online. Records
         read earlier stay valid; the active segment is refused (``CommitLogError``)."""
@@ -338,6 +362,9 @@ class CommitLog:
         """Every directory, in configuration order (paths, then read_only_paths)."""
     def stats(self) -> dict[str, int | str | None]:
         """Counters: appends, segments created and deleted, cleaner passes and last error, ..."""
+    def tier_status(self) -> dict[str, int | str | None] | None:
+        """The remote tier's state (``None`` without a tier): what is local, remote, both and
+        pending, the manifest version, the last error, and the counters since open."""
     def recorded_settings(self) -> dict[str, object] | None:
         """The settings the store's writer recorded in its metadata (this log's own, for a
         writer); None when the store records none (written by rmqlog 0.1, no writer since)."""

@@ -127,9 +127,14 @@ impl PyCommitLog {
         })
     }
 
+    /// The record at `offset`; with the GIL released unless its segment is mapped already (a
+    /// first read of a segment opens its file, or fetches from the remote tier).
     fn read_checked(&self, offset: &Bound<'_, PyAny>) -> PyResult<RecordRef> {
         let off = self.offset_in_range(offset)?;
-        Ok(self.log.read(off)?)
+        match self.log.try_read(off)? {
+            Some(rec) => Ok(rec),
+            None => Ok(offset.py().detach(|| self.log.read(off))?),
+        }
     }
 }
 
@@ -141,7 +146,9 @@ impl PyCommitLog {
         flush=..., flush_interval_ms=..., max_message_size=..., read_only_paths=..., accept_lost=..., \
         max_used_ratio=..., force_clean_ratio=..., min_free_bytes=..., warm_ahead=..., \
         on_dir_event=..., retention_hours=..., delete_hours=..., retention_bytes=..., \
-        max_deletes_per_pass=..., clean_interval_ms=..., file_mode=...)"
+        max_deletes_per_pass=..., clean_interval_ms=..., file_mode=..., tier_url=..., \
+        tier_options=..., tier_after=..., local_retention_hours=..., local_retention_bytes=..., \
+        tier_cache_bytes=..., tier_cache_dir=...)"
     )]
     // An option not given takes its value from the preset, else from `Options::default()`
     // (`rmqlog.DEFAULTS`). `None` means "not given", except for the options taken as `Arg`, where
@@ -211,7 +218,10 @@ impl PyCommitLog {
     ) -> PyResult<Self> {
         let dirs = args::paths(paths)?;
         let url_path = match dirs.as_slice() {
-            [one] => one.to_str().filter(|p| crate::tier::is_url(p)).map(str::to_string),
+            [one] => one
+                .to_str()
+                .filter(|p| crate::remote::is_url(p))
+                .map(str::to_string),
             _ => None,
         };
         let opts = options::build(&options::Kwargs {
@@ -362,7 +372,8 @@ impl PyCommitLog {
     ) -> PyResult<PyScan> {
         let this = slf.get();
         let (start, end) = this.range_args(start, end)?;
-        let scan = this.log.scan(start, end)?;
+        // The first segment is mapped here: perhaps downloaded from the remote tier.
+        let scan = slf.py().detach(|| this.log.scan(start, end))?;
         Ok(PyScan {
             log: slf.clone().unbind(),
             state: Mutex::new(ScanState {

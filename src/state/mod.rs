@@ -30,10 +30,10 @@ use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::lock::fork_generation;
 use crate::options::Options;
+use crate::remote::Tier;
 use crate::segments::SegmentList;
 use crate::stats::Stats;
 use crate::sync::locked;
-use crate::tier::Tier;
 
 /// What every part of one open log shares.
 #[derive(Debug)]

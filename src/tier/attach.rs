@@ -4,12 +4,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::manifest::{self, Manifest};
-use super::{Tier, TierOptions};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::layout::Found;
 use crate::options::Options;
+use crate::remote::manifest::{self, Manifest};
+use crate::remote::{Tier, TierOptions};
 
 /// The tier of a store being opened: as `opts.tier` gives it, or as the checkpoint recorded it
 /// (a store remembers its tier; credentials come from the environment then). `dirs`: where the

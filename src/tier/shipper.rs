@@ -9,18 +9,21 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use object_store::ObjectStoreExt;
 
-use super::manifest::{self, object_name, Manifest};
-use super::Tier;
 use crate::background::{Next, Periodic};
 use crate::dirs::{DirEvent, DirState};
 use crate::error::{Error, Result};
+use crate::failpoint::fail_point;
 use crate::fs::remove_durably;
+use crate::remote::manifest::{self, object_name, Manifest};
+use crate::remote::Tier;
 use crate::segment::Segment;
 use crate::state::{Change, State};
 use crate::sync::locked;
 
 /// How often the thread looks for work.
 const INTERVAL: Duration = Duration::from_millis(100);
+/// How long one pass keeps uploading before it lets the thread look at its stop signal.
+const PASS_BUDGET: Duration = Duration::from_millis(500);
 /// The longest pause between attempts while the store fails.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -63,7 +66,11 @@ fn pass(state: &State, tier: &Arc<Tier>, checked_remote: &mut bool) -> Result<()
         *checked_remote = true;
     }
     trim_remote(state, tier)?;
-    upload_one(state, tier)?;
+    // Uploads until none is left or the pass has run a while (so a close never waits long).
+    let started = Instant::now();
+    while upload_one(state, tier)? && started.elapsed() < PASS_BUDGET && state.check_open().is_ok()
+    {
+    }
     drop_local(state, tier)
 }
 
@@ -92,6 +99,7 @@ fn adopt_remote(state: &State, tier: &Tier) -> Result<()> {
 fn commit(state: &State, tier: &Tier, mut next: Manifest) -> Result<()> {
     next.min_offset = next.min_offset.max(state.min_offset());
     tier.block_on(manifest::publish(&tier.remote, &next))?;
+    fail_point!("tier::published");
     let version = next.version;
     save(state, tier, next)?;
     tier.block_on(manifest::prune(&tier.remote, version));
@@ -124,8 +132,9 @@ fn trim_remote(state: &State, tier: &Tier) -> Result<()> {
     Ok(())
 }
 
-/// Uploads the oldest sealed local segment that has no remote copy and is old enough.
-fn upload_one(state: &State, tier: &Tier) -> Result<()> {
+/// Uploads the oldest sealed local segment that has no remote copy and is old enough; whether
+/// it uploaded one.
+fn upload_one(state: &State, tier: &Tier) -> Result<bool> {
     let list = state.segments_full();
     let m = tier.manifest();
     for seg in list.sealed(state.max_offset()) {
@@ -140,16 +149,17 @@ fn upload_one(state: &State, tier: &Tier) -> Result<()> {
         let modified = modified_ms(seg);
         let age = now_ms().saturating_sub(modified);
         if u128::from(age) < state.opts.tier.as_ref().map_or(0, |t| t.after.as_millis()) {
-            return Ok(());
+            return Ok(false);
         }
-        let entry = tier.upload(seg, modified)?;
+        let entry = tier.upload(seg.start(), seg.written(), seg.map()?, modified)?;
+        fail_point!("tier::uploaded");
         commit(state, tier, m.with(entry.clone()))?;
         Tier::count(&tier.stats.uploads, 1);
         Tier::count(&tier.stats.uploaded_bytes, entry.size);
         seg.set_remote_copy(entry);
-        return Ok(());
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
 }
 
 /// Deletes the local copies of the oldest sealed segments that are safely remote, while they are
@@ -212,6 +222,7 @@ fn drop_one(
         ))
     })?;
     if replaced {
+        fail_point!("tier::replaced");
         remove_durably(seg.path())?;
         Tier::count(&tier.stats.local_deleted, 1);
         log::info!(

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::Tier;
+use crate::remote::Tier;
 use crate::state::State;
 use crate::sync::locked;
 

@@ -5,14 +5,13 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::StreamExt;
 use object_store::{Attribute, Attributes, ObjectStore, ObjectStoreExt, PutOptions, PutPayload};
 
-use super::fetch::check_object;
+use super::fetch::{check_object, each_chunk};
 use super::manifest::{object_name, Entry};
 use super::Tier;
 use crate::error::{Error, Result};
-use crate::segment::{Mapping, Segment};
+use crate::mapping::Mapping;
 
 /// A sealed segment's mapped bytes, lent to the upload without a copy.
 struct Sealed(Arc<Mapping>);
@@ -25,17 +24,23 @@ impl AsRef<[u8]> for Sealed {
 }
 
 impl Tier {
-    /// Uploads sealed segment `seg`, last written at `modified_ms`, and checks the object.
-    pub fn upload(&self, seg: &Segment, modified_ms: u64) -> Result<Entry> {
-        let map = seg.map()?;
+    /// Uploads the sealed segment at `start` (`map`, whose records end at `written`), last
+    /// written at `modified_ms`, and checks the object.
+    pub fn upload(
+        &self,
+        start: u64,
+        written: u64,
+        map: Arc<Mapping>,
+        modified_ms: u64,
+    ) -> Result<Entry> {
         let entry = Entry {
-            start: seg.start(),
-            size: seg.size(),
-            written: seg.written(),
+            start,
+            size: map.len() as u64,
+            written,
             crc32c: crc32c::crc32c(map.bytes(0, map.len())),
             modified_ms,
         };
-        let name = object_name(seg.start());
+        let name = object_name(start);
         let url = self.remote.url_of(&name);
         let path = self.remote.path(&name);
         let mut attributes = Attributes::new();
@@ -79,13 +84,8 @@ impl Tier {
                 )),
                 Err(err) => return Err(Error::tier("reading back", url, err)),
             };
-        let mut stream = got.into_stream();
-        let (mut crc, mut len) = (0u32, 0u64);
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|err| Error::tier("reading back", url.clone(), err))?;
-            crc = crc32c::crc32c_append(crc, &chunk);
-            len += chunk.len() as u64;
-        }
+        let on_error = |err| Error::tier("reading back", url.clone(), err);
+        let (len, crc) = each_chunk(got, &url, on_error, |_| Ok(())).await?;
         check_object(&url, e, len, crc)
     }
 }

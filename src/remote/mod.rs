@@ -1,0 +1,183 @@
+//! The object store side of the remote tier: sealed segments as objects, the manifest that lists
+//! them, and the local cache they are read through (Kafka KIP-405, RocketMQ 5's tiered store).
+//! Knows nothing of the log's state: `crate::tier` joins the two.
+//!
+//! - `store.rs`: the object store a `tier_url` names;
+//! - `manifest.rs`: which segments are remote, versioned and published atomically;
+//! - `cache.rs`: the bounded local cache remote reads go through;
+//! - `fetch.rs`: whole-segment downloads (scans) and range reads (point reads);
+//! - `upload.rs`: one segment's upload, read back and checked before it counts.
+//!
+//! The one guarantee: an acknowledged record is local, remote, or both; never neither until
+//! retention removes it. A local copy goes only after its object is verified and listed in a
+//! published manifest, and only the local manifest copy and checkpoint that say so make it
+//! remote-only for a reopen.
+
+mod cache;
+mod fetch;
+pub(crate) mod manifest;
+pub(crate) mod store;
+mod upload;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use self::cache::Cache;
+pub(crate) use self::manifest::{Entry, Manifest};
+pub(crate) use self::store::is_url;
+use self::store::Remote;
+use crate::error::{Error, Result};
+use crate::sync::locked;
+
+/// What the tier options ask, as [`crate::Options`] holds them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TierOptions {
+    /// `s3://bucket/prefix` or `file:///directory`.
+    pub url: String,
+    /// Passed to the store's builder (S3: `endpoint`, `region`, credentials, `allow_http`...).
+    pub options: BTreeMap<String, String>,
+    /// A sealed segment is uploaded once it is this old (zero: at once).
+    pub after: Duration,
+    /// Local copies of uploaded segments go once they are this old.
+    pub local_retention: Option<Duration>,
+    /// ... or, oldest first, while the local segments hold more than this.
+    pub local_retention_bytes: Option<u64>,
+    /// Bound of the local cache of remote segments.
+    pub cache_bytes: u64,
+    /// Where the cache's directory goes (the system's temp directory if `None`).
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl TierOptions {
+    /// A tier at `url`: uploads at once, local copies kept, a 1 GiB cache in the temp directory.
+    pub fn new(url: impl Into<String>) -> TierOptions {
+        TierOptions {
+            url: url.into(),
+            options: BTreeMap::new(),
+            after: Duration::ZERO,
+            local_retention: None,
+            local_retention_bytes: None,
+            cache_bytes: 1 << 30,
+            cache_dir: None,
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if !is_url(&self.url) {
+            return Err(Error::invalid(format!(
+                "tier_url must be a URL such as s3://bucket/prefix or file:///directory, got {:?}",
+                self.url
+            )));
+        }
+        if self.cache_bytes == 0 {
+            return Err(Error::invalid("tier_cache_bytes must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+/// Counters of the tier, in [`crate::StatsSnapshot`].
+#[derive(Debug, Default)]
+pub(crate) struct TierStats {
+    pub uploads: AtomicU64,
+    pub uploaded_bytes: AtomicU64,
+    pub upload_errors: AtomicU64,
+    pub local_deleted: AtomicU64,
+    pub remote_deleted: AtomicU64,
+    pub downloads: AtomicU64,
+    pub range_reads: AtomicU64,
+    pub fetched_bytes: AtomicU64,
+    pub cache_hits: AtomicU64,
+}
+
+/// How the last round of uploads went.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Health {
+    /// The last error, until a later round succeeds.
+    pub last_error: Option<String>,
+    /// Consecutive failed rounds (the backoff grows with it).
+    pub failures: u32,
+}
+
+/// One log's tier: the store, its manifest, the cache, and the runtime its requests run on.
+pub(crate) struct Tier {
+    pub remote: Remote,
+    rt: tokio::runtime::Runtime,
+    manifest: Mutex<Arc<Manifest>>,
+    cache: Cache,
+    pub health: Mutex<Health>,
+    pub stats: TierStats,
+}
+
+impl std::fmt::Debug for Tier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tier")
+            .field("url", &self.remote.url)
+            .finish()
+    }
+}
+
+impl Tier {
+    /// Connects to the store `url` names (no request is made yet). `create`: a writer's tier
+    /// (a missing `file://` directory is created).
+    pub fn new(
+        url: &str,
+        options: &BTreeMap<String, String>,
+        cache_dir: Option<&std::path::Path>,
+        cache_bytes: u64,
+        create: bool,
+        manifest: Manifest,
+    ) -> Result<Tier> {
+        let remote = store::connect(url, options, create)?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("rmqlog-tier-io")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io("starting the tier's runtime", url, e))?;
+        Ok(Tier {
+            remote,
+            rt,
+            manifest: Mutex::new(Arc::new(manifest)),
+            cache: Cache::create(cache_dir, cache_bytes)?,
+            health: Mutex::new(Health::default()),
+            stats: TierStats::default(),
+        })
+    }
+
+    /// Runs a request on the tier's runtime from any (non-async) thread.
+    pub fn block_on<F: Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    /// The manifest as last published (or loaded).
+    pub fn manifest(&self) -> Arc<Manifest> {
+        Arc::clone(&locked(&self.manifest))
+    }
+
+    pub(crate) fn set_manifest(&self, m: Manifest) {
+        *locked(&self.manifest) = Arc::new(m);
+    }
+
+    /// Reads the current manifest from the store.
+    pub fn load_remote_manifest(&self) -> Result<Option<Manifest>> {
+        self.block_on(manifest::load(&self.remote))
+    }
+
+    /// The object URL of segment `start`, for messages and `SegmentInfo::path`.
+    pub fn object_url(&self, start: u64) -> String {
+        self.remote.url_of(&manifest::object_name(start))
+    }
+
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache.bytes()
+    }
+
+    pub(crate) fn count(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
