@@ -329,6 +329,12 @@ def test_bad_tier_options_and_arguments(tmp_path, file_tier):
     store = tmp_path / "s"
     with CommitLog(store, segment_size=SEG, tier_url=file_tier.url) as log:
         fill(log, 1)
+    proc = cli("tier", "status", store)  # nothing sealed, nothing uploaded: that is no damage
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert "manifest: version 0 (the store's copy); the tier's: none (nothing uploaded yet)\n" in (
+        proc.stdout
+    )
+    assert "segments: 1 local, 0 remote, 0 both\npending upload: 0 segments, 0 bytes" in proc.stdout
     proc = cli("tier", "status", store, "--tier-option", "novalue")
     one_error_line(proc, r"invalid tier option 'novalue': expected KEY=VALUE")
     proc = cli("tier", "status", store, "--tier-option", "endpoint=http://x")

@@ -92,7 +92,7 @@ def status_info(args: argparse.Namespace) -> tuple[dict[str, Any], BaseException
         }
     problem: BaseException | None = None
     check = "ok"
-    if clog.paths:  # the store's copy of the manifest, against what the tier publishes
+    if info["paths"]:  # the store's copy of the manifest, against what the tier publishes
         try:
             remote = _remote_manifest_version(info["url"], options)
         except CorruptionError as e:
@@ -129,6 +129,8 @@ def print_status(info: dict[str, Any], out: TextIO) -> None:
         p(f"manifest: version {info['manifest_version']}")
     else:
         theirs = remote_v if remote_v is not None else info["tier_check"]
+        if theirs == "ok":  # a tier that holds nothing yet, as the store's copy says
+            theirs = "none (nothing uploaded yet)"
         p(f"manifest: version {info['manifest_version']} (the store's copy); the tier's: {theirs}")
     p(f"offsets: min {info['min_offset']}  max {info['max_offset']}")
     objects = info["remote_segments"] + (info["both_segments"] or 0)
