@@ -141,7 +141,9 @@ fn locate_with(
         );
         let err = match map(&seg) {
             Ok(map) => return Ok((seg, map)),
-            Err(e) if e.is_not_found() && attempt < LOCATE_ATTEMPTS => e,
+            // A remote object missing: deleted by retention (the manifest moved on first), or
+            // damage if the current list still holds the segment.
+            Err(e) if gone(&seg, &e) && attempt < LOCATE_ATTEMPTS => e,
             Err(e) => return Err(e),
         };
         attempt += 1;
@@ -159,6 +161,12 @@ fn locate_with(
             _ => return Err(err),
         }
     }
+}
+
+/// Whether `e`, from mapping `seg`, may mean that the segment went away (its file deleted or
+/// moved, its remote object deleted by retention) rather than damage.
+fn gone(seg: &Segment, e: &Error) -> bool {
+    e.is_not_found() || (seg.is_remote() && matches!(e, Error::Corruption { .. }))
 }
 
 /// What a validated position holds.

@@ -14,28 +14,40 @@ from rmqlog import CommitLog
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="thread names via /proc")
 
 THREADS = """
-import os, sys
+import os, sys, time
 from rmqlog import CommitLog
 
-def warmers():
+def count():
     tasks = os.listdir("/proc/self/task")
-    names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in tasks]
+    names = []
+    for t in tasks:
+        try:
+            names.append(open(f"/proc/self/task/{t}/comm").read().strip())
+        except FileNotFoundError:  # a thread that just ended
+            pass
     return names.count("rmqlog-warm")
+
+def warmers(expected):
+    # A new thread names itself once it runs: on a loaded machine, a moment after the open.
+    deadline = time.monotonic() + 5
+    while (n := count()) != expected and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return n
 
 path = sys.argv[1]
 seen = {}
 log = CommitLog(path, segment_size=1 << 20)
-seen["writer"] = warmers()
+seen["writer"] = warmers(1)
 log.append(b"x")
 reader = CommitLog(path, read_only=True)
-seen["writer and reader"] = warmers()
+seen["writer and reader"] = warmers(1)
 reader.close()
 log.close()
-seen["closed"] = warmers()
+seen["closed"] = warmers(0)
 for name, kw in [("read_only", {"read_only": True}), ("warm_ahead=0", {"warm_ahead": 0}),
                  ("sync", {"flush": "sync"})]:
     log = CommitLog(path, **kw)
-    seen[name] = warmers()
+    seen[name] = warmers(0)
     log.close()
 print(seen)
 """

@@ -86,7 +86,7 @@ impl Cache {
         let slot = inner.slots.get_mut(&start)?;
         let hit = match (&slot.partial, &range) {
             (None, _) => true,
-            (Some((have, _)), Some(r)) => have.iter().any(|h| h.start <= r.start && r.end <= h.end),
+            (Some((have, _)), Some(r)) => uncovered(have, r.clone()).is_empty(),
             (Some(_), None) => false,
         };
         if hit {
@@ -124,14 +124,18 @@ impl Cache {
         let tick = inner.tick;
         if let Some(slot) = inner.slots.get_mut(&start) {
             if let Some((have, file)) = &mut slot.partial {
-                let r = at..at + bytes.len() as u64;
-                if !have.iter().any(|h| h.start <= r.start && r.end <= h.end) {
-                    file.write_all_at(bytes, at)
+                // Only bytes not fetched before: a reader may hold a slice over those.
+                let mut added = 0;
+                for part in uncovered(have, at..at + bytes.len() as u64) {
+                    let from = (part.start - at) as usize;
+                    let to = (part.end - at) as usize;
+                    file.write_all_at(&bytes[from..to], part.start)
                         .ctx("writing to the tier cache", &slot.path)?;
-                    have.push(r);
-                    slot.charged += bytes.len() as u64;
-                    inner.bytes += bytes.len() as u64;
+                    added += part.end - part.start;
+                    have.push(part);
                 }
+                slot.charged += added;
+                inner.bytes += added;
             }
             let slot = inner
                 .slots
@@ -144,12 +148,15 @@ impl Cache {
             return Ok(map);
         }
         drop(inner);
-        let path = self.dir.join(format!("{}.part", segment_name(start)));
+        // A name of its own: two first reads of one segment must not truncate each other's
+        // mapped file (the loser's slot is replaced, its file unlinked, its map still valid).
+        let path = self
+            .dir
+            .join(format!("{}.{}.part", segment_name(start), random_id()));
         let file = OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .open(&path)
             .ctx("creating a tier cache file", &path)?;
         file.set_len(size).ctx("sizing a tier cache file", &path)?;
@@ -211,8 +218,49 @@ impl Cache {
     }
 }
 
+/// The parts of `r` that no range of `have` covers, in order.
+fn uncovered(have: &[Range<u64>], r: Range<u64>) -> Vec<Range<u64>> {
+    let mut overlapping: Vec<&Range<u64>> = have
+        .iter()
+        .filter(|h| h.end > r.start && h.start < r.end)
+        .collect();
+    overlapping.sort_by_key(|h| h.start);
+    let mut out = Vec::new();
+    let mut at = r.start;
+    for h in overlapping {
+        if h.start > at {
+            out.push(at..h.start);
+        }
+        at = at.max(h.end);
+    }
+    if at < r.end {
+        out.push(at..r.end);
+    }
+    out
+}
+
 impl Drop for Cache {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::uncovered;
+
+    #[test]
+    fn uncovered_is_what_no_fetched_range_holds() {
+        assert_eq!(uncovered(&[], 5..10), vec![5..10]);
+        assert_eq!(
+            uncovered(&[0..20, 30..40], 5..10),
+            Vec::<std::ops::Range<u64>>::new()
+        );
+        assert_eq!(uncovered(&[0..6, 8..9], 5..10), vec![6..8, 9..10]);
+        assert_eq!(uncovered(&[7..8, 0..3], 5..10), vec![5..7, 8..10]);
+        assert_eq!(
+            uncovered(&[0..5, 5..10], 0..10),
+            Vec::<std::ops::Range<u64>>::new()
+        );
     }
 }

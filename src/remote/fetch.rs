@@ -1,12 +1,12 @@
 //! Reading remote segments: whole objects for scans (checked against the manifest's CRC32C),
 //! byte ranges for point reads (checked by the records' own CRCs, as every read is).
 
-use std::io::Write;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use object_store::ObjectStoreExt;
+use object_store::{GetResult, GetResultPayload, ObjectStoreExt};
 
 use super::manifest::{object_name, Entry};
 use super::Tier;
@@ -55,15 +55,13 @@ impl Tier {
             1 << 20,
             std::fs::File::create(path).ctx("creating a tier cache file", path)?,
         );
-        let mut stream = got.into_stream();
-        let (mut crc, mut len) = (0u32, 0u64);
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|err| self.read_error(e, err))?;
-            crc = crc32c::crc32c_append(crc, &chunk);
-            len += chunk.len() as u64;
-            file.write_all(&chunk)
-                .ctx("writing to the tier cache", path)?;
-        }
+        let (len, crc) = each_chunk(
+            got,
+            &url,
+            |err| self.read_error(e, err),
+            |chunk| file.write_all(chunk).ctx("writing to the tier cache", path),
+        )
+        .await?;
         file.flush().ctx("writing to the tier cache", path)?;
         check_object(&url, e, len, crc)
     }
@@ -142,6 +140,45 @@ impl Tier {
     pub fn forget_cached(&self, start: u64) {
         self.cache.forget(start);
     }
+}
+
+/// Reads a whole object, handing each chunk to `sink`; returns its length and CRC32C. A local
+/// store's file is read directly, 1 MiB at a time (its stream would be 8 KiB chunks).
+pub(crate) async fn each_chunk(
+    got: GetResult,
+    url: &str,
+    on_error: impl Fn(object_store::Error) -> Error,
+    mut sink: impl FnMut(&[u8]) -> Result<()>,
+) -> Result<(u64, u32)> {
+    let (mut crc, mut len) = (0u32, 0u64);
+    match got.payload {
+        GetResultPayload::File(mut file, _) => {
+            let mut buf = vec![0u8; 1 << 20];
+            let mut left = got.range.end - got.range.start;
+            file.seek(SeekFrom::Start(got.range.start))
+                .ctx("reading", url)?;
+            while left > 0 {
+                let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+                let n = file.read(&mut buf[..want]).ctx("reading", url)?;
+                if n == 0 {
+                    break;
+                }
+                crc = crc32c::crc32c_append(crc, &buf[..n]);
+                sink(&buf[..n])?;
+                len += n as u64;
+                left -= n as u64;
+            }
+        }
+        GetResultPayload::Stream(mut stream) => {
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(&on_error)?;
+                crc = crc32c::crc32c_append(crc, &chunk);
+                sink(&chunk)?;
+                len += chunk.len() as u64;
+            }
+        }
+    }
+    Ok((len, crc))
 }
 
 /// An object's length and CRC32C must be what the manifest says.

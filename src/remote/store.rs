@@ -24,9 +24,10 @@ pub(crate) struct Remote {
 }
 
 impl Remote {
-    /// Where the object `name` lives under the prefix.
+    /// Where the object `name` (`/`-separated parts) lives under the prefix.
     pub fn path(&self, name: &str) -> ObjPath {
-        self.prefix.clone().join(name)
+        name.split('/')
+            .fold(self.prefix.clone(), |path, part| path.join(part))
     }
 
     /// The object `name` as a URL, for messages.

@@ -5,10 +5,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::StreamExt;
 use object_store::{Attribute, Attributes, ObjectStore, ObjectStoreExt, PutOptions, PutPayload};
 
-use super::fetch::check_object;
+use super::fetch::{check_object, each_chunk};
 use super::manifest::{object_name, Entry};
 use super::Tier;
 use crate::error::{Error, Result};
@@ -85,13 +84,8 @@ impl Tier {
                 )),
                 Err(err) => return Err(Error::tier("reading back", url, err)),
             };
-        let mut stream = got.into_stream();
-        let (mut crc, mut len) = (0u32, 0u64);
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|err| Error::tier("reading back", url.clone(), err))?;
-            crc = crc32c::crc32c_append(crc, &chunk);
-            len += chunk.len() as u64;
-        }
+        let on_error = |err| Error::tier("reading back", url.clone(), err);
+        let (len, crc) = each_chunk(got, &url, on_error, |_| Ok(())).await?;
         check_object(&url, e, len, crc)
     }
 }

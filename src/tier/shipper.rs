@@ -12,6 +12,7 @@ use object_store::ObjectStoreExt;
 use crate::background::{Next, Periodic};
 use crate::dirs::{DirEvent, DirState};
 use crate::error::{Error, Result};
+use crate::failpoint::fail_point;
 use crate::fs::remove_durably;
 use crate::remote::manifest::{self, object_name, Manifest};
 use crate::remote::Tier;
@@ -74,7 +75,8 @@ fn pass(state: &State, tier: &Arc<Tier>, checked_remote: &mut bool) -> Result<()
 }
 
 /// A manifest newer than the local copy (the writer stopped between publishing and saving its
-/// copy) is taken; another store's manifest stops the tier.
+/// copy) is taken; another store's manifest stops the tier. Then what an earlier writer left
+/// behind is swept.
 fn adopt_remote(state: &State, tier: &Tier) -> Result<()> {
     let local = tier.manifest();
     let Some(remote) = tier.load_remote_manifest()? else {
@@ -90,6 +92,8 @@ fn adopt_remote(state: &State, tier: &Tier) -> Result<()> {
     if remote.version > local.version {
         save(state, tier, remote)?;
     }
+    let swept = tier.block_on(tier.sweep(&tier.manifest()))?;
+    Tier::count(&tier.stats.remote_deleted, swept);
     Ok(())
 }
 
@@ -98,6 +102,7 @@ fn adopt_remote(state: &State, tier: &Tier) -> Result<()> {
 fn commit(state: &State, tier: &Tier, mut next: Manifest) -> Result<()> {
     next.min_offset = next.min_offset.max(state.min_offset());
     tier.block_on(manifest::publish(&tier.remote, &next))?;
+    fail_point!("tier::published");
     let version = next.version;
     save(state, tier, next)?;
     tier.block_on(manifest::prune(&tier.remote, version));
@@ -150,6 +155,7 @@ fn upload_one(state: &State, tier: &Tier) -> Result<bool> {
             return Ok(false);
         }
         let entry = tier.upload(seg.start(), seg.written(), seg.map()?, modified)?;
+        fail_point!("tier::uploaded");
         commit(state, tier, m.with(entry.clone()))?;
         Tier::count(&tier.stats.uploads, 1);
         Tier::count(&tier.stats.uploaded_bytes, entry.size);
@@ -219,6 +225,7 @@ fn drop_one(
         ))
     })?;
     if replaced {
+        fail_point!("tier::replaced");
         remove_durably(seg.path())?;
         Tier::count(&tier.stats.local_deleted, 1);
         log::info!(
