@@ -233,6 +233,21 @@ def test_directories_plus_tier_url_read_both_tiers_as_one_offset_space(spark, ti
         assert _rows(spark.read.format("rmqlog").load(w.paths)) == w.rows
 
 
+def test_remote_segments_are_one_partition_each_and_local_ones_split(file_tier, tmp_path):
+    from rmqlog.spark.batch import _byte_ranges
+
+    w = _write(tmp_path / "store", file_tier, 2, local_retention_bytes=3 * SEG)
+    with CommitLog(w.paths, read_only=True) as log:
+        segs = log.segments()
+        parts = _byte_ranges(log, [(log.min_offset, log.max_offset)], SEG // 4)
+        sealed = segs[:-1]
+        assert any(s.local for s in sealed) and any(not s.local for s in sealed)
+        for s in sealed:
+            inside = [p for p in parts if s.start_offset <= p.lo < s.start_offset + s.size]
+            # A piece of a remote segment would download the whole object: never split.
+            assert len(inside) == (4 if s.local else 1), (s, inside)
+
+
 def test_tier_settings_are_checked_at_load(spark, tier, tmp_path):
     log, w = _open_writer(tmp_path / "store", tier)
     log.close()

@@ -47,8 +47,9 @@ def _byte_ranges(
 ) -> list[RangePartition]:
     """Partitions over ``ranges`` (sorted, disjoint): per segment, the parts of the ranges in it,
     grouped into partitions of at most ``max_partition_bytes`` bytes (a longer part is split;
-    without the option, one partition per segment). A record belongs to the partition its offset
-    falls in."""
+    without the option, one partition per segment). A segment only in the remote tier is never
+    split: a task reading any part of it downloads the whole object. A record belongs to the
+    partition its offset falls in."""
     parts: list[RangePartition] = []
 
     def add(spans: list[Interval]) -> None:
@@ -58,11 +59,12 @@ def _byte_ranges(
     for seg in log.segments():
         spans: list[Interval] = []
         size = 0
+        limit = max_partition_bytes if seg.local else None
         for a, b in intersect(ranges, ((seg.start_offset, seg.start_offset + seg.size),)):
-            step = max_partition_bytes or (b - a)
+            step = limit or (b - a)
             for x in range(a, b, step):
                 y = min(x + step, b)
-                if max_partition_bytes and spans and size + (y - x) > max_partition_bytes:
+                if limit and spans and size + (y - x) > limit:
                     add(spans)
                     spans, size = [], 0
                 spans.append((x, y))
