@@ -26,7 +26,7 @@ use crate::segments::SegmentList;
 use crate::settings::WriterSettings;
 use crate::state::{Parts, State};
 use crate::tail_hint::{self, TailHints};
-use crate::tier::{open_tier, with_remote};
+use crate::tier::{learn_head, open_tier, with_remote};
 use crate::writer::Writer;
 
 /// Listings (with their tail scans) a read-only open takes while a writer changes the store.
@@ -48,6 +48,17 @@ pub(crate) fn open<P: AsRef<Path>>(paths: &[P], mut opts: Options) -> Result<Ope
         }
     }
     let given = check_paths(paths)?;
+    if let Some(d) = given
+        .iter()
+        .find(|d| d.join("manifest").join("CURRENT").is_file())
+    {
+        return Err(Error::config(format!(
+            "{} is a remote tier (segment objects and manifest/), not a store: open it read-only \
+             by its URL, file://{}",
+            d.display(),
+            d.display()
+        )));
+    }
     let read_only = if opts.read_only_paths.is_empty() {
         Vec::new()
     } else {
@@ -188,6 +199,9 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
         .map(|d| d.path.clone())
         .collect();
     let tier = open_tier(&opts, ckpt.as_ref(), &writable_paths, &store_id, true)?;
+    if let (Some(t), None, false) = (&tier, &ckpt, listing.segments.is_empty()) {
+        learn_head(t, &store_id)?;
+    }
     if let Some(t) = &tier {
         let min = ckpt.as_ref().map_or(0, |c| c.min_offset);
         listing.segments = with_remote(listing.segments, t, min);

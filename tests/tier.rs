@@ -266,3 +266,132 @@ fn a_reopened_writer_sweeps_objects_the_manifest_no_longer_lists() {
     assert!(log.read(first).is_ok());
     assert_eq!(log.verify_remote_with(|_, _| {}).unwrap(), vec![]);
 }
+
+/// Copies a directory's files (a store's `cp -a`).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+#[test]
+fn a_second_writer_on_one_prefix_is_refused_and_destroys_nothing() {
+    let remote = tempfile::tempdir().unwrap();
+    let url = url_of(remote.path());
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // Two stores started together on an empty prefix, and a copy of the first.
+    let a = CommitLog::open(&[a_dir.path()], opts(&url)).unwrap();
+    let b = CommitLog::open(&[b_dir.path()], opts(&url)).unwrap();
+    let a_acked: Vec<(u64, Vec<u8>)> = (0..1500)
+        .map(|i| (a.append(&body(i)).unwrap(), body(i)))
+        .collect();
+    for i in 0..1500 {
+        b.append(format!("B{i}").repeat(20).as_bytes()).unwrap();
+    }
+    a.flush().unwrap();
+    b.flush().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let failed = |log: &CommitLog| log.tier_status().unwrap().unwrap().last_error;
+    while failed(&a).is_none() && failed(&b).is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "neither writer noticed the other"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (winner, loser, acked) = match failed(&a) {
+        None => (&a, &b, Some(&a_acked)),
+        Some(_) => (&b, &a, None),
+    };
+    let why = failed(loser).unwrap();
+    assert!(
+        why.contains("another writer ships to this prefix")
+            || why.contains("holds the log of another store"),
+        "{why}"
+    );
+    wait_for(winner, "the winner's uploads", |s| s.pending_segments == 0);
+    assert_eq!(winner.verify_remote_with(|_, _| {}).unwrap(), vec![]);
+    if let Some(acked) = acked {
+        for (o, b) in acked {
+            assert_eq!(&*a.read(*o).unwrap(), b.as_slice());
+        }
+    }
+    // The loser kept every record locally: nothing of it was deleted.
+    assert!(loser.segments().unwrap().iter().all(|s| s.local));
+}
+
+#[test]
+fn a_copy_of_a_tiered_store_cannot_overwrite_the_originals_objects() {
+    let remote = tempfile::tempdir().unwrap();
+    let url = url_of(remote.path());
+    let (orig, copy) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (log, _) = write_tiered(orig.path(), &url, 600);
+    wait_for(&log, "uploads", |s| {
+        s.pending_segments == 0 && s.remote_segments >= 1
+    });
+    log.close().unwrap();
+    copy_dir(orig.path(), copy.path());
+    let o = CommitLog::open(&[orig.path()], opts(&url)).unwrap();
+    let c = CommitLog::open(&[copy.path()], opts(&url)).unwrap();
+    let o_acked: Vec<(u64, Vec<u8>)> = (0..1500)
+        .map(|i| (o.append(&body(i + 7)).unwrap(), body(i + 7)))
+        .collect();
+    o.flush().unwrap();
+    wait_for(&o, "the original's uploads", |s| s.pending_segments == 0);
+    for i in 0..1500 {
+        c.append(format!("COPY{i}").repeat(10).as_bytes()).unwrap();
+    }
+    c.flush().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while c.tier_status().unwrap().unwrap().last_error.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the copy never noticed the original"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    o.close().unwrap();
+    let by_url = CommitLog::open(&[url.as_str()], Options::default().read_only(true)).unwrap();
+    assert_eq!(by_url.verify_remote_with(|_, _| {}).unwrap(), vec![]);
+    let max = by_url.max_offset().unwrap();
+    for (off, b) in o_acked.iter().filter(|(off, _)| *off < max) {
+        assert_eq!(&*by_url.read(*off).unwrap(), b.as_slice(), "{off}");
+    }
+}
+
+#[test]
+fn a_store_whose_metadata_is_lost_learns_its_head_from_the_tier_and_deletes_nothing() {
+    let local = tempfile::tempdir().unwrap();
+    let remote = tempfile::tempdir().unwrap();
+    let url = url_of(remote.path());
+    let (log, offsets) = write_tiered(local.path(), &url, 1500);
+    wait_for(&log, "remote-only segments", |s| {
+        s.remote_segments >= 3 && s.pending_segments == 0
+    });
+    log.close().unwrap();
+    std::fs::remove_file(local.path().join("rmqlog.meta")).unwrap();
+    std::fs::remove_file(local.path().join("rmqlog.tier")).unwrap();
+    let log = CommitLog::open(&[local.path()], opts(&url)).unwrap();
+    assert_eq!(log.min_offset().unwrap(), offsets[0]);
+    std::thread::sleep(Duration::from_millis(500)); // the tier thread's first passes
+    check_all(&log, &offsets);
+    assert_eq!(log.verify_remote_with(|_, _| {}).unwrap(), vec![]);
+    assert_eq!(log.tier_status().unwrap().unwrap().remote_deleted, 0);
+}
+
+#[test]
+fn a_tier_directory_given_as_a_store_is_refused() {
+    let local = tempfile::tempdir().unwrap();
+    let remote = tempfile::tempdir().unwrap();
+    let url = url_of(remote.path());
+    let (log, _) = write_tiered(local.path(), &url, 600);
+    wait_for(&log, "uploads", |s| s.manifest_version >= 1);
+    for read_only in [false, true] {
+        let err =
+            CommitLog::open(&[remote.path()], Options::default().read_only(read_only)).unwrap_err();
+        assert!(err.to_string().contains("is a remote tier"), "{err}");
+    }
+    assert!(!remote.path().join("rmqlog.meta").exists());
+}

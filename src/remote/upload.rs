@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use object_store::{Attribute, Attributes, ObjectStore, ObjectStoreExt, PutOptions, PutPayload};
+use object_store::{
+    Attribute, Attributes, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
+};
 
 use super::fetch::{check_object, each_chunk};
 use super::manifest::{object_name, Entry};
@@ -54,18 +56,28 @@ impl Tier {
                 entry.size.to_string().into(),
             );
         }
+        // Created, never overwritten: an object already there must hold these very bytes (an
+        // upload interrupted before its manifest); other bytes are another writer's.
         let opts = PutOptions {
             attributes,
+            mode: PutMode::Create,
             ..PutOptions::default()
         };
         let payload = PutPayload::from(Bytes::from_owner(Sealed(map)));
         self.block_on(async {
-            self.remote
-                .store
-                .put_opts(&path, payload, opts)
-                .await
-                .map_err(|e| Error::tier("uploading", url.clone(), e))?;
-            self.read_back(&entry).await
+            let existed = match self.remote.store.put_opts(&path, payload, opts).await {
+                Ok(_) => false,
+                Err(object_store::Error::AlreadyExists { .. }) => true,
+                Err(e) => return Err(Error::tier("uploading", url.clone(), e)),
+            };
+            match self.read_back(&entry).await {
+                Err(Error::Corruption { reason, .. }) if existed => Err(Error::config(format!(
+                    "{url} exists with other bytes ({reason}): another writer ships to this \
+                     prefix (another store, or a copy of this one); give each store its own \
+                     prefix"
+                ))),
+                other => other,
+            }
         })?;
         Ok(entry)
     }

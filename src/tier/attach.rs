@@ -69,6 +69,31 @@ pub(crate) fn open_tier(
     Ok(Some(Arc::new(tier)))
 }
 
+/// A writer opening a store whose checkpoint is lost does not know where its log starts: the
+/// tier's manifest says, so it must be read (its segments then join the list). Without it the
+/// remote segments would read as below the head, and be deleted.
+pub(crate) fn learn_head(tier: &Tier, store_id: &str) -> Result<()> {
+    let url = &tier.remote.url;
+    let remote = tier.load_remote_manifest().map_err(|e| {
+        Error::config(format!(
+            "the store's checkpoint (rmqlog.meta) is missing, so where its log starts is known \
+             only to its tier, and the tier {url} cannot be read: {e}; open it once the tier \
+             answers"
+        ))
+    })?;
+    match remote {
+        Some(m) if m.store_id != store_id => Err(Error::config(format!(
+            "the tier {url} holds the log of another store ({}; this store is {store_id})",
+            m.store_id
+        ))),
+        Some(m) if m.version > tier.manifest().version => {
+            tier.set_manifest(m);
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Takes a newer local copy of the manifest (a follower, after the writer published).
 pub(crate) fn reload_local(tier: &Tier, dirs: &[PathBuf]) {
     if let Some(m) = manifest::load_local(dirs) {

@@ -7,6 +7,6 @@ mod attach;
 mod shipper;
 mod status;
 
-pub(crate) use self::attach::{open_tier, reload_local, with_remote};
+pub(crate) use self::attach::{learn_head, open_tier, reload_local, with_remote};
 pub(crate) use self::shipper::start_shipper;
 pub use self::status::TierStatus;

@@ -144,6 +144,11 @@ fn upload_one(state: &State, tier: &Tier) -> Result<bool> {
         if !seg.is_local() || seg.remote_copy().is_some() {
             continue;
         }
+        if seg.end() > state.flushed_offset() {
+            // Only durable bytes go: a power loss must not leave the tier holding records the
+            // log lost (and then writes again differently).
+            return Ok(false);
+        }
         if let Some(e) = m.get(seg.start()) {
             // Uploaded before a move replaced the segment, or before a reopen.
             seg.set_remote_copy(e.clone());
