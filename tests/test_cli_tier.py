@@ -228,6 +228,21 @@ def test_verify_names_a_damaged_and_a_missing_object(tiered):
     assert doc["ok"] is False and len(doc["damaged"]) == 2
 
 
+def test_verify_of_a_store_whose_tier_lost_its_manifest_fails(tiered):
+    """Every object still reads back against the store's copy of the manifest, but the tier's
+    own manifest is gone: a reader of the URL finds no log, so verify must not say OK."""
+    dirs, tier, _ = tiered
+    for key in tier.keys():
+        if key.startswith("manifest/"):
+            tier.delete(key)
+    proc = cli("tier", "verify", joined(dirs), *option_args(tier))
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "OK" not in proc.stdout
+    first, last = proc.stdout.splitlines()
+    assert first.startswith("CORRUPT: the tier holds manifest version none")
+    assert last == "FAILED: the tier does not publish the store's manifest"
+
+
 def test_plain_verify_says_what_it_did_not_read(tiered):
     dirs, _, _ = tiered
     with CommitLog([str(d) for d in dirs], read_only=True) as log:

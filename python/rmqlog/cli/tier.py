@@ -187,4 +187,17 @@ def cmd_tier_verify(args: argparse.Namespace, out: TextIO) -> int:
         return clog
 
     what = "the tier" if is_url(paths[0]) else "the store"
+    # The tier must also still publish the manifest the store's copy says it does: objects read
+    # back against the copy prove nothing if the tier's own manifest is gone or older.
+    if not is_url(paths[0]):
+        info, problem = status_info(args)
+        if isinstance(problem, CorruptionError):
+            if args.json:
+                _emit_json({"ok": False, "damaged": [], "error": info["error"]}, out)
+            else:
+                print(f"CORRUPT: {info['error']}", file=out)
+                print("FAILED: the tier does not publish the store's manifest", file=out)
+            return EXIT_CORRUPT
+        if problem is not None:
+            raise problem
     return verify_and_report(opened, args.json, out, remote=True, what=what)
