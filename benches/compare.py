@@ -39,6 +39,7 @@ import rows_peers
 import rows_read
 import rows_rust
 import rows_spark
+import rows_tier
 from harness import (
     TARGETS,
     Row,
@@ -60,6 +61,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "arrow": rows_arrow.NAMES,
     "rust": rows_rust.NAMES,
     "spark": rows_spark.NAMES,
+    "tier": rows_tier.NAMES,
 }
 
 
@@ -80,6 +82,7 @@ def one_pass(s: Sizes, wd: Workdir, rust: rows_rust.RustRows, want: Callable[[st
         "arrow": lambda: rows_arrow.run(s, wd, rust),
         "rust": lambda: rows_rust.run(rust, rows_rust.NAMES, reps),
         "spark": lambda: rows_spark.run(s, wd),
+        "tier": lambda: rows_tier.run(s, wd),
     }
     rows: list[Row] = []
     for group, runner in runners.items():

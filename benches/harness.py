@@ -52,6 +52,7 @@ TARGETS: dict[str, tuple[str, float | None]] = {
     "spark_scan_vs_parquet": (">=", 0.35),
     "spark_meta_scan_vs_parquet": (">=", 0.5),
     "spark_time_window_vs_full": ("<=", 0.2),
+    "tier_scan_vs_local": (">=", 0.5),
 }
 
 BODY_100 = bytes(range(100))
@@ -77,13 +78,29 @@ class Sizes:
     arrow_records: int
     spark_rows: int
     spark_reps: int
+    tier_bytes: int  # bytes of 1 KiB records written for the tier row
+    tier_segment: int  # its segment size
 
     @staticmethod
     def make(quick: bool, reps: int | None) -> Sizes:
         if quick:
             r = reps or 1
             return Sizes(
-                True, r, 20_000, 5_000, 1_000, 5_000, 40, 400, r, 20_000, 20_000, 20_000, r
+                True,
+                r,
+                20_000,
+                5_000,
+                1_000,
+                5_000,
+                40,
+                400,
+                r,
+                20_000,
+                20_000,
+                20_000,
+                r,
+                8 << 20,
+                1 << 20,
             )
         return Sizes(
             quick=False,
@@ -99,6 +116,8 @@ class Sizes:
             arrow_records=1_000_000,
             spark_rows=2_000_000,
             spark_reps=reps or 3,
+            tier_bytes=256 << 20,
+            tier_segment=16 << 20,
         )
 
 

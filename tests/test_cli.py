@@ -28,7 +28,7 @@ from rmqlog import cli as rmqlog_cli
 from rmqlog.cli import UsageError
 
 SEG = 4096
-SUBCOMMANDS = ["demo", "stat", "dump", "verify", "bench", "move", "rebalance"]
+SUBCOMMANDS = ["demo", "stat", "dump", "verify", "tier", "bench", "move", "rebalance"]
 BIN = Path(sys.executable).parent
 SPECIAL = (
     "tab\there, nl\n, quote' \" back\\slash, é ü 日本, nul\x00 bell\x07".encode() + b"\xff\xfe"
@@ -156,10 +156,10 @@ def test_help_shows_every_default(run, sub):
     """Every option that takes a value says its default in --help (or what happens without it)."""
     text = " ".join(run(sub, "--help").stdout.split())
     options = [a for name, a in _options_with_values(rmqlog_cli.build_parser()) if name == sub]
-    assert options or sub == "stat" or sub == "verify"
+    assert options or sub == "tier"  # tier's options are its actions' (test_cli_tier.py)
     for action in options:
         flag = max(action.option_strings, key=len)
-        m = re.search(rf" {re.escape(flag)} [A-Z_ \[\]{{}},a-z.]*?  ?(.*?)(?= --?[a-z]|$)", text)
+        m = re.search(rf" {re.escape(flag)} [A-Z_= \[\]{{}},a-z.]*?  ?(.*?)(?= --?[a-z]|$)", text)
         assert m and "(default: " in m.group(1), (flag, text)
     if sub == "bench":
         for shown in ("(default: 100000)", "(default: 256)", "(default: async)", "(default: 64m)"):
@@ -846,7 +846,7 @@ def test_exit_codes_are_mapped_in_one_place(store, capsys, monkeypatch, restore_
     class StoreNotFound(CommitLogError, FileNotFoundError):
         pass
 
-    def no_store(paths):
+    def no_store(paths, tier_options=None):
         raise StoreNotFound(f"no rmqlog store at {paths[0]}")
 
     monkeypatch.setattr(cli_stat, "open_read_only", no_store)
@@ -854,7 +854,7 @@ def test_exit_codes_are_mapped_in_one_place(store, capsys, monkeypatch, restore_
     captured = capsys.readouterr()
     assert (captured.out, captured.err) == ("", "rmqlog: error: no rmqlog store at /nowhere\n")
 
-    def no_store_errno(paths):  # an OSError's form: errno, message, file
+    def no_store_errno(paths, tier_options=None):  # an OSError's form: errno, message, file
         raise StoreNotFound(2, f"no rmqlog store at {paths[0]} (it holds no store)", paths[0])
 
     monkeypatch.setattr(cli_stat, "open_read_only", no_store_errno)
@@ -865,7 +865,7 @@ def test_exit_codes_are_mapped_in_one_place(store, capsys, monkeypatch, restore_
         "Permission denied: /x"
     )
 
-    def bug(paths):
+    def bug(paths, tier_options=None):
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(cli_stat, "open_read_only", bug)

@@ -184,7 +184,7 @@ def rs():
 @pytest.fixture
 def udf_cache(rs, store):
     """The store's key in the UDF's per-process cache, dropped (and its log closed) at teardown."""
-    key = tuple(store[0])
+    key = rs.Store(tuple(store[0]))
     yield key
     entry = rs.udf._cache.pop(key, None)
     if entry is not None:

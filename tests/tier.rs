@@ -202,7 +202,9 @@ fn concurrent_point_reads_of_cold_remote_segments_all_read_right() {
     let remote = tempfile::tempdir().unwrap();
     let url = url_of(remote.path());
     let (log, offsets) = write_tiered(local.path(), &url, 3000);
-    wait_for(&log, "remote-only segments", |s| s.remote_segments >= 5 && s.pending_segments == 0);
+    wait_for(&log, "remote-only segments", |s| {
+        s.remote_segments >= 5 && s.pending_segments == 0
+    });
     log.close().unwrap();
     for round in 0..5 {
         // A fresh open: a cold cache, every segment's first reads racing.
@@ -226,4 +228,41 @@ fn concurrent_point_reads_of_cold_remote_segments_all_read_right() {
             }
         });
     }
+}
+
+#[test]
+fn a_reopened_writer_sweeps_objects_the_manifest_no_longer_lists() {
+    let local = tempfile::tempdir().unwrap();
+    let remote = tempfile::tempdir().unwrap();
+    let url = url_of(remote.path());
+    let (log, _) = write_tiered(local.path(), &url, 1500);
+    wait_for(&log, "uploads", |s| {
+        s.remote_segments >= 3 && s.pending_segments == 0
+    });
+    let cut = log.segments().unwrap()[2].start_offset;
+    log.truncate_before(cut).unwrap();
+    wait_for(&log, "the head's objects deleted", |s| {
+        s.remote_deleted >= 2
+    });
+    log.close().unwrap();
+    // What a crash between a manifest and its deletions leaves: an object below the head, and
+    // an old manifest version.
+    let below = remote.path().join(format!("{:020}", 0));
+    std::fs::write(&below, vec![0u8; SEG as usize]).unwrap();
+    let old = remote
+        .path()
+        .join("manifest")
+        .join(format!("{:020}.json", 1));
+    std::fs::write(&old, b"{}").unwrap();
+    let log = CommitLog::open(&[local.path()], opts(&url)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while below.exists() || old.exists() {
+        assert!(Instant::now() < deadline, "the leftovers stayed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // What the manifest lists stays, and reads.
+    let first = log.segments().unwrap()[0].start_offset;
+    assert_eq!(first, cut);
+    assert!(log.read(first).is_ok());
+    assert_eq!(log.verify_remote_with(|_, _| {}).unwrap(), vec![]);
 }

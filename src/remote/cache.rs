@@ -253,7 +253,7 @@ mod tests {
     fn uncovered_is_what_no_fetched_range_holds() {
         assert_eq!(uncovered(&[], 5..10), vec![5..10]);
         assert_eq!(
-            uncovered(&[0..20], 5..10),
+            uncovered(&[0..20, 30..40], 5..10),
             Vec::<std::ops::Range<u64>>::new()
         );
         assert_eq!(uncovered(&[0..6, 8..9], 5..10), vec![6..8, 9..10]);

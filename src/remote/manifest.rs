@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::store::Remote;
 use crate::error::{Error, Result};
-use crate::fs::{atomic_write, segment_name};
+use crate::fs::{atomic_write, parse_segment_name, segment_name};
 
 /// Name of the local copy of the manifest, in every directory of the store.
 pub(crate) const LOCAL_COPY: &str = "rmqlog.tier";
@@ -136,6 +136,21 @@ fn version_name(version: u64) -> String {
 
 /// Reads the current manifest from the store; `None` when the tier holds none yet.
 pub(crate) async fn load(remote: &Remote) -> Result<Option<Manifest>> {
+    // The version the pointer names may be pruned between the two reads (two publications
+    // meanwhile): the pointer is read again.
+    let mut attempts = 0;
+    loop {
+        match load_once(remote).await {
+            Err(Error::Tier { reason, .. }) if reason == PRUNED && attempts < 3 => attempts += 1,
+            other => return other,
+        }
+    }
+}
+
+/// The reason [`load_once`] gives when the version it was pointed at is gone.
+const PRUNED: &str = "the manifest version the pointer named is gone (pruned)";
+
+async fn load_once(remote: &Remote) -> Result<Option<Manifest>> {
     let pointer = match remote.store.get(&remote.path(POINTER)).await {
         Ok(r) => r.bytes().await,
         Err(object_store::Error::NotFound { .. }) => return Ok(None),
@@ -153,6 +168,9 @@ pub(crate) async fn load(remote: &Remote) -> Result<Option<Manifest>> {
     let name = version_name(version);
     let bytes = match remote.store.get(&remote.path(&name)).await {
         Ok(r) => r.bytes().await,
+        Err(object_store::Error::NotFound { .. }) => {
+            return Err(Error::tier("reading", remote.url_of(&name), PRUNED))
+        }
         Err(e) => Err(e),
     }
     .map_err(|e| Error::tier("reading", remote.url_of(&name), e))?;
@@ -167,8 +185,9 @@ pub(crate) async fn load(remote: &Remote) -> Result<Option<Manifest>> {
     Ok(Some(m))
 }
 
-/// Makes `m` the current manifest: its version object first, then the pointer. Older versions
-/// stay until [`prune`] (a reader that followed the old pointer can still read them).
+/// Makes `m` the current manifest: its version object first, then the pointer. The previous
+/// version stays (a reader that has just read the old pointer can still read it); [`prune`]
+/// deletes the one before.
 pub(crate) async fn publish(remote: &Remote, m: &Manifest) -> Result<()> {
     let name = version_name(m.version);
     remote
@@ -188,9 +207,34 @@ pub(crate) async fn publish(remote: &Remote, m: &Manifest) -> Result<()> {
 }
 
 /// Deletes manifest versions older than `keep_from` (best effort: a leftover is harmless).
-pub(crate) async fn prune(remote: &Remote, keep_from: u64) {
-    for v in keep_from.saturating_sub(8)..keep_from {
+pub(crate) async fn prune(remote: &Remote, current: u64) {
+    if let Some(v) = current.checked_sub(2).filter(|v| *v > 0) {
         let _ = remote.store.delete(&remote.path(&version_name(v))).await;
+    }
+}
+
+/// What the name of an object under the prefix says it is.
+pub(crate) enum Named {
+    /// A segment's object, by its start offset.
+    Segment(u64),
+    /// A manifest version.
+    Version(u64),
+    Other,
+}
+
+/// Classifies an object by its name relative to the prefix (`00000000000000000000`,
+/// `manifest/00000000000000000003.json`).
+pub(crate) fn named(relative: &str) -> Named {
+    if let Some(v) = relative
+        .strip_prefix("manifest/")
+        .and_then(|n| n.strip_suffix(".json"))
+        .and_then(parse_segment_name)
+    {
+        return Named::Version(v);
+    }
+    match parse_segment_name(relative) {
+        Some(start) => Named::Segment(start),
+        None => Named::Other,
     }
 }
 

@@ -6,7 +6,8 @@
 //! - `manifest.rs`: which segments are remote, versioned and published atomically;
 //! - `cache.rs`: the bounded local cache remote reads go through;
 //! - `fetch.rs`: whole-segment downloads (scans) and range reads (point reads);
-//! - `upload.rs`: one segment's upload, read back and checked before it counts.
+//! - `upload.rs`: one segment's upload, read back and checked before it counts;
+//! - `sweep.rs`: deleting objects the manifest no longer lists.
 //!
 //! The one guarantee: an acknowledged record is local, remote, or both; never neither until
 //! retention removes it. A local copy goes only after its object is verified and listed in a
@@ -17,6 +18,7 @@ mod cache;
 mod fetch;
 pub(crate) mod manifest;
 pub(crate) mod store;
+mod sweep;
 mod upload;
 
 use std::collections::BTreeMap;

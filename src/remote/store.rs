@@ -9,7 +9,7 @@ use std::time::Duration;
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjPath;
-use object_store::{ClientOptions, ObjectStore, RetryConfig};
+use object_store::{ClientConfigKey, ObjectStore, RetryConfig};
 
 use crate::error::{Error, Result};
 
@@ -135,18 +135,23 @@ fn s3(
             "tier_url {url:?} names no bucket: expected s3://bucket/prefix"
         )));
     }
-    let client = ClientOptions::new()
-        .with_connect_timeout(Duration::from_secs(2))
-        .with_timeout(Duration::from_secs(120));
     let retry = RetryConfig {
         max_retries: 2,
         retry_timeout: Duration::from_secs(10),
         ..RetryConfig::default()
     };
-    let mut b = AmazonS3Builder::from_env()
-        .with_url(url)
-        .with_client_options(client)
-        .with_retry(retry);
+    let mut b = AmazonS3Builder::from_env().with_url(url).with_retry(retry);
+    // The timeouts as settings: with_client_options would replace every client setting read
+    // from the environment (AWS_ALLOW_HTTP, AWS_PROXY_URL, ...). The environment's own win.
+    for (key, value) in [
+        (ClientConfigKey::ConnectTimeout, "2s"),
+        (ClientConfigKey::Timeout, "120s"),
+    ] {
+        let var = format!("AWS_{}", key.as_ref().to_ascii_uppercase());
+        if std::env::var_os(var).is_none() {
+            b = b.with_config(AmazonS3ConfigKey::Client(key), value);
+        }
+    }
     for (k, v) in options {
         let key: AmazonS3ConfigKey = k.parse().map_err(|_| {
             Error::config(format!(

@@ -75,7 +75,8 @@ fn pass(state: &State, tier: &Arc<Tier>, checked_remote: &mut bool) -> Result<()
 }
 
 /// A manifest newer than the local copy (the writer stopped between publishing and saving its
-/// copy) is taken; another store's manifest stops the tier.
+/// copy) is taken; another store's manifest stops the tier. Then what an earlier writer left
+/// behind is swept.
 fn adopt_remote(state: &State, tier: &Tier) -> Result<()> {
     let local = tier.manifest();
     let Some(remote) = tier.load_remote_manifest()? else {
@@ -91,6 +92,8 @@ fn adopt_remote(state: &State, tier: &Tier) -> Result<()> {
     if remote.version > local.version {
         save(state, tier, remote)?;
     }
+    let swept = tier.block_on(tier.sweep(&tier.manifest()))?;
+    Tier::count(&tier.stats.remote_deleted, swept);
     Ok(())
 }
 

@@ -1,9 +1,12 @@
 """The ``rmqlog`` command line: inspect, dump, verify, benchmark and rebalance a commit log.
 
     rmqlog demo      [--dir D] [--records N] [--size SIZE]
-    rmqlog stat      PATHS [--json]
-    rmqlog dump      PATHS [--from OFF] [--count N] [--data] [--hex] [--json]
-    rmqlog verify    PATHS [--json]
+    rmqlog stat      PATHS [--tier-option K=V ...] [--json]
+    rmqlog dump      PATHS [--from OFF] [--count N] [--data] [--hex] [--tier-option K=V ...]
+                     [--json]
+    rmqlog verify    PATHS [--tier-option K=V ...] [--json]
+    rmqlog tier status PATHS [--tier-option K=V ...] [--json]
+    rmqlog tier verify PATHS [--tier-option K=V ...] [--json]
     rmqlog bench     [--records N] [--size SIZE] [--dirs D ...] [--flush async|sync|none]
                      [--segment-size SIZE] [--json]
     rmqlog move      PATHS --segment START --to DIR [--read-only-paths DIR ...] [--json]
@@ -11,14 +14,18 @@
 
 ``PATHS`` is one argument with the store's directories joined by ``os.pathsep``
 (``/d0/store:/d1/store``), or several positional directories; ``stat``, ``dump`` and ``verify``
-open the store read-only, and any one directory finds the others through ``rmqlog.meta``.
+open the store read-only, and any one directory finds the others through ``rmqlog.meta``. The
+read-only commands (and ``tier``) also take a tier URL alone (``s3://bucket/prefix``,
+``file:///dir``), which opens the log's remote part alone; ``--tier-option`` passes the tier's
+object store its options (``endpoint=...``), and the ``AWS_*`` environment variables are read too.
 ``SIZE`` is a number of bytes or one with a binary unit (``4096``, ``64k``, ``64m``, ``1g``,
 ``64MiB``): the syntax of the Spark options (:mod:`rmqlog._sizes`).
 
 Data goes to stdout, logs and progress bars (only when stderr is a terminal) to stderr. Exit
-codes: 0 on success, 1 when ``verify`` finds corruption, 2 on any error (bad arguments, a missing
-directory, an unreadable store), reported as one line ``rmqlog: error: ...``; the exceptions that
-map to them are listed in one place, :data:`rmqlog.cli.run.EXIT_CODES`.
+codes: 0 on success, 1 when ``verify`` or ``tier`` finds corruption, 2 on any error (bad
+arguments, a missing directory, an unreadable store, a tier that does not answer), reported as
+one line ``rmqlog: error: ...``; the exceptions that map to them are listed in one place,
+:data:`rmqlog.cli.run.EXIT_CODES`.
 """
 
 from rmqlog.cli.bench import FlushMode, cmd_bench, percentile, run_bench
@@ -30,6 +37,7 @@ from rmqlog.cli.common import (
     PROG,
     UsageError,
     human_bytes,
+    is_url,
     iso_utc,
     open_read_only,
     plural,
@@ -48,6 +56,7 @@ from rmqlog.cli.stat import (
     render_recorded_settings,
     stat_info,
 )
+from rmqlog.cli.tier import cmd_tier_status, cmd_tier_verify
 from rmqlog.cli.verify import cmd_verify
 
 __all__ = [
@@ -63,8 +72,11 @@ __all__ = [
     "cmd_demo",
     "cmd_dump",
     "cmd_stat",
+    "cmd_tier_status",
+    "cmd_tier_verify",
     "cmd_verify",
     "human_bytes",
+    "is_url",
     "iso_utc",
     "iter_records",
     "main",

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
@@ -28,17 +28,47 @@ class UsageError(Exception):
     """A bad command line; reported as one ``rmqlog: error:`` line, exit code 2."""
 
 
+def is_url(text: str) -> bool:
+    """Whether ``text`` is a tier URL (``scheme://...``, as the core tells them from paths)."""
+    scheme, sep, _ = text.partition("://")
+    return bool(sep) and scheme.isascii() and scheme.isalnum()
+
+
 def split_paths(args: Sequence[str]) -> list[str]:
-    """The directories named by ``args``: each argument may join several with ``os.pathsep``."""
+    """The directories named by ``args``: each argument may join several with ``os.pathsep``;
+    or one tier URL, alone (never split: ``file:///d`` holds the separator)."""
+    urls = [arg for arg in args if is_url(arg)]
+    if urls:
+        if len(args) > 1:
+            raise UsageError(
+                f"a tier URL opens the tier alone: give {urls[0]} without directories, or the "
+                "store's directories without it (they find their tier)"
+            )
+        return urls
     paths = [p for arg in args for p in arg.split(os.pathsep) if p]
     if not paths:
         raise UsageError("no directory given")
     return paths
 
 
-def open_read_only(args: Sequence[str]) -> CommitLog:
-    """Opens the store in ``args`` (see :func:`split_paths`) read-only; it takes no lock."""
-    return CommitLog(split_paths(args), read_only=True)
+def open_read_only(args: Sequence[str], tier_options: Mapping[str, str] | None = None) -> CommitLog:
+    """Opens the store in ``args`` (see :func:`split_paths`) read-only; it takes no lock. A tier
+    URL opens the tier's part alone. ``tier_options`` (``--tier-option``) go to the tier's
+    object store: with directories, the tier their store records."""
+    paths = split_paths(args)
+    if is_url(paths[0]):
+        return CommitLog(paths[0], read_only=True, tier_options=dict(tier_options or {}) or None)
+    clog = CommitLog(paths, read_only=True)
+    if not tier_options:
+        return clog
+    with clog:  # the store records its tier's URL, never its options: open again with both
+        status = clog.tier_status()
+    if status is None:
+        raise UsageError(
+            f"--tier-option: the store at {os.pathsep.join(paths)} has no tier (it records no "
+            "tier_url)"
+        )
+    return CommitLog(paths, read_only=True, tier_url=status["url"], tier_options=dict(tier_options))
 
 
 def iso_utc(ts_ms: int) -> str:

@@ -51,7 +51,7 @@ def iter_records(clog: CommitLog, start: int | None, count: int | None) -> Itera
 
 def cmd_dump(args: argparse.Namespace, out: TextIO) -> int:
     """``rmqlog dump``: one line per record, like Kafka's ``kafka-dump-log``."""
-    with open_read_only(args.paths) as clog:
+    with open_read_only(args.paths, dict(args.tier_option or [])) as clog:
         for rec in iter_records(clog, args.start, args.count):
             body = rec.pop("body")
             ts = iso_utc(rec["timestamp_ms"])

@@ -15,6 +15,7 @@ from rmqlog.cli.demo import cmd_demo
 from rmqlog.cli.dump import cmd_dump
 from rmqlog.cli.move import cmd_move, cmd_rebalance
 from rmqlog.cli.stat import cmd_stat
+from rmqlog.cli.tier import cmd_tier_status, cmd_tier_verify
 from rmqlog.cli.verify import cmd_verify
 
 
@@ -64,6 +65,20 @@ def _size_at_least(minimum: int, what: str, multiple_of: int = 1) -> Callable[[s
     return parse
 
 
+def _key_value(text: str) -> tuple[str, str]:
+    """An argparse ``type`` for ``--tier-option``: ``KEY=VALUE``, a non-empty key."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        msg = (
+            f"invalid tier option {text!r}: expected KEY=VALUE, e.g. endpoint=http://127.0.0.1:9000"
+        )
+        raise argparse.ArgumentTypeError(msg)
+    return key.strip(), value
+
+
+_key_value.__name__ = "tier option"
+
+
 class _HelpFormatter(argparse.HelpFormatter):
     """Ends each option's help with its default, ``(default: X)``, unless the help names it; an
     option without a value (None) says what happens without it in its own help."""
@@ -86,8 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Inspect, dump, verify, benchmark and rebalance an rmqlog commit log.",
         epilog=f"PATHS: one argument with directories joined by {os.pathsep!r}, or several "
-        f"directories. SIZE: {SIZE_FORMS}. Exit codes: 0 ok, 1 corruption found (verify), "
-        "2 error. Progress bars go to stderr when it is a terminal.",
+        f"directories, or a tier URL. SIZE: {SIZE_FORMS}. Exit codes: 0 ok, 1 corruption found "
+        "(verify, tier), 2 error. Progress bars go to stderr when it is a terminal.",
     )
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level to stderr")
@@ -105,13 +120,37 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     def paths_arg(sp: argparse.ArgumentParser, read_only: bool = True) -> None:
-        found = "; one is enough, it finds the others" if read_only else ""
+        found = (
+            "; one is enough, it finds the others; or a tier URL (s3://bucket/prefix, "
+            "file:///dir), which opens the tier's part of the log alone"
+            if read_only
+            else ""
+        )
         sp.add_argument(
             "paths",
             nargs="+",
             metavar="PATHS",
             help=f"the store's directories (several, or joined by {os.pathsep!r}){found}",
         )
+        if read_only:
+            sp.add_argument(
+                "--tier-option",
+                action="append",
+                type=_key_value,
+                metavar="KEY=VALUE",
+                help="an option of the tier's object store, repeatable: endpoint, region, "
+                "allow_http, access_key_id, ... (object_store's S3 names); the AWS_* environment "
+                "variables are read too (default: none)",
+            )
+
+    def read_only_command(
+        parent: Any, name: str, func: Callable[..., int], help: str, description: str
+    ) -> None:
+        """A command that opens the store read-only and prints text or one JSON object."""
+        sp = parent.add_parser(name, help=help, description=description)
+        paths_arg(sp)
+        json_arg(sp)
+        sp.set_defaults(func=func)
 
     def size_help(text: str) -> str:
         return f"{text}; SIZE is bytes (4096) or binary units (64k, 64m, 1g, 64MiB)"
@@ -141,16 +180,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.set_defaults(func=cmd_demo)
 
-    sp = sub.add_parser(
+    read_only_command(
+        sub,
         "stat",
-        help="offsets, segments per directory, disk usage",
-        description="Opens the store read-only and prints its offsets, segments per directory, "
-        "each directory's state and disk usage, and the settings its writer recorded, if any. "
-        "Counters and options of the stat process itself are not the store's and are not shown.",
+        cmd_stat,
+        help="offsets, segments per directory and in the tier, disk usage",
+        description="Opens the store read-only and prints its offsets, segments per directory "
+        "(each one's where: local, remote, both) and in the remote tier, each directory's state "
+        "and disk usage, and the settings its writer recorded, if any. Counters and options of "
+        "the stat process itself are not the store's and are not shown.",
     )
-    paths_arg(sp)
-    json_arg(sp)
-    sp.set_defaults(func=cmd_stat)
 
     sp = sub.add_parser(
         "dump",
@@ -180,16 +219,46 @@ def build_parser() -> argparse.ArgumentParser:
     json_arg(sp, "one JSON object per line")
     sp.set_defaults(func=cmd_dump)
 
-    sp = sub.add_parser(
+    read_only_command(
+        sub,
         "verify",
+        cmd_verify,
         help="check every record's CRCs (exit 1 on corruption)",
         description="Opens the store read-only and checks every record (headers, stored "
-        "offsets, body CRCs), with a progress bar by bytes verified on a terminal. Exit code 0 "
-        "when clean, 1 when damage is found (each damaged range is printed), 2 on an error.",
+        "offsets, body CRCs), with a progress bar by bytes verified on a terminal; the segments "
+        "only in the remote tier are read by `rmqlog tier verify` (or given the tier's URL). Exit "
+        "code 0 when clean, 1 when damage is found (each damaged range is printed), 2 on an error.",
     )
-    paths_arg(sp)
-    json_arg(sp)
-    sp.set_defaults(func=cmd_verify)
+
+    sp = sub.add_parser(
+        "tier",
+        help="the remote tier: status, verify",
+        description="The store's remote tier (docs/tiering.md). Opens the store read-only, or, "
+        "given a URL, the tier alone.",
+    )
+    tier = sp.add_subparsers(dest="tier_command", metavar="ACTION", required=True)
+    read_only_command(
+        tier,
+        "status",
+        cmd_tier_status,
+        help="segments local, remote, both, pending; manifest versions; whether the tier answers",
+        description="Prints where the segments are (local, remote, both), what waits for upload "
+        "(segments and bytes), the manifest version of the store's copy and of the tier, and "
+        "whether the tier answers. The writer's counters and last error are in its process "
+        "(log.tier_status()); the store does not record them. Exit code 0, 1 when the tier holds "
+        "an older manifest than the store's copy or none, 2 on an error (the tier not answering "
+        "included, after the status).",
+    )
+    read_only_command(
+        tier,
+        "verify",
+        cmd_tier_verify,
+        help="read every remote object back and check every record (exit 1 on damage)",
+        description="Reads back every object of the tier and checks its length and CRC32C "
+        "against the manifest, and checks every record of the log, the remote-only segments' "
+        "too (downloaded into a temporary cache). Each damaged range is printed with the object "
+        "it is in. Exit code 0 when clean, 1 when damage is found, 2 on an error.",
+    )
 
     sp = sub.add_parser(
         "bench",

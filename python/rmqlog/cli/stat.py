@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 from rmqlog import CommitLog
 from rmqlog.cli.common import EXIT_OK, _emit_json, human_bytes, open_read_only, plural
+from rmqlog.cli.tier import tier_summary, where
 
 
 def recorded_settings(clog: CommitLog) -> dict[str, Any] | None:
@@ -49,15 +50,20 @@ def stat_info(clog: CommitLog) -> dict[str, Any]:
     segments = clog.segments()
     by_dir: dict[str, list[dict[str, Any]]] = {}
     seg_rows = []
+    remote_only = []
     for seg in segments:
         row = {
             "name": os.path.basename(seg.path),
-            "path": seg.path,
+            "path": seg.path,  # the object's URL for a segment only in the tier
             "start_offset": seg.start_offset,
             "size": seg.size,
             "written": seg.written,
+            "where": where(seg),
         }
         seg_rows.append(row)
+        if not seg.local:
+            remote_only.append(row)
+            continue
         by_dir.setdefault(os.path.normpath(os.path.dirname(seg.path)), []).append(row)
     dirs = []
     for d in clog.dirs():
@@ -97,8 +103,16 @@ def stat_info(clog: CommitLog) -> dict[str, Any]:
         "written_bytes": sum(s.written for s in segments),
         "dirs": dirs,
         "segments": seg_rows,
+        "tier": _tier(clog, remote_only),
         "settings": recorded_settings(clog),
     }
+
+
+def _tier(clog: CommitLog, remote_only: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The tier's URL, manifest version and counts, and the segments only there; None without a
+    tier."""
+    summary = tier_summary(clog)
+    return None if summary is None else {**summary, "segments": remote_only}
 
 
 def _ratio(r: float | None) -> str:
@@ -112,7 +126,11 @@ def print_stat(info: dict[str, Any], out: TextIO) -> None:
     def p(*parts: object) -> None:
         print(*parts, file=out)
 
-    p(f"store: {os.pathsep.join(info['paths'])}")
+    tier = info.get("tier")
+    if info["paths"]:
+        p(f"store: {os.pathsep.join(info['paths'])}")
+    else:
+        p(f"store: the tier {tier and tier['url']} alone (no directory of the store is read)")
     p(
         f"offsets: min {info['min_offset']}  max {info['max_offset']}  "
         f"flushed {info['flushed_offset']}"
@@ -135,17 +153,36 @@ def print_stat(info: dict[str, Any], out: TextIO) -> None:
         if d["error"]:
             p(f"    error: {d['error']}")
         for s in d["segments"]:
-            p(
-                f"    {s['name']}  [{s['start_offset']}, {s['start_offset'] + s['size']})  "
-                f"written {s['written']} / {s['size']}"
+            p(_segment_line(s))
+    if tier:
+        p(f"tier: {tier['url']}  manifest version {tier['manifest_version']}")
+        counts = f"    {tier['remote_segments']} remote"
+        if tier["local_segments"] is not None:  # a URL open knows no local part
+            counts = (
+                f"    {tier['local_segments']} local, {tier['remote_segments']} remote, "
+                f"{tier['both_segments']} both; pending upload "
+                f"{plural(tier['pending_segments'], 'segment')}, "
+                f"{plural(tier['pending_bytes'], 'byte')}"
             )
+        p(f"{counts}; remote bytes {tier['remote_bytes']} ({human_bytes(tier['remote_bytes'])})")
+        for s in tier["segments"]:
+            p(_segment_line(s))
     for line in render_recorded_settings(info["settings"]):
         p(line)
 
 
+def _segment_line(s: dict[str, Any]) -> str:
+    """One segment under its directory (or under the tier): name, range, bytes written, where
+    its bytes are (local, remote, both)."""
+    return (
+        f"    {s['name']}  [{s['start_offset']}, {s['start_offset'] + s['size']})  "
+        f"written {s['written']} / {s['size']}  {s.get('where', 'local')}"
+    )
+
+
 def cmd_stat(args: argparse.Namespace, out: TextIO) -> int:
     """``rmqlog stat``: offsets, segments per directory, disk usage, recorded settings."""
-    with open_read_only(args.paths) as clog:
+    with open_read_only(args.paths, dict(args.tier_option or [])) as clog:
         info = stat_info(clog)
     if args.json:
         _emit_json(info, out)

@@ -6,12 +6,16 @@
     df = spark.read.format("rmqlog").load("/d0/store:/d1/store")  # offset timestamp body segment
     meta = spark.read.format("rmqlog").schema("offset long, timestamp timestamp").load(...)
     stream = spark.readStream.format("rmqlog").load("/d0/store:/d1/store")
+    remote = spark.read.format("rmqlog").option("tier.region", "eu-west-1").load("s3://bucket/log")
 
 Executors read the segment files directly (read-only, no lock), so every executor must see the
 store's directories: Spark local mode, executors on the broker host, or directories on a shared
-filesystem. Rows are built as Arrow record batches by the Rust core (``CommitLog.scan_batches``): no
-per-record Python code runs in a scan. Filters on ``offset`` and ``timestamp`` prune what is
-planned; a schema that is a subset of the columns reads only those. See ``docs/spark.md``.
+filesystem. A store with an object storage tier is also read from the tier's URL alone
+(``load("s3://bucket/prefix")``, settings as options ``tier.<key>``): every task reads its
+segments from the object store, nothing local is needed. Rows are built as Arrow record
+batches by the Rust core (``CommitLog.scan_batches``): no per-record Python code runs in a scan.
+Filters on ``offset`` and ``timestamp`` prune what is planned; a schema that is a subset of the
+columns reads only those. See ``docs/spark.md``.
 
 Importing this module needs pyspark and pyarrow (the wheel's ``spark`` extra:
 ``pip install "$(ls dist/*.whl)[spark]"``); ``body_udf`` also needs pandas. ``import rmqlog``
@@ -32,6 +36,7 @@ from rmqlog.spark.schema import ARROW_SCHEMA, SCHEMA, SCHEMA_DDL
 from rmqlog.spark.schema import Projection as Projection
 from rmqlog.spark.schema import projection as projection
 from rmqlog.spark.source import NAME, PUSHDOWN_CONF, RmqlogDataSource, register
+from rmqlog.spark.store import Store as Store
 from rmqlog.spark.stream import RmqlogStreamReader
 from rmqlog.spark.udf import IDLE_SECONDS as IDLE_SECONDS
 from rmqlog.spark.udf import _cache as _cache
@@ -40,7 +45,8 @@ from rmqlog.spark.udf import _drop_idle as _drop_idle
 from rmqlog.spark.udf import body_udf, body_udf_nulls, lookup_bodies
 
 # The names imported ``as`` themselves are not in __all__ (they were not before the split) but stay
-# reachable here: the options, read_range, IDLE_SECONDS, and the UDF cache's internals.
+# reachable here: the options, read_range, IDLE_SECONDS, and the UDF cache's internals (keyed by
+# Store, the store as a read names it).
 __all__ = [
     "ARROW_SCHEMA",
     "NAME",

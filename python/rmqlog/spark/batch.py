@@ -14,6 +14,7 @@ from rmqlog.spark.errors import _data_loss
 from rmqlog.spark.options import Options
 from rmqlog.spark.pushdown import Interval, Pushed, intersect, push
 from rmqlog.spark.schema import _TIMESTAMP, FULL, Projection
+from rmqlog.spark.store import Store
 
 if sys.byteorder != "little":  # pragma: no cover
     raise ImportError("rmqlog.spark: the columnar batches are little-endian; this host is not")
@@ -37,8 +38,8 @@ class RangePartition(InputPartition):
         return f"RangePartition(index={self.index}, lo={self.lo}, hi={self.hi}{spans})"
 
 
-def _open(paths: Sequence[str]) -> CommitLog:
-    return CommitLog(list(paths), read_only=True)
+def _open(store: Store) -> CommitLog:
+    return store.open()
 
 
 def _byte_ranges(
@@ -46,8 +47,9 @@ def _byte_ranges(
 ) -> list[RangePartition]:
     """Partitions over ``ranges`` (sorted, disjoint): per segment, the parts of the ranges in it,
     grouped into partitions of at most ``max_partition_bytes`` bytes (a longer part is split;
-    without the option, one partition per segment). A record belongs to the partition its offset
-    falls in."""
+    without the option, one partition per segment). A segment only in the remote tier is never
+    split: a task reading any part of it downloads the whole object. A record belongs to the
+    partition its offset falls in."""
     parts: list[RangePartition] = []
 
     def add(spans: list[Interval]) -> None:
@@ -57,11 +59,12 @@ def _byte_ranges(
     for seg in log.segments():
         spans: list[Interval] = []
         size = 0
+        limit = max_partition_bytes if seg.local else None
         for a, b in intersect(ranges, ((seg.start_offset, seg.start_offset + seg.size),)):
-            step = max_partition_bytes or (b - a)
+            step = limit or (b - a)
             for x in range(a, b, step):
                 y = min(x + step, b)
-                if max_partition_bytes and spans and size + (y - x) > max_partition_bytes:
+                if limit and spans and size + (y - x) > limit:
                     add(spans)
                     spans, size = [], 0
                 spans.append((x, y))
@@ -159,7 +162,7 @@ def read_range(
     were there) follow ``fail_on_data_loss``."""
     if not isinstance(part, RangePartition):  # Spark's placeholder for an empty plan
         return
-    log = _open(opts.paths)
+    log = _open(opts.store)
     try:
         for lo, hi in part.spans:
             yield from _read_span(log, opts, proj, lo, hi)
@@ -182,7 +185,7 @@ class RmqlogReader(DataSourceReader):
         return push(self.pushed, filters)
 
     def partitions(self) -> list[RangePartition]:
-        log = _open(self.opts.paths)
+        log = _open(self.opts.store)
         try:
             lo, hi = _resolve_range(log, self.opts)
             ranges = self.pushed.ranges(log, lo, hi)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rmqlog._sizes import parse_size
+from rmqlog.spark.store import TIER_PREFIX, Store, is_url
 
 DEFAULT_BATCH_BYTES = 64 << 20
 DEFAULT_BATCH_RECORDS = 65536
@@ -31,6 +32,13 @@ class Options:
     fail_on_data_loss: bool = True
     max_bytes_per_trigger: int | None = None
     max_records_per_trigger: int | None = None
+    tier_url: str | None = None
+    tier_options: tuple[tuple[str, str], ...] = ()  # the tier.<key> options, sorted
+    tier_cache_dir: str | None = None
+
+    @property
+    def store(self) -> Store:
+        return Store(self.paths, self.tier_url, self.tier_options, self.tier_cache_dir)
 
 
 _BATCH_ONLY = ("end_offset", "end_timestamp")
@@ -47,7 +55,10 @@ _KNOWN = (
     "batch_records",
     "fail_on_data_loss",
     *_STREAM_ONLY,
+    "tier_url",
+    "tier_cache_dir",
 )
+_HINTS = {"tier_options": f"give each setting as its own option {TIER_PREFIX}<key>"}
 
 
 def _bad(name: str, value: Any, accepted: str) -> ValueError:
@@ -82,12 +93,27 @@ def _bool(name: str, value: str) -> bool:
     raise _bad(name, value, '"true" or "false"')
 
 
+_MIXED = (
+    "a tier URL and directories together; give the store's directories in load() and its "
+    "tier's URL in option tier_url, or the URL alone to read the remote segments only"
+)
+
+
+def _split(text: str) -> list[str]:
+    """Directories joined by ``os.pathsep``, or one tier URL (never split: ``s3://``)."""
+    if is_url(text):
+        return [text]
+    if "://" in text:
+        raise ValueError(f"rmqlog: paths {text!r} mix {_MIXED}")
+    return text.split(os.pathsep)
+
+
 def _parse_paths(options: Mapping[str, str]) -> tuple[str, ...]:
     given = [options[k] for k in ("path", "paths") if options.get(k) not in (None, "")]
     if not given:
         raise ValueError(
-            "rmqlog: no store given: use .load('/d0/store:/d1/store') or "
-            ".option('paths', '/d0/store:/d1/store')"
+            "rmqlog: no store given: use .load('/d0/store:/d1/store'), .load('s3://bucket/prefix') "
+            "or .option('paths', '/d0/store:/d1/store')"
         )
     found: list[tuple[str, ...]] = []
     for raw in given:
@@ -97,12 +123,14 @@ def _parse_paths(options: Mapping[str, str]) -> tuple[str, ...]:
                 items = json.loads(text)
             except ValueError:
                 raise _bad("paths", raw, "directories joined by os.pathsep") from None
-            parts = [p for item in items for p in str(item).split(os.pathsep)]
+            parts = [p for item in items for p in _split(str(item).strip())]
         else:
-            parts = text.split(os.pathsep)
+            parts = _split(text)
         parts = [p.strip() for p in parts if p.strip()]
         if not parts:
-            raise _bad("paths", raw, f"directories joined by {os.pathsep!r}")
+            raise _bad("paths", raw, f"directories joined by {os.pathsep!r}, or a tier URL")
+        if len(parts) > 1 and any(is_url(p) for p in parts):
+            raise ValueError(f"rmqlog: paths {raw!r} mix {_MIXED}")
         found.append(tuple(parts))
     if len(found) == 2 and found[0] != found[1]:
         raise ValueError(
@@ -112,14 +140,58 @@ def _parse_paths(options: Mapping[str, str]) -> tuple[str, ...]:
     return found[0]
 
 
+def _tier(keys: Mapping[str, str], paths: tuple[str, ...]) -> dict[str, Any]:
+    """The tier options: ``tier_url`` (with directories only), ``tier.<key>`` settings and
+    ``tier_cache_dir``, which need a URL (in load() or tier_url) as ``CommitLog``'s do."""
+    kw: dict[str, Any] = {}
+    settings = []
+    for k in sorted(keys):
+        if k.startswith(TIER_PREFIX):
+            name = k[len(TIER_PREFIX) :].strip()
+            if not name:
+                raise _bad(k, keys[k], f"{TIER_PREFIX}<key>, a setting of the object store")
+            settings.append((name, str(keys[k])))
+    if settings:
+        kw["tier_options"] = tuple(settings)
+    url = keys.get("tier_url")
+    if url is not None:
+        url = str(url).strip()
+        if not is_url(url):
+            raise _bad("tier_url", keys["tier_url"], "a URL: s3://bucket/prefix or file:///dir")
+        if is_url(paths[0]):
+            raise ValueError(
+                f"rmqlog: option tier_url={url!r} names the tier of a store's directories, but "
+                f"load() was given the URL {paths[0]!r} itself; give the directories in load(), "
+                "or the URL alone"
+            )
+        kw["tier_url"] = url
+    if "tier_cache_dir" in keys:
+        cache = str(keys["tier_cache_dir"]).strip()
+        if not os.path.isabs(cache):
+            raise _bad("tier_cache_dir", keys["tier_cache_dir"], "an absolute directory")
+        kw["tier_cache_dir"] = cache
+    if (settings or "tier_cache_dir" in kw) and url is None and not is_url(paths[0]):
+        first = f"{TIER_PREFIX}{settings[0][0]}" if settings else "tier_cache_dir"
+        raise ValueError(
+            f"rmqlog: option {first} configures a tier: give its URL too, in load() "
+            "('s3://bucket/prefix') or in option tier_url with the store's directories (a store "
+            "remembers its tier's URL, not its settings)"
+        )
+    return kw
+
+
 def _unknown_options(unknown: list[str]) -> str:
     """The error for options no rmqlog source knows, with the closest known name of each."""
     named = []
     for k in unknown:
+        if k in _HINTS:
+            named.append(f"{k} ({_HINTS[k]})")
+            continue
         close = difflib.get_close_matches(k.replace("-", "_"), _KNOWN, n=1, cutoff=0.75)
         named.append(f"{k} (did you mean {close[0]}?)" if close else k)
     what = "option" if len(unknown) == 1 else "options"
-    return f"rmqlog: unknown {what} {', '.join(named)}; accepted options: {', '.join(_KNOWN)}"
+    known = ", ".join((*_KNOWN, f"{TIER_PREFIX}<key>"))
+    return f"rmqlog: unknown {what} {', '.join(named)}; accepted options: {known}"
 
 
 def parse_options(options: Mapping[str, str], mode: str | None = None) -> Options:
@@ -128,7 +200,7 @@ def parse_options(options: Mapping[str, str], mode: str | None = None) -> Option
     Raises ValueError naming the option and what it accepts.
     """
     keys = {str(k).lower(): v for k, v in options.items()}
-    unknown = sorted(k for k in keys if k not in _KNOWN)
+    unknown = sorted(k for k in keys if k not in _KNOWN and not k.startswith(TIER_PREFIX))
     if unknown:
         raise ValueError(_unknown_options(unknown))
     if mode == "stream":
@@ -142,7 +214,8 @@ def parse_options(options: Mapping[str, str], mode: str | None = None) -> Option
         for k in _STREAM_ONLY:
             if k in keys:
                 raise ValueError(f"rmqlog: option {k} applies to spark.readStream only")
-    kw: dict[str, Any] = {"paths": _parse_paths(keys)}
+    paths = _parse_paths(keys)
+    kw: dict[str, Any] = {"paths": paths, **_tier(keys, paths)}
     if "start_offset" in keys:
         v = str(keys["start_offset"]).strip().lower()
         if v in ("earliest", "latest"):

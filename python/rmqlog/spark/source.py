@@ -50,7 +50,7 @@ class RmqlogDataSource(DataSource):
         super().__init__(options)
         # Bad options fail at load(), before any job, schema given or not; so does a path that
         # holds no store (a read-only open: no lock, nothing written).
-        _open(parse_options(options).paths).close()
+        _open(parse_options(options).store).close()
 
     @classmethod
     def name(cls) -> str:

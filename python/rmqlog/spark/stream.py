@@ -63,7 +63,7 @@ class RmqlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _follower(self, refresh: bool = True) -> CommitLog:
         if self._log is None:
-            self._log = _open(self.opts.paths)
+            self._log = _open(self.opts.store)
         elif refresh:
             self._log.refresh()
         return self._log

@@ -4,17 +4,20 @@ Each process (a Spark Python worker) opens a store once and keeps it; a daemon j
 closes the logs unused for longer than ``IDLE_SECONDS``.
 """
 
+import json
 import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql.types import BinaryType
 
 from rmqlog import CommitLog, CorruptionError, InvalidOffsetError, OffsetOutOfRangeError
 from rmqlog.spark.batch import _open
+from rmqlog.spark.options import parse_options
+from rmqlog.spark.store import TIER_PREFIX, Store
 
 IDLE_SECONDS = 30.0
 """A cached log unused for longer than this is closed (its maps released)."""
@@ -34,20 +37,20 @@ class _Cached:
         self.pid = os.getpid()
 
 
-_cache: dict[tuple[str, ...], _Cached] = {}
+_cache: dict[Store, _Cached] = {}
 _cache_lock = threading.Lock()
 _janitor_pid: int | None = None
 
 
-def _cached(paths: tuple[str, ...]) -> _Cached:
+def _cached(store: Store) -> _Cached:
     _start_janitor()
     with _cache_lock:
-        entry = _cache.get(paths)
+        entry = _cache.get(store)
         if entry is not None and (entry.pid != os.getpid() or entry.log.closed):
             entry = None  # inherited through a fork, or closed: not usable here
         if entry is None:
-            entry = _Cached(_open(paths))
-            _cache[paths] = entry
+            entry = _Cached(_open(store))
+            _cache[store] = entry
         entry.last_used = time.monotonic()
         return entry
 
@@ -90,15 +93,37 @@ def _start_janitor() -> None:
             _janitor_pid = os.getpid()
 
 
+def _store(
+    paths: str | Sequence[str], tier_url: str | None, tier_options: Mapping[str, str] | None
+) -> Store:
+    """The store as the data source's options name it (the same checks, the same messages)."""
+    given = {"path": paths if isinstance(paths, str) else json.dumps([str(p) for p in paths])}
+    if tier_url is not None:
+        given["tier_url"] = tier_url
+    for k, v in (tier_options or {}).items():
+        given[TIER_PREFIX + str(k)] = v
+    return parse_options(given).store
+
+
 def lookup_bodies(
-    paths: str | Sequence[str], offsets: Iterable[Any], strict: bool = False
+    paths: str | Sequence[str],
+    offsets: Iterable[Any],
+    strict: bool = False,
+    *,
+    tier_url: str | None = None,
+    tier_options: Mapping[str, str] | None = None,
 ) -> list[bytes | None]:
     """The bodies at ``offsets`` (None for a null, missing or invalid offset, counted in
     ``body_udf_nulls``; with ``strict`` such an offset raises). The log is opened read-only once
-    per process and refreshed when an offset at or past its ``max_offset`` is asked for."""
-    key = tuple(paths.split(os.pathsep)) if isinstance(paths, str) else tuple(map(str, paths))
+    per process and refreshed when an offset at or past its ``max_offset`` is asked for. ``paths``
+    and the tier arguments name the store as the data source does: directories, a tier URL, or
+    directories plus ``tier_url``; ``tier_options`` are the object store's settings."""
+    return _lookup(_store(paths, tier_url, tier_options), offsets, strict)
+
+
+def _lookup(store: Store, offsets: Iterable[Any], strict: bool) -> list[bytes | None]:
     while True:
-        entry = _cached(key)
+        entry = _cached(store)
         entry.lock.acquire()
         if not entry.log.closed:
             break
@@ -139,28 +164,34 @@ def lookup_bodies(
     return out
 
 
-def _bodies_series(paths: tuple[str, ...], strict: bool, offsets: Any) -> Any:
+def _bodies_series(store: Store, strict: bool, offsets: Any) -> Any:
     import pandas as pd
 
-    return pd.Series(lookup_bodies(paths, offsets.tolist(), strict), index=offsets.index)
+    return pd.Series(_lookup(store, offsets.tolist(), strict), index=offsets.index)
 
 
-def body_udf(paths: str | Sequence[str], strict: bool = False) -> Any:
+def body_udf(
+    paths: str | Sequence[str],
+    strict: bool = False,
+    *,
+    tier_url: str | None = None,
+    tier_options: Mapping[str, str] | None = None,
+) -> Any:
     """A vectorized (pandas) UDF: a column of offsets (BIGINT) -> their bodies (BINARY).
 
-    ``df.select(body_udf("/d0/store:/d1/store")("offset"))``. Each Python worker opens the log
-    read-only once and keeps it (closed after ``IDLE_SECONDS`` unused). A null, missing
-    (deleted, not yet written) or invalid offset gives null, counted by reason in
-    ``body_udf_nulls`` of the worker process; ``strict=True`` raises instead.
+    ``df.select(body_udf("/d0/store:/d1/store")("offset"))``; ``body_udf("s3://bucket/prefix",
+    tier_options={...})`` looks up the remote segments alone. Each Python worker opens the log
+    read-only once and keeps it (closed after ``IDLE_SECONDS`` unused); a remote record is
+    fetched by a range read. A null, missing (deleted, not yet written) or invalid offset gives
+    null, counted by reason in ``body_udf_nulls`` of the worker process; ``strict=True`` raises
+    instead.
     """
     import pandas as pd
     from pyspark.sql.functions import pandas_udf
 
-    key = tuple(paths.split(os.pathsep)) if isinstance(paths, str) else tuple(map(str, paths))
-    if not key or not all(key):
-        raise ValueError(f"rmqlog body_udf: no store directories in {paths!r}")
+    store = _store(paths, tier_url, tier_options)  # bad arguments fail here, on the driver
 
     def rmqlog_body(offsets: pd.Series) -> pd.Series:
-        return _bodies_series(key, strict, offsets)
+        return _bodies_series(store, strict, offsets)
 
     return pandas_udf(rmqlog_body, BinaryType())
