@@ -2,6 +2,7 @@
 //! byte ranges for point reads (checked by the records' own CRCs, as every read is).
 
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -67,35 +68,53 @@ impl Tier {
     }
 
     /// Segment `e`'s map with the record at `offset` in it: from the cache, or fetched by range
-    /// into the segment's sparse cache file.
+    /// into the segment's sparse cache file. A record not cached brings the window of records
+    /// after it; a record an earlier window brought needs no request (asking the cache for a
+    /// whole window instead would miss on nearly every read of the next record).
     pub fn map_range(&self, e: &Entry, offset: u64) -> Result<Arc<Mapping>> {
         if let Some(m) = self.cache.get(e.start, None) {
             Tier::count(&self.stats.cache_hits, 1);
             return Ok(m);
         }
         let at = offset - e.start;
+        let mut fetched = false;
         if at >= e.written {
             // Past the records: the reader reports it from an empty (zero) header.
-            return self.cached_or_fetch(e, at, (at + HEADER_LEN as u64).min(e.size));
+            let end = (at + HEADER_LEN as u64).min(e.size);
+            return self.cached_or_fetch(e, at..end, end, &mut fetched);
         }
         let head_end = (at + HEADER_LEN as u64).min(e.written);
-        let map = self.cached_or_fetch(e, at, (at + RANGE_WINDOW).min(e.written).max(head_end))?;
+        let window = (at + RANGE_WINDOW).min(e.written).max(head_end);
+        let map = self.cached_or_fetch(e, at..head_end, window, &mut fetched)?;
         let head = map.bytes(at as usize, head_end as usize);
         let len = head
             .get(..4)
             .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64);
         let end = (at + len).min(e.written);
-        if end <= head_end || self.cache.get(e.start, Some(at..end)).is_some() {
+        if end <= head_end {
             return Ok(map);
         }
-        self.cached_or_fetch(e, at, end)
+        // A record across the end of the cached bytes brings the next window with it.
+        self.cached_or_fetch(e, at..end, window, &mut fetched)
     }
 
-    fn cached_or_fetch(&self, e: &Entry, from: u64, to: u64) -> Result<Arc<Mapping>> {
-        if let Some(m) = self.cache.get(e.start, Some(from..to)) {
-            Tier::count(&self.stats.cache_hits, 1);
+    /// Segment `e`'s map with `want` in it: cached (one hit per read: none once this read has
+    /// `fetched`), or fetched from `want.start` up to `fetch_to`.
+    fn cached_or_fetch(
+        &self,
+        e: &Entry,
+        want: Range<u64>,
+        fetch_to: u64,
+        fetched: &mut bool,
+    ) -> Result<Arc<Mapping>> {
+        if let Some(m) = self.cache.get(e.start, Some(want.clone())) {
+            if !*fetched {
+                Tier::count(&self.stats.cache_hits, 1);
+            }
             return Ok(m);
         }
+        *fetched = true;
+        let (from, to) = (want.start, fetch_to.max(want.end));
         let name = object_name(e.start);
         let bytes = self
             .block_on(

@@ -78,7 +78,7 @@ impl TierOptions {
         if self.cache_bytes == 0 {
             return Err(Error::invalid("tier_cache_bytes must be at least 1"));
         }
-        Ok(())
+        store::check(&self.url, &self.options)
     }
 }
 

@@ -2,6 +2,7 @@
 //! `endpoint` option) or `file:///directory`.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +44,44 @@ pub(crate) fn is_url(path: &str) -> bool {
     })
 }
 
+/// Where a tier URL points, found without touching anything (no request, no directory made).
+enum Target {
+    /// An S3 client (built, not connected) and the prefix inside its bucket.
+    S3(Arc<dyn ObjectStore>, ObjPath),
+    File(PathBuf),
+}
+
+/// Checks `url` and `options` as [`connect`] would, with no side effect: a bad tier is refused
+/// before a store directory is created.
+pub(crate) fn check(url: &str, options: &BTreeMap<String, String>) -> Result<()> {
+    target(url.trim_end_matches('/'), options).map(|_| ())
+}
+
+fn target(url: &str, options: &BTreeMap<String, String>) -> Result<Target> {
+    let parsed = url::Url::parse(url).map_err(|e| {
+        Error::config(format!(
+            "tier_url {url:?} is not a URL ({e}); expected s3://bucket/prefix or file:///directory"
+        ))
+    })?;
+    match parsed.scheme() {
+        "s3" | "s3a" => Ok(Target::S3(s3(url, &parsed, options)?, prefix_of(&parsed)?)),
+        "file" => {
+            if let Some(k) = options.keys().next() {
+                return Err(Error::config(format!(
+                    "tier_options {k:?} is not accepted for a file:// tier (it takes none)"
+                )));
+            }
+            let dir = parsed.to_file_path().map_err(|()| {
+                Error::config(format!("tier_url {url:?} names no local directory"))
+            })?;
+            Ok(Target::File(dir))
+        }
+        other => Err(Error::config(format!(
+            "tier_url scheme {other:?} is not supported; expected s3:// (or s3a://) or file://"
+        ))),
+    }
+}
+
 /// Builds the store `url` names. `options` go to the store's builder (S3: `endpoint`,
 /// `region`, `access_key_id`, `allow_http`, ...); credentials not given come from the
 /// environment as the AWS tools read them. `create`: a `file://` directory is created if missing
@@ -53,41 +92,24 @@ pub(crate) fn connect(
     create: bool,
 ) -> Result<Remote> {
     let url = url.trim_end_matches('/').to_string();
-    let parsed = url::Url::parse(&url).map_err(|e| {
-        Error::config(format!(
-            "tier_url {url:?} is not a URL ({e}); expected s3://bucket/prefix or file:///directory"
-        ))
-    })?;
-    let (store, prefix, metadata): (Arc<dyn ObjectStore>, ObjPath, bool) = match parsed.scheme() {
-        "s3" | "s3a" => (s3(&url, &parsed, options)?, prefix_of(&parsed)?, true),
-        "file" => {
-            if let Some(k) = options.keys().next() {
-                return Err(Error::config(format!(
-                    "tier_options {k:?} is not accepted for a file:// tier (it takes none)"
-                )));
+    let (store, prefix, metadata): (Arc<dyn ObjectStore>, ObjPath, bool) =
+        match target(&url, options)? {
+            Target::S3(store, prefix) => (store, prefix, true),
+            Target::File(dir) => {
+                if create {
+                    std::fs::create_dir_all(&dir)
+                        .map_err(|e| Error::io("creating the tier directory", &dir, e))?;
+                } else if !dir.is_dir() {
+                    return Err(Error::not_found(
+                        &dir,
+                        " (the tier directory does not exist)",
+                    ));
+                }
+                let fs = LocalFileSystem::new_with_prefix(&dir)
+                    .map_err(|e| Error::tier("opening", url.clone(), e))?;
+                (Arc::new(fs), ObjPath::default(), false)
             }
-            let dir = parsed.to_file_path().map_err(|()| {
-                Error::config(format!("tier_url {url:?} names no local directory"))
-            })?;
-            if create {
-                std::fs::create_dir_all(&dir)
-                    .map_err(|e| Error::io("creating the tier directory", &dir, e))?;
-            } else if !dir.is_dir() {
-                return Err(Error::not_found(
-                    &dir,
-                    " (the tier directory does not exist)",
-                ));
-            }
-            let fs = LocalFileSystem::new_with_prefix(&dir)
-                .map_err(|e| Error::tier("opening", url.clone(), e))?;
-            (Arc::new(fs), ObjPath::default(), false)
-        }
-        other => {
-            return Err(Error::config(format!(
-                "tier_url scheme {other:?} is not supported; expected s3:// (or s3a://) or file://"
-            )))
-        }
-    };
+        };
     Ok(Remote {
         store,
         prefix,
