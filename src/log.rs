@@ -397,6 +397,9 @@ impl CommitLog {
         if !self.state.mark_closed() {
             return Ok(());
         }
+        if let Some(tier) = &self.state.tier {
+            tier.close(); // a request in flight (a hung store) must not hold up the close
+        }
         let threads = std::mem::take(&mut *locked(&self.threads));
         if self.state.inherited_by_fork() {
             // A forked child: the parent's threads do not exist here and the lock descriptors were

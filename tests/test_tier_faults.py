@@ -168,11 +168,6 @@ def test_appends_do_not_wait_for_a_hung_store(tmp_path):
     log.close()  # the store's connections are closed: the request fails at once
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="close() joins the rmqlog-tier thread, which waits out its hung request: up to the S3 "
-    "client's 120 s request timeout (src/remote/store.rs); nothing cancels it on close",
-)
 def test_close_does_not_wait_for_a_hung_request(tmp_path):
     with HungStore() as hung:
         log = CommitLog(

@@ -116,13 +116,11 @@ impl Tier {
         *fetched = true;
         let (from, to) = (want.start, fetch_to.max(want.end));
         let name = object_name(e.start);
-        let bytes = self
-            .block_on(
-                self.remote
-                    .store
-                    .get_range(&self.remote.path(&name), from..to),
-            )
-            .map_err(|err| self.read_error(e, err))?;
+        let path = self.remote.path(&name);
+        let bytes = self.block_on(async {
+            let got = self.remote.store.get_range(&path, from..to).await;
+            got.map_err(|err| self.read_error(e, err))
+        })?;
         if bytes.len() as u64 != to - from {
             return Err(Error::corruption(
                 Some(PathBuf::from(self.remote.url_of(&name))),

@@ -24,7 +24,9 @@ mod upload;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use futures::future::Either;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -113,6 +115,8 @@ pub(crate) struct Tier {
     cache: Cache,
     pub health: Mutex<Health>,
     pub stats: TierStats,
+    /// Set by [`Tier::close`].
+    closed: AtomicBool,
 }
 
 impl std::fmt::Debug for Tier {
@@ -148,12 +152,31 @@ impl Tier {
             cache: Cache::create(cache_dir, cache_bytes)?,
             health: Mutex::new(Health::default()),
             stats: TierStats::default(),
+            closed: AtomicBool::new(false),
         })
     }
 
-    /// Runs a request on the tier's runtime from any (non-async) thread.
-    pub fn block_on<F: Future>(&self, f: F) -> F::Output {
-        self.rt.block_on(f)
+    /// Runs requests on the tier's runtime from any (non-async) thread; `Error::Closed` as soon
+    /// as the log closes ([`Tier::close`]), whatever the store is doing (a hung request must not
+    /// hold up `close`).
+    pub fn block_on<T>(&self, f: impl Future<Output = Result<T>>) -> Result<T> {
+        self.rt.block_on(async {
+            let closed = async {
+                while !self.closed.load(Ordering::Acquire) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            };
+            futures::pin_mut!(f, closed);
+            match futures::future::select(f, closed).await {
+                Either::Left((out, _)) => out,
+                Either::Right(((), _)) => Err(Error::Closed),
+            }
+        })
+    }
+
+    /// Ends every request in flight and refuses new ones (the log is closing).
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
     }
 
     /// The manifest as last published (or loaded).

@@ -105,7 +105,10 @@ fn commit(state: &State, tier: &Tier, mut next: Manifest) -> Result<()> {
     fail_point!("tier::published");
     let version = next.version;
     save(state, tier, next)?;
-    tier.block_on(manifest::prune(&tier.remote, version));
+    tier.block_on(async {
+        manifest::prune(&tier.remote, version).await;
+        Ok(())
+    })?;
     Ok(())
 }
 
@@ -126,7 +129,12 @@ fn trim_remote(state: &State, tier: &Tier) -> Result<()> {
     commit(state, tier, next)?;
     for e in gone {
         let name = object_name(e.start);
-        match tier.block_on(tier.remote.store.delete(&tier.remote.path(&name))) {
+        let path = tier.remote.path(&name);
+        let deleted = tier.block_on(async {
+            let done = tier.remote.store.delete(&path).await;
+            done.map_err(|err| Error::tier("deleting", tier.remote.url_of(&name), err))
+        });
+        match deleted {
             Ok(()) => Tier::count(&tier.stats.remote_deleted, 1),
             Err(err) => log::warn!("{} stays in the store: {err}", tier.remote.url_of(&name)),
         }
