@@ -85,7 +85,7 @@ fn target(url: &str, options: &BTreeMap<String, String>) -> Result<Target> {
 /// Builds the store `url` names. `options` go to the store's builder (S3: `endpoint`,
 /// `region`, `access_key_id`, `allow_http`, ...); credentials not given come from the
 /// environment as the AWS tools read them. `create`: a `file://` directory is created if missing
-/// (a writer's tier), otherwise it must exist.
+/// (a writer's tier).
 pub(crate) fn connect(
     url: &str,
     options: &BTreeMap<String, String>,
@@ -99,15 +99,15 @@ pub(crate) fn connect(
                 if create {
                     std::fs::create_dir_all(&dir)
                         .map_err(|e| Error::io("creating the tier directory", &dir, e))?;
-                } else if !dir.is_dir() {
-                    return Err(Error::not_found(
-                        &dir,
-                        " (the tier directory does not exist)",
-                    ));
                 }
-                let fs = LocalFileSystem::new_with_prefix(&dir)
-                    .map_err(|e| Error::tier("opening", url.clone(), e))?;
-                (Arc::new(fs), ObjPath::default(), false)
+                // A reader of a tier whose directory is gone opens; what it lists is then
+                // missing, as objects deleted from a bucket are.
+                let prefix = ObjPath::from_absolute_path(&dir)
+                    .map_err(|e| Error::config(format!("tier_url {url:?}: {e}")))?;
+                // Synced: a local copy is deleted once its object is written, and must not be the
+                // only copy a power loss leaves.
+                let fs = LocalFileSystem::new().with_fsync(true);
+                (Arc::new(fs), prefix, false)
             }
         };
     Ok(Remote {
