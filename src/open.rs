@@ -446,6 +446,12 @@ fn open_remote(url: &str, opts: Options) -> Result<Opened> {
         false,
         Manifest::empty(""),
     )?;
+    if let Some(dir) = tier.remote.dir.as_ref().filter(|d| !d.is_dir()) {
+        return Err(Error::not_found(
+            dir,
+            " (the tier directory does not exist)",
+        ));
+    }
     let manifest = tier
         .load_remote_manifest()?
         .ok_or_else(|| Error::not_found(url, " (no rmqlog tier manifest under this prefix)"))?;

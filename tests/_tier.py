@@ -101,8 +101,10 @@ def object_name(start: int) -> str:
 
 
 def objects(tier) -> list[str]:
-    """The segment objects under the tier's root (the manifest's objects left out)."""
-    return [k for k in tier.keys() if not k.startswith(MANIFEST)]
+    """The segment objects under the tier's root (the manifest's objects left out, and a file://
+    store's staging files: object_store writes ``NAME#N`` and links it into place, so a writer
+    killed mid-put leaves one, which no listing of the store shows as an object)."""
+    return [k for k in tier.keys() if not k.startswith(MANIFEST) and "#" not in k]
 
 
 def manifest(tier) -> dict:

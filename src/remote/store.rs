@@ -22,6 +22,8 @@ pub(crate) struct Remote {
     pub url: String,
     /// Whether objects carry user metadata (S3 does; a local directory does not).
     pub metadata: bool,
+    /// A `file://` tier's directory.
+    pub dir: Option<std::path::PathBuf>,
 }
 
 impl Remote {
@@ -92,10 +94,12 @@ pub(crate) fn connect(
     create: bool,
 ) -> Result<Remote> {
     let url = url.trim_end_matches('/').to_string();
+    let mut local = None;
     let (store, prefix, metadata): (Arc<dyn ObjectStore>, ObjPath, bool) =
         match target(&url, options)? {
             Target::S3(store, prefix) => (store, prefix, true),
             Target::File(dir) => {
+                local = Some(dir.clone());
                 if create {
                     std::fs::create_dir_all(&dir)
                         .map_err(|e| Error::io("creating the tier directory", &dir, e))?;
@@ -115,6 +119,7 @@ pub(crate) fn connect(
         prefix,
         url,
         metadata,
+        dir: local,
     })
 }
 
