@@ -35,6 +35,7 @@ pub mod arrow;
 mod background;
 mod checkpoint;
 mod cleaner;
+mod control;
 mod crc_line;
 mod dirs;
 mod error;
@@ -43,6 +44,7 @@ mod failpoint;
 mod flusher;
 mod follow;
 mod fs;
+mod futex;
 mod identity;
 mod layout;
 mod listing;
@@ -71,6 +73,7 @@ mod sync;
 mod tail_hint;
 mod tier;
 mod verify;
+mod wait;
 mod warmer;
 mod writer;
 
@@ -84,7 +87,7 @@ pub use crate::mover::Moved;
 pub use crate::options::{
     EventFn, FlushMode, Options, PerDir, PlaceFn, Strategy, TierOptions, SEGMENT_ALIGN,
 };
-pub use crate::reader::{RecordRef, Scan};
+pub use crate::reader::{Follow, RecordRef, Scan};
 pub use crate::record::{FILLER_LEN, HEADER_LEN};
 pub use crate::segment::{Mapping, MAX_OFFSET};
 pub use crate::settings::WriterSettings;

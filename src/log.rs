@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::background::Periodic;
 use crate::cleaner::{clean_pass, start_cleaner, truncate_before};
@@ -13,13 +14,14 @@ use crate::lock::StoreLock;
 use crate::mover::{self, Moved};
 use crate::open::{open, Opened};
 use crate::options::Options;
-use crate::reader::{self, RecordRef, Scan};
+use crate::reader::{self, Follow, RecordRef, Scan};
 use crate::settings::WriterSettings;
 use crate::state::State;
 use crate::stats::StatsSnapshot;
 use crate::sync::locked;
 use crate::tier::{start_shipper, TierStatus};
 use crate::verify::{self, BadRange};
+use crate::wait::{self, Waited};
 use crate::warmer::start_warmer;
 use crate::writer::Writer;
 
@@ -173,6 +175,46 @@ impl CommitLog {
         Scan::new(Arc::clone(&self.state), start, end)
     }
 
+    /// Records from `start` (default: `min_offset`) that follows the log: at the end of the
+    /// records it waits for the next ones (appended by any process), until `end` if given, the
+    /// log's close, or `follow.idle_timeout` without a new record.
+    pub fn follow(&self, start: Option<u64>, end: Option<u64>, follow: Follow) -> Result<Scan> {
+        self.state.check_open()?;
+        Scan::following(Arc::clone(&self.state), start, end, follow)
+    }
+
+    /// Blocks until the log's end (`max_offset`) passes `offset`, whichever process appended,
+    /// or `timeout` passes. Returns the end: past `offset` unless the timeout passed first.
+    /// A follower (read-only log) takes in the new records as it wakes. Costs no CPU while it
+    /// waits (a futex on the store's control page); `Error::Closed` if the log closes meanwhile.
+    pub fn wait(&self, offset: u64, timeout: Option<Duration>) -> Result<u64> {
+        self.wait_until(offset, false, timeout.map(|t| Instant::now() + t))
+    }
+
+    /// [`CommitLog::wait`] for durable records: until `flushed_offset` passes `offset`.
+    pub fn wait_durable(&self, offset: u64, timeout: Option<Duration>) -> Result<u64> {
+        self.wait_until(offset, true, timeout.map(|t| Instant::now() + t))
+    }
+
+    fn wait_until(&self, offset: u64, durable: bool, deadline: Option<Instant>) -> Result<u64> {
+        match wait::wait(&self.state, offset, durable, deadline, false)? {
+            Waited::Passed(end) | Waited::TimedOut(end) => Ok(end),
+            Waited::Interrupted => Ok(wait::visible(&self.state, durable)),
+        }
+    }
+
+    /// One wait that a signal may end early ([`Waited::Interrupted`]), for callers that check
+    /// for Ctrl-C between waits.
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
+    pub(crate) fn wait_interruptible(
+        &self,
+        offset: u64,
+        durable: bool,
+        deadline: Option<Instant>,
+    ) -> Result<Waited> {
+        wait::wait(&self.state, offset, durable, deadline, true)
+    }
+
     /// Records with offsets in `[start, end)` (defaults: the whole log as of this call) as Arrow
     /// record batches shaped by `opts`.
     #[cfg(feature = "arrow")]
@@ -184,6 +226,24 @@ impl CommitLog {
     ) -> Result<crate::arrow::BatchReader> {
         opts.validate()?;
         Ok(crate::arrow::BatchReader::new(self.scan(start, end)?, opts))
+    }
+
+    /// [`CommitLog::scan_batches`] that follows the log (see [`CommitLog::follow`]): at the end
+    /// of the records, the next batch waits for new ones and holds what came, at most `opts`'
+    /// limits.
+    #[cfg(feature = "arrow")]
+    pub fn follow_batches(
+        &self,
+        start: Option<u64>,
+        end: Option<u64>,
+        follow: Follow,
+        opts: crate::arrow::BatchOptions,
+    ) -> Result<crate::arrow::BatchReader> {
+        opts.validate()?;
+        Ok(crate::arrow::BatchReader::new(
+            self.follow(start, end, follow)?,
+            opts,
+        ))
     }
 
     /// Appends the bodies of an Arrow binary (or string) array, as [`CommitLog::append_batch`]
@@ -397,6 +457,7 @@ impl CommitLog {
         if !self.state.mark_closed() {
             return Ok(());
         }
+        self.state.control().wake(); // waits in this process end (`Error::Closed`)
         if let Some(tier) = &self.state.tier {
             tier.close(); // a request in flight (a hung store) must not hold up the close
         }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::checkpoint::{read_newest, Checkpoint, DirRecord};
+use crate::control::{Control, CONTROL_FILE};
 use crate::dirs::{Dir, DirState};
 use crate::error::{Error, Result};
 use crate::flusher::flush_data;
@@ -289,6 +290,9 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
         ),
         None => Writer::new(sync, None, 0, end, tail),
     };
+    let control_dirs: Vec<&Path> = hint_dirs.iter().map(|(_, p)| *p).collect();
+    let control = Control::create(&control_dirs, end, flushed, opts.file_mode)
+        .map_err(|e| Error::io("mapping the control page", CONTROL_FILE, e))?;
     let state = State::new(Parts {
         opts,
         dirs,
@@ -300,6 +304,7 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
         last_ts,
         checkpoint,
         tier,
+        control,
     })?;
     // Sync what recovery kept (in `FlushMode::None` that is left to the OS, as for appends), then
     // mark the store not clean until `close` says otherwise.
@@ -403,6 +408,7 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
     let min = list.first().map_or(end, |s| s.start());
     let flushed = ckpt.as_ref().map_or(0, |c| c.flushed_offset.min(end));
     let checkpoint = ckpt.unwrap_or_else(|| Checkpoint::new(0));
+    let control = control_of(&paths)?;
     let state = State::new(Parts {
         opts,
         dirs,
@@ -414,12 +420,23 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
         last_ts,
         checkpoint,
         tier,
+        control,
     })?;
     Ok(Opened {
         state,
         writer: None,
         lock: None,
     })
+}
+
+/// A follower's control page: the store's control file, or a private page until a writer makes
+/// one (waits then poll; see `wait.rs`).
+pub(crate) fn control_of(paths: &[PathBuf]) -> Result<Control> {
+    let dirs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+    match Control::find(&dirs) {
+        Some(c) => Ok(c),
+        None => Control::private().map_err(|e| Error::io("mapping a private page", "", e)),
+    }
 }
 
 /// A read-only open of a log's remote tier alone, by its URL: the sealed segments the tier's
@@ -472,6 +489,7 @@ fn open_remote(url: &str, opts: Options) -> Result<Opened> {
         last_ts: 0,
         checkpoint,
         tier: Some(tier),
+        control: Control::private().map_err(|e| Error::io("mapping a private page", "", e))?,
     })?;
     Ok(Opened {
         state,

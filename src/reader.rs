@@ -362,7 +362,19 @@ pub(crate) fn record_start_at_or_after(state: &State, offset: u64) -> Result<u64
     Ok(at.min(max))
 }
 
-/// Records in offset order over a fixed range; yields an error and stops at a corrupt record.
+/// How a scan goes on past the end of the log as of its start: it waits for records appended
+/// later (by any process), until its range ends, the log closes, or no record came for
+/// `idle_timeout`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Follow {
+    /// Ends the scan when no new record came for this long (`None`: never).
+    pub idle_timeout: Option<std::time::Duration>,
+    /// Yields only durable records (below `flushed_offset`).
+    pub durable: bool,
+}
+
+/// Records in offset order over a range (fixed, or followed as the log grows); yields an error
+/// and stops at a corrupt record.
 #[derive(Debug)]
 pub struct Scan {
     state: Arc<State>,
@@ -375,12 +387,41 @@ pub struct Scan {
     /// The segment the scan is in, and its map.
     current: Option<(Arc<Segment>, Arc<Mapping>)>,
     done: bool,
+    /// A following scan: how it follows, and the end of the range it was asked for.
+    follow: Option<(Follow, u64)>,
 }
 
 impl Scan {
     pub(crate) fn new(state: Arc<State>, start: Option<u64>, end: Option<u64>) -> Result<Scan> {
-        let max = state.max_offset();
+        Scan::with(state, start, end, None)
+    }
+
+    /// A scan that follows the log (see [`Follow`]).
+    pub(crate) fn following(
+        state: Arc<State>,
+        start: Option<u64>,
+        end: Option<u64>,
+        follow: Follow,
+    ) -> Result<Scan> {
+        if state.read_only {
+            let ctl = state.control_full();
+            crate::wait::catch_up(&state, &ctl)?;
+        }
+        Scan::with(state, start, end, Some(follow))
+    }
+
+    fn with(
+        state: Arc<State>,
+        start: Option<u64>,
+        end: Option<u64>,
+        follow: Option<Follow>,
+    ) -> Result<Scan> {
+        let max = match follow {
+            Some(f) => crate::wait::visible(&state, f.durable),
+            None => state.max_offset(),
+        };
         let min = state.min_offset();
+        let wanted = end.unwrap_or(u64::MAX);
         let end = end.map_or(max, |e| e.min(max));
         let start = start.unwrap_or(min);
         if start < min {
@@ -400,7 +441,10 @@ impl Scan {
                 }
             }
         }
-        Ok(Scan::over(state, list, start, end, max))
+        let mut scan = Scan::over(state, list, start, end, max);
+        scan.follow = follow.map(|f| (f, wanted));
+        scan.done = scan.done && scan.follow.is_none_or(|(_, wanted)| start >= wanted);
+        Ok(scan)
     }
 
     fn over(state: Arc<State>, list: Arc<SegmentList>, start: u64, end: u64, max: u64) -> Scan {
@@ -412,6 +456,59 @@ impl Scan {
             max,
             current: None,
             done: start >= end,
+            follow: None,
+        }
+    }
+
+    /// How the scan follows the log, if it does.
+    pub fn follow(&self) -> Option<Follow> {
+        self.follow.map(|(f, _)| f)
+    }
+
+    /// Whether the scan has ended (a following scan ends with its range, its idle timeout or the
+    /// log's close).
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// A following scan takes in the records appended since it last looked; false when there
+    /// are none (or it does not follow).
+    fn grow(&mut self) -> Result<bool> {
+        let Some((f, wanted)) = self.follow else {
+            return Ok(false);
+        };
+        if self.next >= wanted {
+            return Ok(false);
+        }
+        if self.state.read_only {
+            let ctl = self.state.control_full();
+            crate::wait::catch_up(&self.state, &ctl)?;
+        }
+        let visible = crate::wait::visible(&self.state, f.durable);
+        if visible <= self.max {
+            return Ok(false);
+        }
+        self.max = visible;
+        self.end = wanted.min(visible);
+        self.list = self.state.segments_full();
+        Ok(true)
+    }
+
+    /// Waits (blocking) until a following scan has more records; false when it ended instead.
+    fn wait_more(&mut self) -> Result<bool> {
+        let Some((f, _)) = self.follow else {
+            return Ok(false);
+        };
+        let deadline = f.idle_timeout.map(|t| std::time::Instant::now() + t);
+        loop {
+            match crate::wait::wait(&self.state, self.next, f.durable, deadline, false) {
+                Ok(crate::wait::Waited::Passed(_)) => {}
+                Ok(_) | Err(Error::Closed) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+            if self.grow()? {
+                return Ok(true);
+            }
         }
     }
 
@@ -465,24 +562,83 @@ impl Scan {
         }
     }
 
-    /// The next record and the map it lies in (borrowed: no reference count is touched).
+    /// The next record and the map it lies in (borrowed: no reference count is touched). A
+    /// following scan waits for it.
     pub(crate) fn next_found(&mut self) -> Option<Result<(Found, &Arc<Mapping>)>> {
+        let found = loop {
+            match self.advance() {
+                Some(r) => break r,
+                None if self.done || self.follow.is_none() => return None,
+                None => match self.wait_more() {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        self.end_scan();
+                        return None;
+                    }
+                    Err(e) => {
+                        self.end_scan();
+                        return Some(Err(e));
+                    }
+                },
+            }
+        };
+        Some(found.and_then(|f| self.with_current_map(f)))
+    }
+
+    /// [`Scan::next_found`] without waiting: `None` when no record is there yet (a following
+    /// scan that has not ended: see [`Scan::is_done`]) or the scan ended.
+    pub(crate) fn next_found_now(&mut self) -> Option<Result<(Found, &Arc<Mapping>)>> {
+        let found = self.advance()?;
+        Some(found.and_then(|f| self.with_current_map(f)))
+    }
+
+    fn with_current_map(&self, f: Found) -> Result<(Found, &Arc<Mapping>)> {
+        match &self.current {
+            Some((_, map)) => Ok((f, map)),
+            None => Err(Error::Internal("a scan lost its segment".into())),
+        }
+    }
+
+    /// The next record that can be read now. `None`: the scan ended, or (following) no record
+    /// is there yet.
+    fn advance(&mut self) -> Option<Result<Found>> {
         if self.done {
             return None;
         }
+        if self.follow.is_some() && self.next >= self.end {
+            match self.grow() {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.end_if_past_range();
+                    return None;
+                }
+                Err(e) => {
+                    self.end_scan();
+                    return Some(Err(e));
+                }
+            }
+        }
         match self.step() {
-            Ok(Some(f)) => match &self.current {
-                Some((_, map)) => Some(Ok((f, map))),
-                None => Some(Err(Error::Internal("a scan lost its segment".into()))),
-            },
+            Ok(Some(f)) => Some(Ok(f)),
             Ok(None) => {
-                self.end_scan();
+                if self.follow.is_some() {
+                    self.end_if_past_range();
+                } else {
+                    self.end_scan();
+                }
                 None
             }
             Err(e) => {
                 self.end_scan();
                 Some(Err(e))
             }
+        }
+    }
+
+    /// A following scan ends once it reached the end of the range it was asked for.
+    fn end_if_past_range(&mut self) {
+        if self.follow.is_some_and(|(_, wanted)| self.next >= wanted) {
+            self.end_scan();
         }
     }
 

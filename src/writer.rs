@@ -15,6 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::active_file::ActiveFile;
 use crate::error::{Error, Result};
+use crate::failpoint::fail_point;
 use crate::flusher::flush_to;
 use crate::options::Strategy;
 use crate::record::{self, body_crc, filler, Header, FILLER_LEN, HEADER_LEN};
@@ -325,6 +326,7 @@ fn write_batch<B: AsRef<[u8]>>(
     }
     Stats::add(&state.stats.appends, bodies.len() as u64);
     Stats::add(&state.stats.appended_bytes, bytes);
+    fail_point!("append::before_publish");
     state.publish(end, ts);
     if rolled {
         c.record_tail_hint(state, ts);

@@ -597,3 +597,29 @@ fn close_joins_the_warmer_in_the_middle_of_a_chunk() {
     assert_readable(&log, &acked);
     assert!(log.verify().unwrap().is_empty());
 }
+
+#[test]
+fn a_waiting_follower_sees_a_batch_whole_or_not_at_all() {
+    let _scenario = fail::FailScenario::setup();
+    let (_t, d) = dirs(1);
+    let log = Arc::new(CommitLog::open(&d, quiet()).unwrap());
+    let follower = CommitLog::open(&d, Options::default().read_only(true)).unwrap();
+    let end = log.max_offset().unwrap();
+    // The writer has copied all three records (each valid on its own) but not published them.
+    let pause = Pause::at("append::before_publish");
+    let writer = on_thread(&log, |l| {
+        l.append_batch(&[body(0, 50), body(1, 50), body(2, 50)])
+            .unwrap()
+    });
+    pause.wait();
+    assert_eq!(
+        follower.wait(end, Some(Duration::from_millis(50))).unwrap(),
+        end,
+        "nothing of an unpublished batch is visible"
+    );
+    pause.release();
+    let offsets = writer.join().unwrap();
+    let now = follower.wait(end, Some(Duration::from_secs(30))).unwrap();
+    assert_eq!(now, log.max_offset().unwrap(), "the whole batch at once");
+    assert_eq!(follower.read(offsets[2]).unwrap().len(), 50);
+}

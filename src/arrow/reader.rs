@@ -67,17 +67,39 @@ impl BatchReader {
         self.scan.state()
     }
 
-    /// The next batch, `None` at the end of the range.
+    /// The next batch, `None` at the end of the range. A following reader waits for records and
+    /// returns as soon as some are there (a batch is never empty).
     pub fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        self.next_batch_with(true)
+    }
+
+    /// [`BatchReader::next_batch`] without waiting: `None` also when a following reader has no
+    /// record yet ([`BatchReader::is_done`] tells the two apart).
+    pub fn next_batch_now(&mut self) -> Result<Option<RecordBatch>> {
+        self.next_batch_with(false)
+    }
+
+    /// Whether the reader has ended (its range, an error, or a following reader's idle timeout
+    /// or the log's close).
+    pub fn is_done(&self) -> bool {
+        self.ended || (self.pending.is_none() && self.failed.is_none() && self.scan.is_done())
+    }
+
+    /// How the reader follows the log, if it does.
+    pub fn follow(&self) -> Option<crate::Follow> {
+        self.scan.follow()
+    }
+
+    fn next_batch_with(&mut self, block: bool) -> Result<Option<RecordBatch>> {
         if self.ended {
             return Ok(None);
         }
-        let batch = self.fill();
+        let batch = self.fill(block);
         self.ended = batch.is_err();
         batch
     }
 
-    fn fill(&mut self) -> Result<Option<RecordBatch>> {
+    fn fill(&mut self, block: bool) -> Result<Option<RecordBatch>> {
         if let Some(e) = self.failed.take() {
             return Err(e);
         }
@@ -90,7 +112,13 @@ impl BatchReader {
                 return Err(e);
             }
         }
-        while let Some(next) = self.scan.next_found() {
+        loop {
+            // Only the first record of a batch is waited for.
+            let next = match batch.is_empty() && block {
+                true => self.scan.next_found(),
+                false => self.scan.next_found_now(),
+            };
+            let Some(next) = next else { break };
             let (rec, map) = match next {
                 Ok(found) => found,
                 Err(e) if batch.is_empty() => return Err(e),

@@ -80,7 +80,13 @@ impl State {
             self.check(&view, &change).map_err(|why| {
                 Error::Internal(format!("refused change of the segment list: {why}"))
             })?;
-            self.apply(&list, change)?;
+            let reload = matches!(change, Change::Reload { .. });
+            let applied = self.apply(&list, change);
+            if !reload {
+                // Followers list the store again before they read past their view.
+                self.control().bump_generation();
+            }
+            applied?;
         }
         Ok(out)
     }

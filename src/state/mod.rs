@@ -25,6 +25,7 @@ use arc_swap::{ArcSwap, Guard};
 
 pub(crate) use self::changes::{Change, Plan};
 use crate::checkpoint::Checkpoint;
+use crate::control::{Control, Seen};
 use crate::dirs::{Dir, DirInfo, DirState};
 use crate::error::{Error, Result};
 use crate::events::Events;
@@ -73,6 +74,12 @@ pub(crate) struct State {
     pub stats: Stats,
     /// The remote tier, if the store has one.
     pub tier: Option<Arc<Tier>>,
+    /// The store's control page: a writer publishes there, waiters sleep there. A follower
+    /// replaces it when it finds a newer one (see `wait.rs`).
+    control: ArcSwap<Control>,
+    /// What a follower's view of the segment list is as of (the control page's epoch and
+    /// generation when it last listed the store).
+    pub seen: Mutex<Seen>,
 }
 
 /// What an open hands to [`State::new`].
@@ -87,6 +94,7 @@ pub(crate) struct Parts {
     pub last_ts: u64,
     pub checkpoint: Checkpoint,
     pub tier: Option<Arc<Tier>>,
+    pub control: Control,
 }
 
 impl State {
@@ -114,7 +122,24 @@ impl State {
             events,
             stats: Stats::default(),
             tier: p.tier,
+            seen: Mutex::new(p.control.seen()),
+            control: ArcSwap::from_pointee(p.control),
         }))
+    }
+
+    /// The control page as of now.
+    pub fn control(&self) -> Guard<Arc<Control>> {
+        self.control.load()
+    }
+
+    /// The control page as of now, to keep.
+    pub fn control_full(&self) -> Arc<Control> {
+        self.control.load_full()
+    }
+
+    /// A follower found a newer control page.
+    pub fn set_control(&self, control: Control) {
+        self.control.store(Arc::new(control));
     }
 
     /// The segment list as of now (cheap; for one lookup).
@@ -148,14 +173,23 @@ impl State {
     }
 
     /// The writer publishes records up to `end` (written before this call), stamped `ts`.
+    /// Waiters, in this process and others, are woken.
+    #[inline]
     pub fn publish(&self, end: u64, ts: u64) {
         self.last_timestamp_ms.fetch_max(ts, Ordering::Relaxed);
         self.max_offset.store(end, Ordering::Release);
+        if !self.read_only {
+            self.control.load().publish_end(end);
+        }
     }
 
-    /// A sync made every byte below `offset` durable.
+    /// A sync made every byte below `offset` durable (a writer's, published to waiters; or what
+    /// a follower learnt of the writer's).
     pub fn set_flushed(&self, offset: u64) {
         self.flushed_offset.fetch_max(offset, Ordering::AcqRel);
+        if !self.read_only {
+            self.control.load().publish_flushed(offset);
+        }
     }
 
     pub fn check_open(&self) -> Result<()> {

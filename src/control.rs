@@ -1,0 +1,397 @@
+//! `rmqlog.ctl`: the store's control file, one page mapped shared by every process that has the
+//! store open. The writer publishes the log's end, its flushed end and a generation of the
+//! segment list there; a process waiting for records sleeps on a futex in it and is woken by the
+//! append that publishes them, whichever process it runs in.
+//!
+//! What it holds is volatile: a writer's open rewrites it from what recovery found (bumping the
+//! epoch), so it is never trusted for data. A follower treats the end as a hint to validate the
+//! records below it (CRCs), and a new epoch or generation as a reason to list the store again.
+//!
+//! Where: the first writable directory of the writer that opened last. A writer retires the
+//! copies it finds in the store's other directories (another order of `paths` at an earlier
+//! open), so a follower that mapped one of those learns to look again.
+//!
+//! Waking costs an append nothing while nobody waits: a waiter registers in `waiters` before it
+//! reads `seq` and the end, and the writer, after storing the end, bumps `seq` and calls
+//! `FUTEX_WAKE` only when `waiters` is non-zero (both sides order their store before their load
+//! with a full fence, so one of them sees the other). Every process that maps the file holds a
+//! shared `flock` on it; a writer that gets it exclusively at open knows no process is mapped
+//! and resets `waiters` (which a waiter killed while registered leaves one too high: the cost is
+//! then one futex wake per append until that reset).
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::futex::{self, Woken};
+
+/// Name of the control file.
+pub const CONTROL_FILE: &str = "rmqlog.ctl";
+/// Length of the file: one page.
+const LEN: usize = 4096;
+const MAGIC: u64 = u64::from_le_bytes(*b"RMQLCTL1");
+const VERSION: u32 = 1;
+/// `flags`: a newer control file of the store lives in another directory.
+const RETIRED: u32 = 1;
+
+/// The words at the start of the page. Every field is an atomic: other processes read and write
+/// them concurrently.
+#[repr(C)]
+struct Words {
+    magic: AtomicU64,
+    version: AtomicU32,
+    flags: AtomicU32,
+    /// When the writer that rewrote it opened (ns since the epoch): the newest copy wins.
+    opened_ns: AtomicU64,
+    /// Bumped by each writer's open: what a follower knew may have been cut by recovery.
+    epoch: AtomicU64,
+    /// The end of the published records.
+    end: AtomicU64,
+    /// Every byte below it is durable.
+    flushed: AtomicU64,
+    /// Bumped by every change of the segment list (roll, deletion, move).
+    generation: AtomicU64,
+    /// The futex word: bumped when waiters are to look again.
+    seq: AtomicU32,
+    /// How many waiters are registered (see the module docs).
+    waiters: AtomicU32,
+}
+
+const _: () = assert!(std::mem::size_of::<Words>() <= LEN);
+
+/// What a follower last knew of the store through the control file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Seen {
+    pub epoch: u64,
+    pub generation: u64,
+}
+
+/// A mapped control page: a store's `rmqlog.ctl`, or a private page when there is none (waits
+/// then work only within this process).
+#[derive(Debug)]
+pub(crate) struct Control {
+    map: MmapRaw,
+    /// The file, holding a shared `flock` while mapped; `None` for a private page.
+    file: Option<(File, PathBuf)>,
+    /// The page may be written (a read-only follower's may not: it cannot register to be woken).
+    writable: bool,
+}
+
+impl Control {
+    /// A private page: waits and wakes within this process only.
+    pub fn private() -> std::io::Result<Control> {
+        let map = MmapRaw::from(MmapOptions::new().len(LEN).map_anon()?);
+        let c = Control {
+            map,
+            file: None,
+            writable: true,
+        };
+        c.words().magic.store(MAGIC, Ordering::Relaxed);
+        c.words().version.store(VERSION, Ordering::Relaxed);
+        Ok(c)
+    }
+
+    /// A writer's open: the control file in the first of `dirs` that takes it, rewritten with
+    /// `end` and `flushed` under a new epoch; the copies in the other directories are retired.
+    /// Falls back to a private page (logged) when no directory takes it.
+    pub fn create(dirs: &[&Path], end: u64, flushed: u64, mode: u32) -> std::io::Result<Control> {
+        let mut chosen = None;
+        for dir in dirs {
+            let path = dir.join(CONTROL_FILE);
+            match open_file(&path, true, mode) {
+                Ok(c) => {
+                    chosen = Some(c);
+                    break;
+                }
+                Err(e) => log::warn!("no control file in {}: {e}", dir.display()),
+            }
+        }
+        let Some(c) = chosen else {
+            log::warn!("waits for records work within this process only (no control file)");
+            let c = Control::private()?;
+            c.words().end.store(end, Ordering::Release);
+            c.words().flushed.store(flushed, Ordering::Release);
+            return Ok(c);
+        };
+        let w = c.words();
+        if let Some((file, _)) = &c.file {
+            // No other process maps it: a count left by a killed waiter goes.
+            if file.try_lock().is_ok() {
+                w.waiters.store(0, Ordering::Relaxed);
+            }
+            if let Err(e) = file.lock_shared() {
+                log::debug!("control file lock: {e}");
+            }
+        }
+        let valid = w.magic.load(Ordering::Acquire) == MAGIC;
+        let epoch = if valid {
+            w.epoch.load(Ordering::Acquire)
+        } else {
+            w.waiters.store(0, Ordering::Relaxed);
+            w.seq.store(0, Ordering::Relaxed);
+            0
+        };
+        w.end.store(end, Ordering::Release);
+        w.flushed.store(flushed, Ordering::Release);
+        w.generation.fetch_add(1, Ordering::AcqRel);
+        w.opened_ns.store(now_ns(), Ordering::Release);
+        w.version.store(VERSION, Ordering::Release);
+        w.flags.store(0, Ordering::Release);
+        w.magic.store(MAGIC, Ordering::Release);
+        w.epoch.store(epoch.wrapping_add(1), Ordering::Release);
+        let own = c.path().map(Path::to_path_buf);
+        for dir in dirs {
+            let path = dir.join(CONTROL_FILE);
+            if Some(&path) != own.as_ref() && path.exists() {
+                if let Ok(old) = open_file(&path, false, mode) {
+                    old.retire();
+                }
+            }
+        }
+        c.wake();
+        Ok(c)
+    }
+
+    /// A follower's open: the newest control file in `dirs` that no writer retired, if any.
+    pub fn find(dirs: &[&Path]) -> Option<Control> {
+        dirs.iter()
+            .filter_map(|d| {
+                let path = d.join(CONTROL_FILE);
+                open_file(&path, false, 0)
+                    .or_else(|_| open_read_only(&path))
+                    .ok()
+            })
+            .filter(|c| c.is_live())
+            .max_by_key(|c| c.words().opened_ns.load(Ordering::Acquire))
+    }
+
+    fn words(&self) -> &Words {
+        // SAFETY: the map is page-aligned and LEN (>= size_of::<Words>()) bytes long, lives as
+        // long as `self`, and is only ever accessed through these atomics (in every process).
+        unsafe { &*(self.map.as_ptr() as *const Words) }
+    }
+
+    /// The file, or `None` for a private page.
+    pub fn path(&self) -> Option<&Path> {
+        self.file.as_ref().map(|(_, p)| p.as_path())
+    }
+
+    /// Whether other processes see this page (a store's control file).
+    pub fn is_shared(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// A rewritten, not retired control file.
+    pub fn is_live(&self) -> bool {
+        let w = self.words();
+        w.magic.load(Ordering::Acquire) == MAGIC
+            && w.version.load(Ordering::Acquire) == VERSION
+            && w.flags.load(Ordering::Acquire) & RETIRED == 0
+    }
+
+    pub fn end(&self) -> u64 {
+        self.words().end.load(Ordering::Acquire)
+    }
+
+    pub fn flushed(&self) -> u64 {
+        self.words().flushed.load(Ordering::Acquire)
+    }
+
+    pub fn seen(&self) -> Seen {
+        let w = self.words();
+        Seen {
+            epoch: w.epoch.load(Ordering::Acquire),
+            generation: w.generation.load(Ordering::Acquire),
+        }
+    }
+
+    /// The writer published records up to `end`.
+    #[inline]
+    pub fn publish_end(&self, end: u64) {
+        self.words().end.store(end, Ordering::Release);
+        self.notify();
+    }
+
+    /// A sync made every byte below `flushed` durable.
+    pub fn publish_flushed(&self, flushed: u64) {
+        self.words().flushed.fetch_max(flushed, Ordering::AcqRel);
+        self.notify();
+    }
+
+    /// The segment list changed.
+    pub fn bump_generation(&self) {
+        self.words().generation.fetch_add(1, Ordering::AcqRel);
+        self.notify();
+    }
+
+    /// Wakes the registered waiters, if any (after a store they are to see).
+    #[inline]
+    fn notify(&self) {
+        fence(Ordering::SeqCst);
+        if self.words().waiters.load(Ordering::Relaxed) != 0 {
+            self.wake();
+        }
+    }
+
+    /// Wakes every waiter, registered or not (a close, a new writer).
+    pub fn wake(&self) {
+        if !self.writable {
+            return;
+        }
+        let w = self.words();
+        w.seq.fetch_add(1, Ordering::Release);
+        futex::wake_all(&w.seq);
+    }
+
+    fn retire(&self) {
+        let w = self.words();
+        w.flags.fetch_or(RETIRED, Ordering::AcqRel);
+        self.wake();
+    }
+
+    /// Registers a waiter until the guard goes; `None` when this page cannot be written (the
+    /// caller then polls).
+    pub fn register(&self) -> Option<Registered<'_>> {
+        if !self.writable {
+            return None;
+        }
+        self.words().waiters.fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        Some(Registered { ctl: self })
+    }
+
+    /// The futex word's value: read it after registering and before checking the condition.
+    pub fn seq(&self) -> u32 {
+        self.words().seq.load(Ordering::Acquire)
+    }
+
+    /// Sleeps while the futex word is `seq`, at most `timeout`.
+    pub fn sleep(&self, seq: u32, timeout: Option<Duration>) -> Woken {
+        futex::wait(&self.words().seq, seq, timeout)
+    }
+}
+
+/// A registered waiter; dropping it unregisters.
+#[derive(Debug)]
+pub(crate) struct Registered<'a> {
+    ctl: &'a Control,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.ctl.words().waiters.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Opens and maps `path` for reading and writing; creates it (one page) if `create`. A follower
+/// (`create` false) takes only a file of full length, and maps it under a shared lock.
+fn open_file(path: &Path, create: bool, mode: u32) -> std::io::Result<Control> {
+    let mut opts = OpenOptions::new();
+    opts.read(true).write(true);
+    if create {
+        opts.create(true).truncate(false).mode(mode);
+    }
+    let file = opts.open(path)?;
+    let len = file.metadata()?.len();
+    if len < LEN as u64 {
+        if !create {
+            return Err(std::io::Error::other("shorter than a page"));
+        }
+        // Followers map only files of full length, so none maps it short.
+        file.set_len(LEN as u64)?;
+    }
+    let map = MmapOptions::new().len(LEN).map_raw(&file)?;
+    if !create {
+        let _ = file.lock_shared();
+    }
+    Ok(Control {
+        map,
+        file: Some((file, path.to_path_buf())),
+        writable: true,
+    })
+}
+
+/// A control file this process may not write: it reads the end, and polls.
+fn open_read_only(path: &Path) -> std::io::Result<Control> {
+    let file = File::open(path)?;
+    if file.metadata()?.len() < LEN as u64 {
+        return Err(std::io::Error::other("shorter than a page"));
+    }
+    let map = MmapOptions::new().len(LEN).map_raw_read_only(&file)?;
+    let _ = file.lock_shared();
+    Ok(Control {
+        map,
+        file: Some((file, path.to_path_buf())),
+        writable: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_writer_rewrites_under_a_new_epoch_and_retires_other_copies() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let first = Control::create(&[b.path(), a.path()], 10, 5, 0o640).unwrap();
+        assert_eq!(first.path(), Some(b.path().join(CONTROL_FILE).as_path()));
+        let follower = Control::find(&[a.path(), b.path()]).expect("a live control file");
+        assert_eq!((follower.end(), follower.flushed()), (10, 5));
+        let before = follower.seen();
+
+        // The next writer gives the directories in another order.
+        let second = Control::create(&[a.path(), b.path()], 20, 20, 0o640).unwrap();
+        assert!(!follower.is_live(), "the old copy is retired");
+        assert_eq!(second.end(), 20);
+        let again = Control::find(&[b.path(), a.path()]).expect("the new copy");
+        assert_eq!(again.path(), second.path());
+
+        // A third open of the same file: a new epoch, what a follower took for the log may be cut.
+        drop(second);
+        let third = Control::create(&[a.path()], 15, 15, 0o640).unwrap();
+        assert_ne!(again.seen().epoch, before.epoch);
+        assert_eq!(again.end(), 15);
+        assert!(third.is_live());
+    }
+
+    #[test]
+    fn a_short_or_foreign_file_is_not_taken_by_a_follower() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join(CONTROL_FILE), b"short").unwrap();
+        assert!(Control::find(&[d.path()]).is_none());
+        std::fs::write(d.path().join(CONTROL_FILE), vec![7u8; LEN]).unwrap();
+        assert!(Control::find(&[d.path()]).is_none());
+    }
+
+    #[test]
+    fn a_publish_wakes_a_registered_waiter_in_another_thread() {
+        let d = tempfile::tempdir().unwrap();
+        let writer = Control::create(&[d.path()], 0, 0, 0o640).unwrap();
+        let path = d.path().to_path_buf();
+        let waiter = std::thread::spawn(move || {
+            let ctl = Control::find(&[path.as_path()]).unwrap();
+            let _r = ctl.register().unwrap();
+            loop {
+                let seq = ctl.seq();
+                if ctl.end() >= 100 {
+                    return ctl.end();
+                }
+                ctl.sleep(seq, Some(Duration::from_secs(10)));
+            }
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        writer.publish_end(100);
+        assert_eq!(waiter.join().unwrap(), 100);
+    }
+}
