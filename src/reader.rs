@@ -421,7 +421,7 @@ impl Scan {
             None => state.max_offset(),
         };
         let min = state.min_offset();
-        let wanted = end.unwrap_or(u64::MAX);
+        let wanted = end.unwrap_or(crate::segment::MAX_OFFSET);
         let end = end.map_or(max, |e| e.min(max));
         let start = start.unwrap_or(min);
         if start < min {
@@ -460,9 +460,9 @@ impl Scan {
         }
     }
 
-    /// How the scan follows the log, if it does.
-    pub fn follow(&self) -> Option<Follow> {
-        self.follow.map(|(f, _)| f)
+    /// How the scan follows the log, if it does, and the end of the range it follows to.
+    pub fn follow(&self) -> Option<(Follow, u64)> {
+        self.follow
     }
 
     /// Whether the scan has ended (a following scan ends with its range, its idle timeout or the
@@ -590,6 +590,12 @@ impl Scan {
     pub(crate) fn next_found_now(&mut self) -> Option<Result<(Found, &Arc<Mapping>)>> {
         let found = self.advance()?;
         Some(found.and_then(|f| self.with_current_map(f)))
+    }
+
+    /// The next record if it can be read without waiting (see [`Scan::next_found_now`]).
+    pub fn next_now(&mut self) -> Option<Result<RecordRef>> {
+        self.next_found_now()
+            .map(|r| r.map(|(found, map)| found.with_map(map)))
     }
 
     fn with_current_map(&self, f: Found) -> Result<(Found, &Arc<Mapping>)> {

@@ -85,8 +85,8 @@ impl BatchReader {
         self.ended || (self.pending.is_none() && self.failed.is_none() && self.scan.is_done())
     }
 
-    /// How the reader follows the log, if it does.
-    pub fn follow(&self) -> Option<crate::Follow> {
+    /// How the reader follows the log, if it does, and the end of the range it follows to.
+    pub fn follow(&self) -> Option<(crate::Follow, u64)> {
         self.scan.follow()
     }
 

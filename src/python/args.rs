@@ -133,6 +133,26 @@ pub fn offset(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<i128> {
     }))
 }
 
+/// A timeout in seconds: a non-negative, finite int or float.
+pub fn seconds(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<std::time::Duration> {
+    if obj.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be a number of seconds (int or float) or None, got bool"
+        )));
+    }
+    let secs: f64 = obj.extract().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{what} must be a number of seconds (int or float) or None, got {}",
+            type_name(obj)
+        ))
+    })?;
+    std::time::Duration::try_from_secs_f64(secs).map_err(|_| {
+        PyValueError::new_err(format!(
+            "{what} must be a finite, non-negative number of seconds or None, got {secs}"
+        ))
+    })
+}
+
 /// A string option checked by `parse`.
 pub fn string(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<String> {
     obj.extract::<String>()

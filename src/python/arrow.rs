@@ -3,6 +3,7 @@
 
 use std::ffi::CStr;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use arrow_array::ffi::{from_ffi, to_ffi, FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_array::ffi_stream::{ArrayStreamReader, FFI_ArrowArrayStream};
@@ -17,8 +18,10 @@ use pyo3::types::{PyCapsule, PyCapsuleMethods};
 
 use super::args;
 use super::log::PyCommitLog;
-use crate::arrow::{BatchOptions, ReadAhead};
+use super::wait;
+use crate::arrow::{BatchOptions, BatchReader, ReadAhead};
 use crate::sync::try_locked;
+use crate::wait::Waited;
 use crate::Error;
 
 const SCHEMA: &CStr = c"arrow_schema";
@@ -125,9 +128,9 @@ fn checked(data: arrow_data::ArrayData) -> PyResult<ArrayRef> {
 /// An exported stream's reader. The C stream interface forbids concurrent `get_next` calls, but a
 /// consumer may break that rule (pyarrow's reader read from two threads): the second call gets an
 /// error instead of racing the first.
-struct OneConsumer(Mutex<ReadAhead>);
+struct OneConsumer<R>(Mutex<R>);
 
-impl Iterator for OneConsumer {
+impl<R: RecordBatchReader> Iterator for OneConsumer<R> {
     type Item = Result<RecordBatch, ArrowError>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -142,7 +145,7 @@ impl Iterator for OneConsumer {
     }
 }
 
-impl RecordBatchReader for OneConsumer {
+impl<R: RecordBatchReader> RecordBatchReader for OneConsumer<R> {
     fn schema(&self) -> SchemaRef {
         match try_locked(&self.0) {
             Some(r) => r.schema(),
@@ -155,19 +158,75 @@ impl RecordBatchReader for OneConsumer {
 #[pyclass(name = "BatchScan", module = "rmqlog", frozen)]
 pub struct PyBatchScan {
     log: Py<PyCommitLog>,
-    reader: Mutex<ReadAhead>,
+    reader: Mutex<Reader>,
+}
+
+/// A scan of the records there now is built one batch ahead on a thread of its own; a following
+/// one on the caller's thread (it waits between batches, where Ctrl-C must reach it).
+enum Reader {
+    Ahead(ReadAhead),
+    Follow(BatchReader),
+}
+
+impl Reader {
+    fn next_offset(&self) -> u64 {
+        match self {
+            Reader::Ahead(r) => r.next_offset(),
+            Reader::Follow(r) => r.next_offset(),
+        }
+    }
+
+    /// The end of the range: for a following reader, the one it follows to.
+    fn end(&self) -> u64 {
+        match self {
+            Reader::Ahead(r) => r.end(),
+            Reader::Follow(r) => r.follow().map_or(r.end(), |(_, end)| end),
+        }
+    }
+
+    fn options(&self) -> &BatchOptions {
+        match self {
+            Reader::Ahead(r) => r.options(),
+            Reader::Follow(r) => r.options(),
+        }
+    }
 }
 
 impl PyBatchScan {
-    pub(super) fn new(log: Py<PyCommitLog>, reader: crate::arrow::BatchReader) -> Self {
+    pub(super) fn new(log: Py<PyCommitLog>, reader: BatchReader) -> Self {
+        let reader = match reader.follow() {
+            Some(_) => Reader::Follow(reader),
+            None => Reader::Ahead(reader.read_ahead()),
+        };
         PyBatchScan {
             log,
-            reader: Mutex::new(reader.read_ahead()),
+            reader: Mutex::new(reader),
+        }
+    }
+
+    /// The next batch of a following reader: waits (GIL released, Ctrl-C honoured) while no
+    /// record is there, until its idle timeout or the log's close.
+    fn next_following(&self, py: Python<'_>, r: &mut BatchReader) -> PyResult<Option<RecordBatch>> {
+        let log = &self.log.get().log;
+        loop {
+            if let Some(b) = py.detach(|| r.next_batch_now())? {
+                return Ok(Some(b));
+            }
+            let Some((f, _)) = r.follow().filter(|_| !r.is_done()) else {
+                return Ok(None);
+            };
+            let deadline = f.idle_timeout.map(|t| Instant::now() + t);
+            match wait::wait(py, log, r.next_offset(), f.durable, deadline) {
+                Ok(Waited::Passed(_)) => {}
+                Ok(_) | Err(_) if log.is_closed() => return Ok(None),
+                Ok(_) => return Ok(None), // idle for `timeout`
+                Err(e) => return Err(e),
+            }
         }
     }
 
     /// Never waits for the lock with the GIL held: its holder may be waiting for the GIL.
-    fn with_reader<T>(&self, f: impl FnOnce(&mut ReadAhead) -> T) -> PyResult<T> {
+    fn with_reader<T>(&self, f: impl FnOnce(&mut Reader) -> T) -> PyResult<T> {
         let mut r = try_locked(&self.reader).ok_or_else(|| {
             PyRuntimeError::new_err("this BatchScan is being advanced by another thread")
         })?;
@@ -183,7 +242,10 @@ impl PyBatchScan {
 
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         pyarrow(py, "iterating a BatchScan")?;
-        let batch = self.with_reader(|r| py.detach(|| r.next_batch()))??;
+        let batch = self.with_reader(|r| match r {
+            Reader::Ahead(r) => py.detach(|| r.next_batch()).map_err(PyErr::from),
+            Reader::Follow(r) => self.next_following(py, r),
+        })??;
         batch.map(|b| to_pyarrow_batch(py, b)).transpose()
     }
 
@@ -219,12 +281,26 @@ impl PyBatchScan {
         requested_schema: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
         let _ = requested_schema; // the protocol lets a producer keep its own schema
-        let (start, end, opts) =
-            self.with_reader(|r| (r.next_offset(), r.end(), r.options().clone()))?;
+        let (start, end, opts, follow) = self.with_reader(|r| {
+            let follow = match r {
+                Reader::Follow(r) => r.follow().map(|(f, _)| f),
+                Reader::Ahead(_) => None,
+            };
+            (r.next_offset(), r.end(), r.options().clone(), follow)
+        })?;
         let log = self.log.get();
-        let reader = py.detach(|| log.log.scan_batches(Some(start), Some(end), opts))?;
-        let reader = Mutex::new(reader.read_ahead());
-        let stream = FFI_ArrowArrayStream::new(Box::new(OneConsumer(reader)));
+        // A following stream waits in the consumer's thread for each batch.
+        let stream = match follow {
+            Some(f) => {
+                let reader =
+                    py.detach(|| log.log.follow_batches(Some(start), Some(end), f, opts))?;
+                FFI_ArrowArrayStream::new(Box::new(OneConsumer(Mutex::new(reader))))
+            }
+            None => {
+                let reader = py.detach(|| log.log.scan_batches(Some(start), Some(end), opts))?;
+                FFI_ArrowArrayStream::new(Box::new(OneConsumer(Mutex::new(reader.read_ahead()))))
+            }
+        };
         PyCapsule::new_with_value(py, stream, STREAM)
     }
 

@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyMemoryView, PyString, PyTuple};
@@ -18,7 +18,9 @@ use super::options;
 use super::record::{PyRecord, PySegment};
 use super::scan::{PyScan, ScanState};
 use super::views::ViewCache;
-use crate::{CommitLog, Error, RecordRef};
+use super::wait;
+use crate::wait::Waited;
+use crate::{CommitLog, Error, Follow, RecordRef};
 
 /// A segmented, memory-mapped commit log over one or more directories.
 #[pyclass(name = "CommitLog", module = "rmqlog", frozen)]
@@ -48,6 +50,28 @@ fn as_bytes<'py>(
     }
     let view = PyMemoryView::from(obj).map_err(|_| refuse())?;
     Ok(view.call_method0("tobytes")?.cast_into::<PyBytes>()?)
+}
+
+/// A scan's `follow`, `timeout` and `durable` arguments: `None` for a scan of the records there
+/// now (which takes neither `timeout` nor `durable`).
+fn follow_args(
+    follow: bool,
+    timeout: Option<&Bound<'_, PyAny>>,
+    durable: bool,
+) -> PyResult<Option<Follow>> {
+    if !follow {
+        if timeout.is_some() || durable {
+            return Err(PyValueError::new_err(
+                "timeout and durable apply to a following scan: pass follow=True with them",
+            ));
+        }
+        return Ok(None);
+    }
+    let idle_timeout = timeout.map(|t| args::seconds(t, "timeout")).transpose()?;
+    Ok(Some(Follow {
+        idle_timeout,
+        durable,
+    }))
 }
 
 impl PyCommitLog {
@@ -321,10 +345,11 @@ impl PyCommitLog {
     #[pyo3(
         signature = (
             start = None, end = None, *, columns = None, body = None, max_records = None,
-            max_bytes = None
+            max_bytes = None, follow = false, timeout = None, durable = false
         ),
         text_signature = "($self, start=None, end=None, *, columns=None, body='view', \
-                          max_records=65536, max_bytes=67108864)"
+                          max_records=65536, max_bytes=67108864, follow=False, timeout=None, \
+                          durable=False)"
     )]
     fn scan_batches(
         slf: &Bound<'_, Self>,
@@ -334,13 +359,18 @@ impl PyCommitLog {
         body: Option<&Bound<'_, PyAny>>,
         max_records: Option<&Bound<'_, PyAny>>,
         max_bytes: Option<&Bound<'_, PyAny>>,
+        follow: bool,
+        timeout: Option<&Bound<'_, PyAny>>,
+        durable: bool,
     ) -> PyResult<arrow::PyBatchScan> {
         let opts = arrow::batch_options(columns, body, max_records, max_bytes)?;
         let this = slf.get();
         let (start, end) = this.range_args(start, end)?;
-        let reader = slf
-            .py()
-            .detach(|| this.log.scan_batches(start, end, opts))?;
+        let follow = follow_args(follow, timeout, durable)?;
+        let reader = slf.py().detach(|| match follow {
+            Some(f) => this.log.follow_batches(start, end, f, opts),
+            None => this.log.scan_batches(start, end, opts),
+        })?;
         Ok(arrow::PyBatchScan::new(slf.clone().unbind(), reader))
     }
 
@@ -363,17 +393,24 @@ impl PyCommitLog {
     }
 
     /// Iterates `(offset, memoryview)` over records in `[start, end)`, up to `max_offset` as of
-    /// the call.
-    #[pyo3(signature = (start = None, end = None))]
+    /// the call; with `follow`, on past it as records come (see `wait`).
+    #[pyo3(signature = (start = None, end = None, *, follow = false, timeout = None, durable = false))]
     fn scan(
         slf: &Bound<'_, Self>,
         start: Option<&Bound<'_, PyAny>>,
         end: Option<&Bound<'_, PyAny>>,
+        follow: bool,
+        timeout: Option<&Bound<'_, PyAny>>,
+        durable: bool,
     ) -> PyResult<PyScan> {
         let this = slf.get();
         let (start, end) = this.range_args(start, end)?;
+        let follow = follow_args(follow, timeout, durable)?;
         // The first segment is mapped here: perhaps downloaded from the remote tier.
-        let scan = slf.py().detach(|| this.log.scan(start, end))?;
+        let scan = slf.py().detach(|| match follow {
+            Some(f) => this.log.follow(start, end, f),
+            None => this.log.scan(start, end),
+        })?;
         Ok(PyScan {
             log: slf.clone().unbind(),
             state: Mutex::new(ScanState {
@@ -385,8 +422,26 @@ impl PyCommitLog {
         })
     }
 
+    /// Blocks until the log's end passes `offset` (`durable`: until `flushed_offset` does), or
+    /// `timeout` seconds pass; returns the end. The GIL is released; Ctrl-C interrupts.
+    #[pyo3(signature = (offset, /, timeout = None, *, durable = false))]
+    fn wait(
+        &self,
+        py: Python<'_>,
+        offset: &Bound<'_, PyAny>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        durable: bool,
+    ) -> PyResult<u64> {
+        let offset = self.offset_in_range(offset)?;
+        let deadline = wait::deadline(timeout)?;
+        match wait::wait(py, &self.log, offset, durable, deadline)? {
+            Waited::Passed(end) | Waited::TimedOut(end) => Ok(end),
+            Waited::Interrupted => Ok(self.log.max_offset()?),
+        }
+    }
+
     fn __iter__(slf: &Bound<'_, Self>) -> PyResult<PyScan> {
-        Self::scan(slf, None, None)
+        Self::scan(slf, None, None, false, None, false)
     }
 
     /// Offset of the first record with `timestamp_ms >= ts_ms`, else `max_offset`.

@@ -15,6 +15,7 @@ mod options;
 mod record;
 mod scan;
 mod views;
+mod wait;
 
 use pyo3::prelude::*;
 

@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::gc::{PyTraverseError, PyVisit};
@@ -11,7 +12,9 @@ use pyo3::types::PyTuple;
 use super::buffer::SegmentBuffer;
 use super::ints;
 use super::log::PyCommitLog;
+use super::wait;
 use crate::sync::try_locked;
+use crate::wait::Waited;
 use crate::{Error, RecordRef, Scan};
 
 /// A scan fetches up to this many records (or bytes) per release of the GIL.
@@ -53,6 +56,22 @@ impl PyScan {
             }
             let st = &mut *st;
             py.detach(|| fill(&mut st.scan, &mut st.ready, &mut st.failed));
+            // A following scan at the end of the records waits for more, GIL released.
+            while let (true, None, Some((f, _))) =
+                (st.ready.is_empty(), &st.failed, st.scan.follow())
+            {
+                if st.scan.is_done() {
+                    break;
+                }
+                let deadline = f.idle_timeout.map(|t| Instant::now() + t);
+                match wait::wait(py, &log.log, st.scan.position(), f.durable, deadline) {
+                    Ok(Waited::Passed(_)) => {}
+                    Ok(_) | Err(_) if log.log.is_closed() => return Ok(None),
+                    Ok(_) => return Ok(None), // idle for `timeout`
+                    Err(e) => return Err(e),
+                }
+                py.detach(|| fill(&mut st.scan, &mut st.ready, &mut st.failed));
+            }
         }
         match st.ready.pop_front() {
             Some(rec) => {
@@ -86,11 +105,12 @@ impl PyScan {
     }
 }
 
-/// Reads the next batch of records (validated, CRC checked) without the GIL.
+/// Reads the next batch of records (validated, CRC checked) without the GIL; a following scan
+/// takes only those there now.
 fn fill(scan: &mut Scan, ready: &mut VecDeque<RecordRef>, failed: &mut Option<Error>) {
     let mut bytes = 0;
     while ready.len() < SCAN_BATCH_RECORDS && bytes < SCAN_BATCH_BYTES {
-        match scan.next() {
+        match scan.next_now() {
             Some(Ok(rec)) => {
                 bytes += rec.len();
                 ready.push_back(rec);
