@@ -169,6 +169,15 @@ impl Control {
             .max_by_key(|c| c.words().opened_ns.load(Ordering::Acquire))
     }
 
+    /// A follower's page: the store's control file in `dirs`, or a private page until a writer
+    /// makes one (its waits then poll; see `wait.rs`).
+    pub fn of_store(dirs: &[&Path]) -> std::io::Result<Control> {
+        match Control::find(dirs) {
+            Some(c) => Ok(c),
+            None => Control::private(),
+        }
+    }
+
     fn words(&self) -> &Words {
         // SAFETY: the map is page-aligned and LEN (>= size_of::<Words>()) bytes long, lives as
         // long as `self`, and is only ever accessed through these atomics (in every process).

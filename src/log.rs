@@ -485,6 +485,8 @@ impl CommitLog {
         };
         drop(no_move);
         locked(&self.lock).take();
+        self.state.control().wake(); // waits begun during the close end too
+        self.state.release_control();
         self.state.events.stop();
         // Unmap: the files can go (or their filesystem be unmounted) once no reader holds a record.
         if let Some(writer) = &self.writer {

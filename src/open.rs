@@ -408,7 +408,9 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
     let min = list.first().map_or(end, |s| s.start());
     let flushed = ckpt.as_ref().map_or(0, |c| c.flushed_offset.min(end));
     let checkpoint = ckpt.unwrap_or_else(|| Checkpoint::new(0));
-    let control = control_of(&paths)?;
+    let dirs_of: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+    let control = Control::of_store(&dirs_of)
+        .map_err(|e| Error::io("mapping the control page", CONTROL_FILE, e))?;
     let state = State::new(Parts {
         opts,
         dirs,
@@ -427,16 +429,6 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
         writer: None,
         lock: None,
     })
-}
-
-/// A follower's control page: the store's control file, or a private page until a writer makes
-/// one (waits then poll; see `wait.rs`).
-pub(crate) fn control_of(paths: &[PathBuf]) -> Result<Control> {
-    let dirs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
-    match Control::find(&dirs) {
-        Some(c) => Ok(c),
-        None => Control::private().map_err(|e| Error::io("mapping a private page", "", e)),
-    }
 }
 
 /// A read-only open of a log's remote tier alone, by its URL: the sealed segments the tier's

@@ -16,6 +16,7 @@ use crate::follow;
 use crate::record::{
     decode, has_record_magic, validate, Slot, FILLER_LEN, FILLER_MAGIC, HEADER_LEN,
 };
+pub(crate) use crate::recovery::next_boundary;
 use crate::segment::{Mapping, Segment};
 use crate::segments::SegmentList;
 use crate::state::State;
@@ -222,27 +223,6 @@ fn record_at(seg: &Segment, map: &Arc<Mapping>, offset: u64, max: u64) -> At {
         next_offset,
         segment_start: seg.start(),
     })
-}
-
-/// The offset after the record (or filler) at `offset` in `seg`, from its header alone.
-pub(crate) fn next_boundary(seg: &Segment, map: &Mapping, offset: u64, max: u64) -> Result<u64> {
-    let pos = (offset - seg.start()) as usize;
-    let limit = (max.min(seg.end()) - seg.start()) as usize;
-    if pos >= limit {
-        return Ok(seg.end());
-    }
-    match decode(map.bytes(pos, seg.size() as usize), offset, MAX_BODY) {
-        Slot::Record(h) => Ok(offset + u64::from(h.len)),
-        Slot::EndOfSegment => Ok(seg.end()),
-        other => Err(Error::corruption(
-            Some(seg.path().to_path_buf()),
-            Some(offset),
-            format!(
-                "no valid record header while walking the segment: {}",
-                other.defect().unwrap_or("?")
-            ),
-        )),
-    }
 }
 
 /// The error for what a position holds when a record was expected there; `None` for a record.

@@ -10,9 +10,10 @@ use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 
 use crate::checkpoint::Checkpoint;
-use crate::error::{IoContext, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::fs::remove_durably;
-use crate::record::{validate, Slot};
+use crate::record::{decode, validate, Slot};
+use crate::segment::{Mapping, Segment};
 use crate::segments::SegmentList;
 use crate::tail_hint::TailHint;
 
@@ -98,6 +99,31 @@ pub fn find_end(list: &SegmentList, from: u64, max_body: usize) -> Result<Tail> 
                 return Ok(tail);
             }
         }
+    }
+}
+
+/// The offset after the record (or filler) at `offset` in `seg`, from its header alone.
+pub(crate) fn next_boundary(seg: &Segment, map: &Mapping, offset: u64, max: u64) -> Result<u64> {
+    let pos = (offset - seg.start()) as usize;
+    let limit = (max.min(seg.end()) - seg.start()) as usize;
+    if pos >= limit {
+        return Ok(seg.end());
+    }
+    match decode(
+        map.bytes(pos, seg.size() as usize),
+        offset,
+        u32::MAX as usize,
+    ) {
+        Slot::Record(h) => Ok(offset + u64::from(h.len)),
+        Slot::EndOfSegment => Ok(seg.end()),
+        other => Err(Error::corruption(
+            Some(seg.path().to_path_buf()),
+            Some(offset),
+            format!(
+                "no valid record header while walking the segment: {}",
+                other.defect().unwrap_or("?")
+            ),
+        )),
     }
 }
 

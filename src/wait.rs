@@ -13,10 +13,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::control::Control;
-use crate::error::Result;
+use crate::control::{Control, CONTROL_FILE};
+use crate::error::{Error, Result};
 use crate::follow;
-use crate::open::control_of;
 use crate::state::State;
 use crate::sync::locked;
 
@@ -88,8 +87,9 @@ pub(crate) fn wait(
 pub(crate) fn catch_up(state: &State, ctl: &Control) -> Result<()> {
     if !ctl.is_shared() || !ctl.is_live() {
         // No page, or a writer moved it: look for the store's current one.
-        let paths: Vec<_> = state.dirs.iter().map(|d| d.path.clone()).collect();
-        let found = control_of(&paths)?;
+        let dirs: Vec<&std::path::Path> = state.dirs.iter().map(|d| d.path.as_path()).collect();
+        let found = Control::of_store(&dirs)
+            .map_err(|e| Error::io("mapping the control page", CONTROL_FILE, e))?;
         if found.is_shared() && found.is_live() {
             let seen = found.seen();
             state.set_control(found);

@@ -1,7 +1,9 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is the failure report
 //! Chaos: real threads appending (single and batched, small and large records), reading and
-//! holding records, scanning, cleaning, truncating, moving and rebalancing at once, while a
-//! follower in another process refreshes and checks every record's content. At the end every
+//! holding records, scanning, cleaning, truncating, moving and rebalancing at once, while two
+//! followers in other processes check every record's content: one refreshes in a loop, the other
+//! waits for each next record (a following scan, woken through the control page) and must have
+//! reached the log's end once the writer stops. At the end every
 //! acknowledged record at or above the head reads back, before and after a reopen, and `verify`
 //! finds nothing.
 //!
@@ -19,12 +21,14 @@ use std::thread;
 use std::time::Duration;
 
 use common::{body, check_body, Rng};
-use rmqlog::{CommitLog, Error, FlushMode, Options, RecordRef, TierOptions};
+use rmqlog::{CommitLog, Error, FlushMode, Follow, Options, RecordRef, TierOptions};
 
 /// Set in the follower process: the store's directories, joined by ':'.
 const FOLLOW_ENV: &str = "RMQLOG_CHAOS_FOLLOW";
 /// The file whose existence tells the follower to finish.
 const STOP_ENV: &str = "RMQLOG_CHAOS_STOP";
+/// Set (to anything) in the follower that waits for records instead of refreshing.
+const WAIT_ENV: &str = "RMQLOG_CHAOS_WAIT";
 const SEGMENT: u64 = 64 * 1024;
 
 /// The writer's options; its sealed segments go to a `file://` tier at `tier`, whose uploads,
@@ -321,8 +325,9 @@ fn chaos() {
     let (root, dirs) = common::dirs(3);
     let log = Arc::new(CommitLog::open(&dirs, writer_options(&root.path().join("tier"))).unwrap());
     let stop_file = root.path().join("stop-follower");
-    let follower = Command::new(std::env::current_exe().unwrap())
-        .args([
+    let followers = [false, true].map(|waiting| {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args([
             "--exact",
             "follower_process",
             "--nocapture",
@@ -336,21 +341,35 @@ fn chaos() {
                 .join(":"),
         )
         .env(STOP_ENV, &stop_file)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stdout(Stdio::piped());
+        if waiting {
+            cmd.env(WAIT_ENV, "1");
+        }
+        cmd.spawn().unwrap()
+    });
     let acked = run_threads(&log, &dirs, secs, seed);
+    let end = log.max_offset().unwrap();
     std::fs::write(&stop_file, b"").unwrap();
-    let out = follower.wait_with_output().unwrap();
-    let report = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "the follower failed:\n{report}");
-    let checked: u64 = report
-        .lines()
-        .find_map(|l| l.split("follower checked ").nth(1))
-        .and_then(|l| l.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("the follower reported nothing:\n{report}"));
-    assert!(checked > 0, "the follower checked no record");
-    println!("chaos: the follower checked {checked} records");
+    for (follower, name) in followers.into_iter().zip(["refreshing", "waiting"]) {
+        let out = follower.wait_with_output().unwrap();
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "the {name} follower failed:\n{report}"
+        );
+        let (checked, reached): (u64, u64) = report
+            .lines()
+            .find_map(|l| l.split("follower checked ").nth(1))
+            .and_then(|l| {
+                let mut words = l.split_whitespace();
+                let checked = words.next()?.parse().ok()?;
+                Some((checked, words.nth(2)?.parse().ok()?))
+            })
+            .unwrap_or_else(|| panic!("the {name} follower reported nothing:\n{report}"));
+        assert!(checked > 0, "the {name} follower checked no record");
+        assert_eq!(reached, end, "the {name} follower did not reach the end");
+        println!("chaos: the {name} follower checked {checked} records");
+    }
 
     check_all(&log, &acked);
     let min = log.min_offset().unwrap();
@@ -361,21 +380,33 @@ fn chaos() {
     check_all(&log, &acked);
 }
 
-/// Follows the store in `dirs` until `stop` exists: refreshes, checks the content of every
-/// record it has not seen, never sees the log shrink. Returns how many records it checked.
-fn follow(dirs: &[PathBuf], stop: &Path) -> u64 {
+/// Follows the store in `dirs` until `stop` exists: refreshes (or, `waiting`, follows with a
+/// scan that waits for each next record), checks the content of every record it has not seen,
+/// never sees the log shrink. Returns how many records it checked and where it ended.
+fn follow(dirs: &[PathBuf], stop: &Path, waiting: bool) -> (u64, u64) {
     let log = CommitLog::open(dirs, reader_options()).expect("read-only open");
-    let (mut pos, mut checked, mut last_max) = (0u64, 0u64, 0u64);
+    let (mut pos, mut checked, mut last_max, mut late) = (0u64, 0u64, 0u64, 0u32);
+    let waits = Follow {
+        idle_timeout: Some(Duration::from_millis(300)),
+        durable: false,
+    };
     loop {
         let done = stop.exists();
-        let max = log.refresh().expect("refresh");
+        let max = match waiting {
+            true => log.max_offset().unwrap(),
+            false => log.refresh().expect("refresh"),
+        };
         assert!(
             max >= last_max,
             "the follower's log shrank from {last_max} to {max}"
         );
         last_max = max;
         pos = pos.max(log.min_offset().unwrap());
-        let scan = match log.scan(Some(pos), None) {
+        let scan = match waiting {
+            true => log.follow(Some(pos), None, waits),
+            false => log.scan(Some(pos), None),
+        };
+        let scan = match scan {
             Ok(scan) => scan,
             Err(Error::OffsetOutOfRange { .. }) => continue, // the head moved: start there
             Err(e) => panic!("follower scan at {pos}: {e}"),
@@ -395,9 +426,12 @@ fn follow(dirs: &[PathBuf], stop: &Path) -> u64 {
                 Err(e) => panic!("follower scan: {e}"),
             }
         }
-        if done {
-            return checked;
+        // Once told to stop: after a scan that ran to the end (a head moved by the writer's
+        // cleaner may have cut one short: look again, a bounded number of times).
+        if done && (pos >= log.max_offset().unwrap() || late > 50) {
+            return (checked, pos);
         }
+        late += u32::from(done);
     }
 }
 
@@ -407,8 +441,9 @@ fn follow(dirs: &[PathBuf], stop: &Path) -> u64 {
 fn follower_process() {
     if let (Ok(dirs), Ok(stop)) = (std::env::var(FOLLOW_ENV), std::env::var(STOP_ENV)) {
         let dirs: Vec<PathBuf> = dirs.split(':').map(PathBuf::from).collect();
-        let checked = follow(&dirs, Path::new(&stop));
-        println!("follower checked {checked} records");
+        let waiting = std::env::var_os(WAIT_ENV).is_some();
+        let (checked, reached) = follow(&dirs, Path::new(&stop), waiting);
+        println!("follower checked {checked} records, reached {reached}");
         return;
     }
     let (root, dirs) = common::dirs(2);
@@ -417,10 +452,12 @@ fn follower_process() {
     log.truncate_before(3 * SEGMENT).unwrap();
     let stop = root.path().join("stop");
     std::fs::write(&stop, b"").unwrap();
-    let checked = follow(&dirs, &stop);
     let live = acked
         .iter()
         .filter(|(o, _)| *o >= log.min_offset().unwrap())
         .count() as u64;
-    assert_eq!(checked, live);
+    for waiting in [false, true] {
+        let (checked, reached) = follow(&dirs, &stop, waiting);
+        assert_eq!((checked, reached), (live, log.max_offset().unwrap()));
+    }
 }

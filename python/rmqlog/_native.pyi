@@ -293,8 +293,15 @@ class CommitLog:
         body: Literal["view", "binary"] = "view",
         max_records: int = 65536,
         max_bytes: int = 67108864,
+        follow: bool = False,
+        timeout: float | None = None,
+        durable: bool = False,
     ) -> BatchScan:
         """Records starting in ``[start, end)`` (up to ``max_offset`` now) as Arrow batches.
+
+        ``follow=True``: on past ``max_offset`` as records are appended (by any process); each
+        batch holds what is there (never empty) and the next one waits, until ``end``,
+        ``close()``, or ``timeout`` seconds with no new record; ``durable``: flushed records only.
 
         ``columns``: any of ``"offset"`` (int64), ``"timestamp"`` (timestamp[ms, UTC]),
         ``"body"``, ``"segment"`` (int64, the start of the record's segment), in the order given
@@ -309,8 +316,29 @@ class CommitLog:
         """The body of the record at ``offset``: a read-only memoryview over the map."""
     def read_record(self, offset: int, /) -> Record:
         """The record at ``offset`` with its metadata."""
-    def scan(self, start: int | None = None, end: int | None = None) -> ScanIterator:
-        """``(offset, body)`` for records starting in ``[start, end)``, up to ``max_offset`` now."""
+    def scan(
+        self,
+        start: int | None = None,
+        end: int | None = None,
+        *,
+        follow: bool = False,
+        timeout: float | None = None,
+        durable: bool = False,
+    ) -> ScanIterator:
+        """``(offset, body)`` for records starting in ``[start, end)``, up to ``max_offset`` now.
+
+        ``follow=True``: on past it, yielding records as they are appended (by any process),
+        until ``end``, ``close()``, or ``timeout`` seconds with no new record; ``durable``:
+        flushed records only. Waits release the GIL; Ctrl-C interrupts them.
+        """
+    def wait(self, offset: int, /, timeout: float | None = None, *, durable: bool = False) -> int:
+        """Blocks until ``max_offset`` (``durable``: ``flushed_offset``) passes ``offset``, or
+        ``timeout`` seconds pass; returns that end (past ``offset`` unless timed out).
+
+        Whichever process appended; a follower takes the new records in as it wakes. Costs no
+        CPU while waiting; releases the GIL; Ctrl-C interrupts; ``ClosedError`` if the log is
+        closed meanwhile. See docs/producers-consumers.md.
+        """
     def __iter__(self) -> ScanIterator: ...
     def offset_for_timestamp(self, ts_ms: int, /) -> int:
         """Offset of the first record with ``timestamp_ms >= ts_ms``, else ``max_offset``."""

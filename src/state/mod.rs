@@ -137,6 +137,15 @@ impl State {
         self.control.load_full()
     }
 
+    /// A closed log lets go of the store's control file (so its filesystem can be unmounted);
+    /// waits still in flight hold the old page until they see the close.
+    pub fn release_control(&self) {
+        match Control::private() {
+            Ok(private) => self.control.store(Arc::new(private)),
+            Err(e) => log::warn!("the control file stays mapped until the log is dropped: {e}"),
+        }
+    }
+
     /// A follower found a newer control page.
     pub fn set_control(&self, control: Control) {
         self.control.store(Arc::new(control));
