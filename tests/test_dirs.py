@@ -132,9 +132,11 @@ def test_most_free_takes_the_bigger_disk_until_it_is_no_longer_bigger(mnt):
         # The most free space; a tie goes to the first directory in configuration order.
         assert chosen == before.index(max(before)), (i, before)
     names = placement(log)
-    # 3 MiB vs 1 MiB of 64 KiB segments: 32 go to the big disk before the two are level.
+    # 3 MiB vs 1 MiB of 64 KiB segments: 32 go to the big disk before the two are level, but
+    # for one page: the first directory also holds the store's control page (rmqlog.ctl), so
+    # the big one stays ahead by it and takes the next one first.
     assert names[:32] == ["big"] * 32
-    assert names[32:] == ["small", "big"] * 4
+    assert names[32:] == ["big", "small"] * 4
     assert_intact(log, written)
 
 

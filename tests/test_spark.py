@@ -129,6 +129,8 @@ def test_import_rmqlog_does_not_import_pyspark():
         ({"path": "/x", "paths": "/y"}, None, "use one of them"),
         ({"path": "/x", "end_offset": "5"}, "stream", "end_offset applies to spark.read only"),
         ({"path": "/x", "max_records_per_trigger": "5"}, "batch", "spark.readStream only"),
+        ({"path": "/x", "wait_ms": "100"}, "batch", "wait_ms applies to spark.readStream only"),
+        ({"path": "/x", "wait_ms": "61000"}, "stream", "an integer in [0, 60000]"),
     ],
 )
 def test_bad_options_raise_value_error_naming_the_option(options, mode, message):
@@ -276,6 +278,7 @@ OPTIONS = [
     ("fail_on_data_loss", "maybe", '"true" or "false"', "false", BOTH),
     ("max_records_per_trigger", "none", "an integer >= 1", "500", STREAM),
     ("max_bytes_per_trigger", "1.5m", "64k, 64m, 1g", "64KiB", STREAM),
+    ("wait_ms", "-1", "milliseconds, an integer >= 0", "50", STREAM),
     ("tier_url", "nope", "expected a URL: s3://bucket/prefix", None, BOTH),
     ("tier_cache_dir", "cache", "expected an absolute directory", None, BOTH),
 ]
@@ -570,6 +573,34 @@ def test_stream_reader_offsets_limits_and_data_loss(tmp_path):
         for p in (sr, lenient):
             p.stop()
             assert p._log is None
+
+
+def test_stream_trigger_with_nothing_new_waits_for_the_next_append(tmp_path):
+    """latestOffset with no new record waits up to wait_ms, woken by the append (made here by a
+    writer thread of this process, seen through the store's control page as from any process)."""
+    dirs = [str(tmp_path / "d0")]
+    with CommitLog(dirs, segment_size=SEG) as log:
+        log.append(b"first")
+        end = log.max_offset
+        for wait_ms, appends in [("0", False), ("200", False), ("20000", True)]:
+            src = rs.RmqlogDataSource({"path": dirs[0], "wait_ms": wait_ms})
+            sr = src.streamReader(src.schema())
+            sr.initialOffset()
+            timer = threading.Timer(0.3, log.append, (b"next",)) if appends else None
+            if timer:
+                timer.start()
+            t = time.monotonic()
+            latest = sr.latestOffset({"offset": end}, None)["offset"]
+            took = time.monotonic() - t
+            if timer:
+                timer.join()
+                assert latest > end, "the trigger waited for the append and planned it"
+                assert took < 15, took  # woken by it, not by the 20 s limit
+                end = latest
+            else:
+                assert latest == end
+                assert took >= int(wait_ms) / 1000 * 0.9, (wait_ms, took)
+            sr.stop()
 
 
 def test_streaming_data_loss_fails_the_query_or_is_skipped(spark, tmp_path):

@@ -32,6 +32,8 @@ class Options:
     fail_on_data_loss: bool = True
     max_bytes_per_trigger: int | None = None
     max_records_per_trigger: int | None = None
+    # How long a trigger that finds no new record waits for one (woken by the append).
+    wait_ms: int = 100
     tier_url: str | None = None
     tier_options: tuple[tuple[str, str], ...] = ()  # the tier.<key> options, sorted
     tier_cache_dir: str | None = None
@@ -42,7 +44,7 @@ class Options:
 
 
 _BATCH_ONLY = ("end_offset", "end_timestamp")
-_STREAM_ONLY = ("max_bytes_per_trigger", "max_records_per_trigger")
+_STREAM_ONLY = ("max_bytes_per_trigger", "max_records_per_trigger", "wait_ms")
 _KNOWN = (
     "path",
     "paths",
@@ -255,6 +257,13 @@ def parse_options(options: Mapping[str, str], mode: str | None = None) -> Option
         kw["max_records_per_trigger"] = _int(
             "max_records_per_trigger", keys["max_records_per_trigger"], 1
         )
+    if "wait_ms" in keys:
+        try:
+            kw["wait_ms"] = _int("wait_ms", keys["wait_ms"])
+        except ValueError:
+            raise _bad("wait_ms", keys["wait_ms"], "milliseconds, an integer >= 0") from None
+        if kw["wait_ms"] > 60_000:
+            raise _bad("wait_ms", keys["wait_ms"], "milliseconds, an integer in [0, 60000]")
     opts = Options(**kw)
     so, eo = opts.start_offset, opts.end_offset
     if isinstance(so, int) and eo is not None and so > eo:

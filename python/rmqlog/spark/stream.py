@@ -47,7 +47,9 @@ def _offset(value: Any, what: str) -> int:
 class RmqlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch reader. Offsets are ``{"offset": <physical offset>}``: a record boundary (or
     the end of a segment's records); a micro-batch reads the records that start in
-    ``[start, end)``. The driver side follows the writer with a read-only log and ``refresh()``.
+    ``[start, end)``. The driver side follows the writer with a read-only log that catches up
+    through the store's control page (a listing only when the segments changed); a trigger that
+    finds no new record waits up to ``wait_ms`` for one, woken by the append.
     """
 
     def __init__(self, opts: Options, proj: Projection = FULL) -> None:
@@ -65,7 +67,7 @@ class RmqlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._log is None:
             self._log = _open(self.opts.store)
         elif refresh:
-            self._log.refresh()
+            self._log.wait(self._log.max_offset, timeout=0)  # catches up, waits not
         return self._log
 
     def initialOffset(self) -> dict:
@@ -98,6 +100,9 @@ class RmqlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start is None:  # PySpark < 4.2: no admission control
             return {"offset": end}
         pos = _offset(start, "start")
+        if pos >= end and self._target is None and self.opts.wait_ms > 0:
+            # Nothing new: wait a little for the next append instead of Spark polling again.
+            end = log.wait(pos, timeout=self.opts.wait_ms / 1000)
         if pos >= end:
             return {"offset": pos}
         if limit is None or isinstance(limit, ReadAllAvailable):
