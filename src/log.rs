@@ -457,7 +457,7 @@ impl CommitLog {
         if !self.state.mark_closed() {
             return Ok(());
         }
-        self.state.control().wake(); // waits in this process end (`Error::Closed`)
+        self.state.wake_waiting(); // waits in this process end (`Error::Closed`)
         if let Some(tier) = &self.state.tier {
             tier.close(); // a request in flight (a hung store) must not hold up the close
         }
@@ -485,7 +485,7 @@ impl CommitLog {
         };
         drop(no_move);
         locked(&self.lock).take();
-        self.state.control().wake(); // waits begun during the close end too
+        self.state.wake_waiting(); // waits begun during the close end too
         self.state.release_control();
         self.state.events.stop();
         // Unmap: the files can go (or their filesystem be unmounted) once no reader holds a record.

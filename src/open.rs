@@ -26,6 +26,7 @@ use crate::segment::Segment;
 use crate::segments::SegmentList;
 use crate::settings::WriterSettings;
 use crate::state::{Parts, State};
+use crate::sync::locked;
 use crate::tail_hint::{self, TailHints};
 use crate::tier::{learn_head, open_tier, with_remote};
 use crate::writer::Writer;
@@ -384,6 +385,11 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
             dir
         })
         .collect();
+    // Mapped before the store is listed: a change the listing missed shows as a newer generation.
+    let dirs_of: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+    let control = Control::of_store(&dirs_of)
+        .map_err(|e| Error::io("mapping the control page", CONTROL_FILE, e))?;
+    let seen = control.seen();
     let recorded = read_newest(&paths)?;
     let store_id = recorded
         .as_ref()
@@ -408,9 +414,6 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
     let min = list.first().map_or(end, |s| s.start());
     let flushed = ckpt.as_ref().map_or(0, |c| c.flushed_offset.min(end));
     let checkpoint = ckpt.unwrap_or_else(|| Checkpoint::new(0));
-    let dirs_of: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
-    let control = Control::of_store(&dirs_of)
-        .map_err(|e| Error::io("mapping the control page", CONTROL_FILE, e))?;
     let state = State::new(Parts {
         opts,
         dirs,
@@ -424,6 +427,7 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
         tier,
         control,
     })?;
+    *locked(&state.seen) = seen;
     Ok(Opened {
         state,
         writer: None,

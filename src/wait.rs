@@ -51,6 +51,7 @@ pub(crate) fn wait(
     deadline: Option<Instant>,
     interruptible: bool,
 ) -> Result<Waited> {
+    let _waiting = state.enter_wait(); // before the first look at whether the log is closed
     loop {
         state.check_open()?;
         let ctl = state.control_full();

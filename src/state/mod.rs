@@ -18,7 +18,7 @@ mod changes;
 mod meta;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::{ArcSwap, Guard};
@@ -77,9 +77,24 @@ pub(crate) struct State {
     /// The store's control page: a writer publishes there, waiters sleep there. A follower
     /// replaces it when it finds a newer one (see `wait.rs`).
     control: ArcSwap<Control>,
+    /// Threads of this process in a wait on this log (so that `close` wakes them; a follower
+    /// that never waits never writes the control page).
+    waiting: AtomicUsize,
     /// What a follower's view of the segment list is as of (the control page's epoch and
     /// generation when it last listed the store).
     pub seen: Mutex<Seen>,
+}
+
+/// A thread waiting on the log; see [`State::enter_wait`].
+#[derive(Debug)]
+pub(crate) struct Waiting<'a> {
+    state: &'a State,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.state.waiting.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// What an open hands to [`State::new`].
@@ -123,6 +138,7 @@ impl State {
             stats: Stats::default(),
             tier: p.tier,
             seen: Mutex::new(p.control.seen()),
+            waiting: AtomicUsize::new(0),
             control: ArcSwap::from_pointee(p.control),
         }))
     }
@@ -135,6 +151,21 @@ impl State {
     /// The control page as of now, to keep.
     pub fn control_full(&self) -> Arc<Control> {
         self.control.load_full()
+    }
+
+    /// Counts a thread as waiting on this log until the guard goes.
+    pub fn enter_wait(&self) -> Waiting<'_> {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        Waiting { state: self }
+    }
+
+    /// Wakes the threads of this process waiting on this log (a close: they see it).
+    pub fn wake_waiting(&self) {
+        fence(Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.control().wake();
+        }
     }
 
     /// A closed log lets go of the store's control file (so its filesystem can be unmounted);
