@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::control::{Control, CONTROL_FILE};
 use crate::error::{Error, Result};
+use crate::failpoint::fail_point;
 use crate::follow;
 use crate::state::State;
 use crate::sync::locked;
@@ -104,6 +105,7 @@ pub(crate) fn catch_up(state: &State, ctl: &Control) -> Result<()> {
         return Ok(());
     }
     let seen = ctl.seen();
+    fail_point!("wait::seen");
     let limit = ctl.end();
     let changed = *locked(&state.seen) != seen;
     let known = state.max_offset();
@@ -111,10 +113,16 @@ pub(crate) fn catch_up(state: &State, ctl: &Control) -> Result<()> {
         follow::refresh_to(state, Some(limit))?;
         *locked(&state.seen) = seen;
     } else if limit > known {
-        let end = follow::extend(state, limit)?;
+        let end = match follow::extend(state, limit) {
+            Ok(end) => end,
+            // A segment's file went (moved, deleted) since the generation was read.
+            Err(e) if e.is_not_found() => known,
+            Err(e) => return Err(e),
+        };
         let at_last_end = state.segments().last().is_none_or(|l| end >= l.end());
-        if end < limit && at_last_end {
-            // The records go on in a segment this follower has not listed yet.
+        if end < limit && (at_last_end || end == known) {
+            // The records go on in a segment this follower has not listed yet, or the list it
+            // has is gone: list again.
             follow::refresh_to(state, Some(limit))?;
         }
     }

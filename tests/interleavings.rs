@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use common::{assert_readable, body, dirs, quiet};
+use common::{assert_readable, body, check_body, dirs, quiet};
 use rmqlog::{CommitLog, Error, FlushMode, Options};
 
 /// Pauses the first thread that reaches fail point `name`, until released.
@@ -622,4 +622,43 @@ fn a_waiting_follower_sees_a_batch_whole_or_not_at_all() {
     let now = follower.wait(end, Some(Duration::from_secs(30))).unwrap();
     assert_eq!(now, log.max_offset().unwrap(), "the whole batch at once");
     assert_eq!(follower.read(offsets[2]).unwrap().len(), 50);
+}
+
+#[test]
+fn a_follower_paused_in_its_catch_up_while_the_writer_rolls_and_truncates() {
+    let _scenario = fail::FailScenario::setup();
+    let (_t, d) = dirs(2);
+    let log = CommitLog::open(&d, quiet()).unwrap();
+    let first: Vec<_> = (0..10)
+        .map(|i| log.append(&body(i, 300)).unwrap())
+        .collect();
+    let follower = Arc::new(CommitLog::open(&d, Options::default().read_only(true)).unwrap());
+    let end = log.max_offset().unwrap();
+    // The follower has read the generation it knows, then stops before it looks at the end.
+    let pause = Pause::at("wait::seen");
+    let waiter = on_thread(&follower, move |f| {
+        f.wait(end, Some(Duration::from_secs(30)))
+    });
+    pause.wait();
+    // Meanwhile the writer fills this segment, rolls twice and deletes the segments it had.
+    let later: Vec<_> = (10..40)
+        .map(|i| log.append(&body(i, 300)).unwrap())
+        .collect();
+    let head = log.truncate_before(later[20]).unwrap();
+    assert!(head > first[9], "the follower's segments are gone");
+    pause.release();
+    let now = waiter.join().unwrap().unwrap();
+    assert!(now > end);
+    // What the follower shows is the writer's log: the new head, every record after it.
+    follower
+        .wait(log.max_offset().unwrap() - 1, Some(Duration::from_secs(30)))
+        .unwrap();
+    assert_eq!(follower.min_offset().unwrap(), head);
+    assert_eq!(follower.max_offset().unwrap(), log.max_offset().unwrap());
+    for (i, off) in later.iter().enumerate().filter(|(_, o)| **o >= head) {
+        assert_eq!(
+            check_body(&follower.read(*off).unwrap()),
+            Some(i as u64 + 10)
+        );
+    }
 }

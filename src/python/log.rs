@@ -351,6 +351,7 @@ impl PyCommitLog {
                           max_records=65536, max_bytes=67108864, follow=False, timeout=None, \
                           durable=False)"
     )]
+    #[allow(clippy::too_many_arguments)] // one per keyword of the Python signature
     fn scan_batches(
         slf: &Bound<'_, Self>,
         start: Option<&Bound<'_, PyAny>>,
