@@ -13,6 +13,7 @@ import pty
 import re
 import select
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -981,3 +982,31 @@ def test_rebalance_reports_moves_and_ratios(run, store):
     with CommitLog(dirs, read_only=True) as ro:
         for off, body in written.items():
             assert bytes(ro.read(off)) == body
+
+
+def test_dump_follow_prints_records_as_they_are_appended_until_ctrl_c(store):
+    """``rmqlog dump --follow``: the records there, then each new one as a writer in another
+    process appends it (one JSON line, flushed at once); Ctrl-C ends it with exit 130."""
+    dirs, written = store
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rmqlog", "dump", joined(dirs), "--follow", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    try:
+        lines = [json.loads(proc.stdout.readline()) for _ in written]
+        assert {r["offset"] for r in lines} == set(written)
+        with CommitLog(dirs, segment_size=SEG) as log:
+            for body in (b"late-1", b"late-2"):
+                off = log.append(body)
+                row = json.loads(proc.stdout.readline())  # blocks until dump prints it
+                assert (row["offset"], row["size"]) == (off, len(body))
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert "rmqlog: interrupted" in err and "Traceback" not in err
+    finally:
+        proc.kill()
+        proc.wait()

@@ -18,23 +18,27 @@ from rmqlog.cli.common import (
 )
 
 
-def iter_records(clog: CommitLog, start: int | None, count: int | None) -> Iterator[dict[str, Any]]:
+def iter_records(
+    clog: CommitLog, start: int | None, count: int | None, follow: bool = False
+) -> Iterator[dict[str, Any]]:
     """Records from ``start`` (default ``min_offset``), at most ``count``, as dicts with
-    ``offset``, ``timestamp_ms``, ``size``, ``next_offset`` and the ``body`` (a memoryview)."""
+    ``offset``, ``timestamp_ms``, ``size``, ``next_offset`` and the ``body`` (a memoryview);
+    ``follow``: then the records appended later, as they come (no progress bar)."""
     lo, hi = clog.min_offset, clog.max_offset
     if start is not None and not lo <= start <= hi:
         raise UsageError(f"--from {start} is out of range: the log holds [{lo}, {hi})")
     first = lo if start is None else start
     if count == 0:
         return
-    bar = (
-        progress(hi - first, "dump", stdout_is_data=True)
-        if count is None
-        else progress(count, "dump", "rec", stdout_is_data=True)
-    )
+    if follow:  # no end to show progress to
+        bar = progress(None, "dump", "rec", stdout_is_data=True)
+    elif count is None:
+        bar = progress(hi - first, "dump", stdout_is_data=True)
+    else:
+        bar = progress(count, "dump", "rec", stdout_is_data=True)
     with bar:
         n = 0
-        for offset, body in clog.scan(start=first):
+        for offset, body in clog.scan(start=first, follow=follow):
             rec = clog.read_record(offset)
             yield {
                 "offset": offset,
@@ -44,7 +48,7 @@ def iter_records(clog: CommitLog, start: int | None, count: int | None) -> Itera
                 "body": body,
             }
             n += 1
-            bar.update(1 if count is not None else rec.next_offset - offset)
+            bar.update(1 if count is not None or follow else rec.next_offset - offset)
             if count is not None and n >= count:
                 break
 
@@ -52,7 +56,7 @@ def iter_records(clog: CommitLog, start: int | None, count: int | None) -> Itera
 def cmd_dump(args: argparse.Namespace, out: TextIO) -> int:
     """``rmqlog dump``: one line per record, like Kafka's ``kafka-dump-log``."""
     with open_read_only(args.paths, dict(args.tier_option or [])) as clog:
-        for rec in iter_records(clog, args.start, args.count):
+        for rec in iter_records(clog, args.start, args.count, args.follow):
             body = rec.pop("body")
             ts = iso_utc(rec["timestamp_ms"])
             if args.json:
@@ -62,6 +66,8 @@ def cmd_dump(args: argparse.Namespace, out: TextIO) -> int:
                 if args.hex:
                     row["hex"] = bytes(body).hex()
                 _emit_json(row, out)
+                if args.follow:
+                    out.flush()
                 continue
             line = (
                 f"offset: {rec['offset']} timestamp: {rec['timestamp_ms']} ({ts}) "
@@ -71,5 +77,5 @@ def cmd_dump(args: argparse.Namespace, out: TextIO) -> int:
                 line += f" data: {render_text(body)}"
             if args.hex:
                 line += f" hex: {bytes(body).hex()}"
-            print(line, file=out)
+            print(line, file=out, flush=args.follow)
     return EXIT_OK

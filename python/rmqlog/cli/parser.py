@@ -216,6 +216,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--data", action="store_true", help="print the body as text (repr-like escapes)"
     )
     sp.add_argument("--hex", action="store_true", help="print the body as hex")
+    sp.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="then wait for new records and print each as it is appended, like tail -f, "
+        "until Ctrl-C or --count records",
+    )
     json_arg(sp, "one JSON object per line")
     sp.set_defaults(func=cmd_dump)
 
