@@ -75,6 +75,11 @@ pub(crate) fn refresh_to(state: &State, limit: Option<u64>) -> Result<u64> {
             };
             Ok((Some(reload), ()))
         })?;
+        // What the writer's metadata vouches for is durable (a follower with no control page
+        // learns its flushed end only so).
+        if let Some(c) = &view.ckpt {
+            state.set_flushed(c.flushed_offset.min(tail.end));
+        }
         return Ok(tail.end);
     }
     log::debug!("the store kept changing while it was listed; the follower keeps its view");

@@ -235,3 +235,24 @@ fn following_batches_hold_what_came_and_wait_for_more() {
     assert!(reader.next_batch().unwrap().is_none(), "idle timeout");
     assert!(reader.is_done());
 }
+
+#[test]
+fn a_follower_without_a_control_page_polls_for_records_and_durability() {
+    let (_t, d) = dirs(1);
+    let log = CommitLog::open(&d, quiet()).unwrap();
+    // The writer keeps its page, which no other open can find any more.
+    std::fs::remove_file(d[0].join("rmqlog.ctl")).unwrap();
+    let ro = follower(&d);
+    let off = log.append(b"x").unwrap();
+    assert!(ro.wait(off, LONG).unwrap() > off, "found by polling");
+    let short = Some(Duration::from_millis(300));
+    assert!(
+        ro.wait_durable(off, short).unwrap() <= off,
+        "not flushed yet"
+    );
+    log.flush().unwrap();
+    assert!(
+        ro.wait_durable(off, LONG).unwrap() > off,
+        "the metadata says it is durable"
+    );
+}
