@@ -40,6 +40,7 @@ import rows_read
 import rows_rust
 import rows_spark
 import rows_tier
+import rows_wait
 from harness import (
     TARGETS,
     Row,
@@ -62,6 +63,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "rust": rows_rust.NAMES,
     "spark": rows_spark.NAMES,
     "tier": rows_tier.NAMES,
+    "wait": rows_wait.NAMES,
 }
 
 
@@ -83,6 +85,7 @@ def one_pass(s: Sizes, wd: Workdir, rust: rows_rust.RustRows, want: Callable[[st
         "rust": lambda: rows_rust.run(rust, rows_rust.NAMES, reps),
         "spark": lambda: rows_spark.run(s, wd),
         "tier": lambda: rows_tier.run(s, wd),
+        "wait": lambda: rows_wait.run(s, wd),
     }
     rows: list[Row] = []
     for group, runner in runners.items():
