@@ -280,6 +280,10 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
         Some(f) => f.clamp(min, end),
         None => min,
     };
+    let control_dirs: Vec<&Path> = hint_dirs.iter().map(|(_, p)| *p).collect();
+    let control = Control::create(&control_dirs, end, flushed, opts.file_mode)
+        .map_err(|e| Error::io("mapping the control page", CONTROL_FILE, e))?;
+    let control = Arc::new(control);
     let sync = opts.flush.policy().each_append;
     let writer = match list.last().filter(|l| l.is_local()) {
         Some(last) => Writer::new(
@@ -288,12 +292,10 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
             end - last.start(),
             end,
             tail,
+            Arc::clone(&control),
         ),
-        None => Writer::new(sync, None, 0, end, tail),
+        None => Writer::new(sync, None, 0, end, tail, Arc::clone(&control)),
     };
-    let control_dirs: Vec<&Path> = hint_dirs.iter().map(|(_, p)| *p).collect();
-    let control = Control::create(&control_dirs, end, flushed, opts.file_mode)
-        .map_err(|e| Error::io("mapping the control page", CONTROL_FILE, e))?;
     let state = State::new(Parts {
         opts,
         dirs,
@@ -390,6 +392,7 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
     let control = Control::of_store(&dirs_of)
         .map_err(|e| Error::io("mapping the control page", CONTROL_FILE, e))?;
     let seen = control.seen();
+    let control = Arc::new(control);
     let recorded = read_newest(&paths)?;
     let store_id = recorded
         .as_ref()
@@ -485,7 +488,9 @@ fn open_remote(url: &str, opts: Options) -> Result<Opened> {
         last_ts: 0,
         checkpoint,
         tier: Some(tier),
-        control: Control::private().map_err(|e| Error::io("mapping a private page", "", e))?,
+        control: Arc::new(
+            Control::private().map_err(|e| Error::io("mapping a private page", "", e))?,
+        ),
     })?;
     Ok(Opened {
         state,

@@ -94,7 +94,7 @@ pub(crate) fn catch_up(state: &State, ctl: &Control) -> Result<()> {
             .map_err(|e| Error::io("mapping the control page", CONTROL_FILE, e))?;
         if found.is_shared() && found.is_live() {
             let seen = found.seen();
-            state.set_control(found);
+            state.set_control(Arc::new(found));
             follow::refresh(state)?;
             *locked(&state.seen) = seen;
             let ctl = state.control_full();

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, TryLockError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::active_file::ActiveFile;
+use crate::control::Control;
 use crate::error::{Error, Result};
 use crate::failpoint::fail_point;
 use crate::flusher::flush_to;
@@ -51,6 +52,9 @@ struct Cursor {
     file: ActiveFile,
     /// Where this writer records its recovery point (`rmqlog.tail`).
     tail: TailHints,
+    /// The store's control page, where each publication goes for waiters in every process;
+    /// `None` once the log closed.
+    control: Option<Arc<Control>>,
 }
 
 impl Cursor {
@@ -136,6 +140,7 @@ impl Writer {
         pos: u64,
         next_start: u64,
         tail: TailHints,
+        control: Arc<Control>,
     ) -> Writer {
         let warm = Arc::new(Slot::default());
         let file = match &active {
@@ -155,6 +160,7 @@ impl Writer {
                 hints: HashMap::new(),
                 file,
                 tail,
+                control: Some(control),
             }),
         }
     }
@@ -245,6 +251,7 @@ impl Writer {
         c.active = None;
         c.file = ActiveFile::none();
         c.tail = TailHints::default();
+        c.control = None;
     }
 }
 
@@ -328,6 +335,9 @@ fn write_batch<B: AsRef<[u8]>>(
     Stats::add(&state.stats.appended_bytes, bytes);
     fail_point!("append::before_publish");
     state.publish(end, ts);
+    if let Some(control) = &c.control {
+        control.publish_end(end);
+    }
     if rolled {
         c.record_tail_hint(state, ts);
         log::debug!("rolled to a new segment; log end {end}");

@@ -17,20 +17,26 @@ from rmqlog import CommitLog
 SEGMENT = 64 * 1024
 
 # A follower child: follows the store from offset 0 with a scan of `kind` and prints one JSON
-# line per record (offset, length, first 8 bytes) or batch, then "end".
+# line per record (offset, length, first 8 bytes) until the record STOP, then "end". The idle
+# timeout only bounds a failing test.
+STOP = b"STOP"
 FOLLOWER = """
 import json, sys
 from rmqlog import CommitLog
 dirs, kind = sys.argv[1], sys.argv[2]
 log = CommitLog(dirs, read_only=True)
 print("ready", flush=True)
-if kind == "batches":
-    for b in log.scan_batches(0, follow=True, timeout=3.0, body="binary"):
-        for off, body in zip(b.column("offset").to_pylist(), b.column("body").to_pylist()):
-            print(json.dumps([off, len(body), body[:8].hex()]), flush=True)
-else:
-    for off, body in log.scan(0, follow=True, timeout=3.0):
-        print(json.dumps([off, len(body), bytes(body[:8]).hex()]), flush=True)
+def records():
+    if kind == "batches":
+        for b in log.scan_batches(0, follow=True, timeout=60.0, body="binary"):
+            yield from zip(b.column("offset").to_pylist(), b.column("body").to_pylist())
+    else:
+        for off, body in log.scan(0, follow=True, timeout=60.0):
+            yield off, bytes(body)
+for off, body in records():
+    if body == b"STOP":
+        break
+    print(json.dumps([off, len(body), body[:8].hex()]), flush=True)
 print("end", flush=True)
 """
 
@@ -74,6 +80,7 @@ def test_followers_in_other_processes_see_every_record_once_in_order(tmp_path):
                     written += zip(log.append_batch(batch), batch, strict=True)
                     i += 7
             assert len(log.segments()) > 20, "the writer rolled many times"
+            log.append(STOP)
             want = [[off, len(b), b[:8].hex()] for off, b in written]
             for f, kind in zip(followers, kinds, strict=True):
                 out, err = f.communicate(timeout=120)
@@ -138,15 +145,29 @@ except KeyboardInterrupt:
 """
 
 
+def sleeps_in_futex(pid: int) -> bool:
+    """Whether the main thread of ``pid`` is blocked in futex(2) (x86-64: system call 202)."""
+    try:
+        with open(f"/proc/{pid}/syscall") as f:
+            return f.read().split()[0] == "202"
+    except (OSError, IndexError):
+        return False
+
+
 @pytest.mark.parametrize("how", ["wait", "scan", "batches"])
 def test_ctrl_c_interrupts_a_waiting_follower(tmp_path, how):
+    if os.uname().machine != "x86_64":
+        pytest.skip("reads the x86-64 system call number from /proc/PID/syscall")
     d = str(tmp_path / "d")
     with CommitLog(d, segment_size=SEGMENT) as log:
         log.append(b"x")
         w = child(INTERRUPTED, d, how)
         try:
             expect_line(w, "ready")
-            time.sleep(0.3)  # into the wait
+            deadline = time.monotonic() + 30
+            while not sleeps_in_futex(w.pid):  # into the wait, asleep in the kernel
+                assert time.monotonic() < deadline, "the child never went to sleep"
+                time.sleep(0.01)
             w.send_signal(signal.SIGINT)
             out, err = w.communicate(timeout=30)
         finally:
@@ -230,6 +251,7 @@ def test_a_follower_keeps_following_through_truncations_and_moves(tmp_path):
             assert [o for o, _, _ in later] == more
             assert [h for _, _, h in later] == [body(i)[:8].hex() for i in range(400, 800)]
             assert head > offs[0]
+            log.append(STOP)
         out, err = follower.communicate(timeout=60)
         assert out.strip() == "end", err
     finally:

@@ -109,7 +109,7 @@ pub(crate) struct Parts {
     pub last_ts: u64,
     pub checkpoint: Checkpoint,
     pub tier: Option<Arc<Tier>>,
-    pub control: Control,
+    pub control: Arc<Control>,
 }
 
 impl State {
@@ -139,7 +139,7 @@ impl State {
             tier: p.tier,
             seen: Mutex::new(p.control.seen()),
             waiting: AtomicUsize::new(0),
-            control: ArcSwap::from_pointee(p.control),
+            control: ArcSwap::new(p.control),
         }))
     }
 
@@ -178,8 +178,8 @@ impl State {
     }
 
     /// A follower found a newer control page.
-    pub fn set_control(&self, control: Control) {
-        self.control.store(Arc::new(control));
+    pub fn set_control(&self, control: Arc<Control>) {
+        self.control.store(control);
     }
 
     /// The segment list as of now (cheap; for one lookup).
@@ -212,15 +212,11 @@ impl State {
         self.last_timestamp_ms.load(Ordering::Relaxed)
     }
 
-    /// The writer publishes records up to `end` (written before this call), stamped `ts`.
-    /// Waiters, in this process and others, are woken.
-    #[inline]
+    /// The writer publishes records up to `end` (written before this call), stamped `ts`, to
+    /// this process (then, itself, to the control page); or a follower takes them in.
     pub fn publish(&self, end: u64, ts: u64) {
         self.last_timestamp_ms.fetch_max(ts, Ordering::Relaxed);
         self.max_offset.store(end, Ordering::Release);
-        if !self.read_only {
-            self.control.load().publish_end(end);
-        }
     }
 
     /// A sync made every byte below `offset` durable (a writer's, published to waiters; or what
