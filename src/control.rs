@@ -59,9 +59,20 @@ struct Words {
     seq: AtomicU32,
     /// How many waiters are registered (see the module docs).
     waiters: AtomicU32,
+    /// The inode of the file the writer that rewrote it mapped (a copy of the file elsewhere is
+    /// not that file).
+    ino: AtomicU64,
+    /// Length of the page-cache id at `CACHE_AT` (0: none).
+    cache_len: AtomicU32,
 }
 
-const _: () = assert!(std::mem::size_of::<Words>() <= LEN);
+/// Where the writer records which page cache the end lives in (`tail_hint::page_cache_id`), so
+/// that the next writer's recovery trusts the end only within the same one (see
+/// [`Control::published_end`]). Only writers, holding the store lock, read or write it.
+const CACHE_AT: usize = 2048;
+const CACHE_MAX: usize = LEN - CACHE_AT;
+
+const _: () = assert!(std::mem::size_of::<Words>() <= CACHE_AT);
 
 /// What a follower last knew of the store through the control file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -96,9 +107,16 @@ impl Control {
     }
 
     /// A writer's open: the control file in the first of `dirs` that takes it, rewritten with
-    /// `end` and `flushed` under a new epoch; the copies in the other directories are retired.
-    /// Falls back to a private page (logged) when no directory takes it.
-    pub fn create(dirs: &[&Path], end: u64, flushed: u64, mode: u32) -> std::io::Result<Control> {
+    /// `end` and `flushed` under a new epoch, naming the page cache `cache` it lives in; the
+    /// copies in the other directories are retired. Falls back to a private page (logged) when
+    /// no directory takes it.
+    pub fn create(
+        dirs: &[&Path],
+        end: u64,
+        flushed: u64,
+        cache: Option<&str>,
+        mode: u32,
+    ) -> std::io::Result<Control> {
         let mut chosen = None;
         for dir in dirs {
             let path = dir.join(CONTROL_FILE);
@@ -137,6 +155,7 @@ impl Control {
         };
         w.end.store(end, Ordering::Release);
         w.flushed.store(flushed, Ordering::Release);
+        c.set_cache(cache);
         w.generation.fetch_add(1, Ordering::AcqRel);
         w.opened_ns.store(now_ns(), Ordering::Release);
         w.version.store(VERSION, Ordering::Release);
@@ -167,6 +186,48 @@ impl Control {
             })
             .filter(|c| c.is_live())
             .max_by_key(|c| c.words().opened_ns.load(Ordering::Acquire))
+    }
+
+    /// The end the last writer of the store published, if its control file in `dirs` says it
+    /// lives in the page cache `cache` (this boot, the same mounts: what that writer left in the
+    /// maps is still there) and is the very file that writer mapped. Records found past it were
+    /// never acknowledged: its writer died before publishing them.
+    pub fn published_end(dirs: &[&Path], cache: &str) -> Option<u64> {
+        let c = Control::find(dirs)?;
+        let (file, _) = c.file.as_ref()?;
+        let ino = std::os::unix::fs::MetadataExt::ino(&file.metadata().ok()?);
+        let w = c.words();
+        let len = w.cache_len.load(Ordering::Acquire) as usize;
+        if w.ino.load(Ordering::Acquire) != ino || len != cache.len() || len > CACHE_MAX {
+            return None;
+        }
+        // SAFETY: CACHE_AT + len <= LEN: inside the map, which lives as long as `c`.
+        let recorded = unsafe { std::slice::from_raw_parts(c.map.as_ptr().add(CACHE_AT), len) };
+        (recorded == cache.as_bytes()).then(|| c.end())
+    }
+
+    /// Records the page cache the file lives in (see [`Control::published_end`]).
+    fn set_cache(&self, cache: Option<&str>) {
+        let w = self.words();
+        let Some((file, _)) = &self.file else {
+            return;
+        };
+        let cache = cache.filter(|c| c.len() <= CACHE_MAX).unwrap_or("");
+        let ino = file
+            .metadata()
+            .map_or(0, |m| std::os::unix::fs::MetadataExt::ino(&m));
+        w.cache_len.store(0, Ordering::Release);
+        // SAFETY: CACHE_AT + len <= LEN, inside the writable map; only a writer holding the
+        // store lock writes or reads this range (no concurrent access).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                cache.as_ptr(),
+                self.map.as_mut_ptr().add(CACHE_AT),
+                cache.len(),
+            );
+        }
+        w.ino.store(ino, Ordering::Release);
+        w.cache_len.store(cache.len() as u32, Ordering::Release);
     }
 
     /// A follower's page: the store's control file in `dirs`, or a private page until a writer
@@ -353,14 +414,14 @@ mod tests {
     fn a_writer_rewrites_under_a_new_epoch_and_retires_other_copies() {
         let a = tempfile::tempdir().unwrap();
         let b = tempfile::tempdir().unwrap();
-        let first = Control::create(&[b.path(), a.path()], 10, 5, 0o640).unwrap();
+        let first = Control::create(&[b.path(), a.path()], 10, 5, None, 0o640).unwrap();
         assert_eq!(first.path(), Some(b.path().join(CONTROL_FILE).as_path()));
         let follower = Control::find(&[a.path(), b.path()]).expect("a live control file");
         assert_eq!((follower.end(), follower.flushed()), (10, 5));
         let before = follower.seen();
 
         // The next writer gives the directories in another order.
-        let second = Control::create(&[a.path(), b.path()], 20, 20, 0o640).unwrap();
+        let second = Control::create(&[a.path(), b.path()], 20, 20, None, 0o640).unwrap();
         assert!(!follower.is_live(), "the old copy is retired");
         assert_eq!(second.end(), 20);
         let again = Control::find(&[b.path(), a.path()]).expect("the new copy");
@@ -368,7 +429,7 @@ mod tests {
 
         // A third open of the same file: a new epoch, what a follower took for the log may be cut.
         drop(second);
-        let third = Control::create(&[a.path()], 15, 15, 0o640).unwrap();
+        let third = Control::create(&[a.path()], 15, 15, None, 0o640).unwrap();
         assert_ne!(again.seen().epoch, before.epoch);
         assert_eq!(again.end(), 15);
         assert!(third.is_live());
@@ -386,7 +447,7 @@ mod tests {
     #[test]
     fn a_publish_wakes_a_registered_waiter_in_another_thread() {
         let d = tempfile::tempdir().unwrap();
-        let writer = Control::create(&[d.path()], 0, 0, 0o640).unwrap();
+        let writer = Control::create(&[d.path()], 0, 0, None, 0o640).unwrap();
         let path = d.path().to_path_buf();
         let waiter = std::thread::spawn(move || {
             let ctl = Control::find(&[path.as_path()]).unwrap();

@@ -229,7 +229,13 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     let hint = ckpt
         .as_ref()
         .and_then(|c| tail_hint::read(&all, &c.store_id));
-    let (list, end, last_ts) = recover(list, ckpt.as_ref(), hint.as_ref(), true)?;
+    // What the last writer published, as its control file says within this page cache's life.
+    let cache = tail_hint::page_cache_id(&all);
+    let writable_dirs: Vec<&Path> = writable_paths.iter().map(PathBuf::as_path).collect();
+    let published = cache
+        .as_deref()
+        .and_then(|c| Control::published_end(&writable_dirs, c));
+    let (list, end, last_ts) = recover(list, ckpt.as_ref(), hint.as_ref(), published, true)?;
     let list = writable_last(list);
     // A tail lost with its directory, or only remote: the log goes on after it.
     let end = list
@@ -281,8 +287,14 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
         None => min,
     };
     let control_dirs: Vec<&Path> = hint_dirs.iter().map(|(_, p)| *p).collect();
-    let control = Control::create(&control_dirs, end, flushed, opts.file_mode)
-        .map_err(|e| Error::io("mapping the control page", CONTROL_FILE, e))?;
+    let control = Control::create(
+        &control_dirs,
+        end,
+        flushed,
+        cache.as_deref(),
+        opts.file_mode,
+    )
+    .map_err(|e| Error::io("mapping the control page", CONTROL_FILE, e))?;
     let control = Arc::new(control);
     let sync = opts.flush.policy().each_append;
     let writer = match list.last().filter(|l| l.is_local()) {
@@ -400,8 +412,11 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
         .or_else(|| store.store_id.clone())
         .unwrap_or_default();
     let tier = open_tier(&opts, recorded.as_ref(), &paths, &store_id, false)?;
-    let (ckpt, list, end, last_ts) =
-        recovered_view(&paths, &ids, &opts, tier.as_ref()).map_err(|e| {
+    // A writer's batch in progress is not taken in part: the view ends at its published end.
+    let published =
+        tail_hint::page_cache_id(&paths).and_then(|c| Control::published_end(&dirs_of, &c));
+    let (ckpt, list, end, last_ts) = recovered_view(&paths, &ids, &opts, tier.as_ref(), published)
+        .map_err(|e| {
             let missing: Vec<DirRecord> = store.left_out.iter().map(|(r, _)| r.clone()).collect();
             missing_dirs_error(&missing, e)
         })?;
@@ -522,6 +537,7 @@ fn recovered_view(
     ids: &[Option<String>],
     opts: &Options,
     tier: Option<&Arc<Tier>>,
+    published: Option<u64>,
 ) -> Result<(Option<Checkpoint>, SegmentList, u64, u64)> {
     let mut gone = None;
     for _ in 0..LIST_ATTEMPTS {
@@ -534,7 +550,7 @@ fn recovered_view(
             .ckpt
             .as_ref()
             .and_then(|c| tail_hint::read(paths, &c.store_id));
-        match recover(list, view.ckpt.as_ref(), hint.as_ref(), false) {
+        match recover(list, view.ckpt.as_ref(), hint.as_ref(), published, false) {
             Ok((list, end, last_ts)) => return Ok((view.ckpt, list, end, last_ts)),
             Err(e) if e.is_not_found() => gone = Some(e),
             Err(e) => return Err(e),

@@ -129,12 +129,14 @@ pub(crate) fn next_boundary(seg: &Segment, map: &Mapping, offset: u64, max: u64)
 
 /// Finds the end of the log: trusted from a clean checkpoint, else a scan of the tail from the
 /// flushed offset, or from this boot's recovery point when that is further (see
-/// [`crate::tail_hint`]). A writer cuts what lies beyond. Returns the list, the end and the last
-/// timestamp.
+/// [`crate::tail_hint`]), ending at `published` if it is below what the scan found (the end the
+/// last writer published in this page cache's life: see [`crate::control`]). A writer cuts what
+/// lies beyond. Returns the list, the end and the last timestamp.
 pub(crate) fn recover(
     list: SegmentList,
     ckpt: Option<&Checkpoint>,
     hint: Option<&TailHint>,
+    published: Option<u64>,
     writer: bool,
 ) -> Result<(SegmentList, u64, u64)> {
     let ckpt_ts = ckpt.map_or(0, |c| c.max_timestamp_ms);
@@ -160,7 +162,20 @@ pub(crate) fn recover(
     });
     let from = hint.map_or(flushed, |h| h.offset);
     let hint_ts = hint.map_or(0, |h| h.max_timestamp_ms);
-    let tail = find_end(&list, from, u32::MAX as usize)?;
+    let mut tail = find_end(&list, from, u32::MAX as usize)?;
+    // Records past the published end were never acknowledged (the rest of a batch, or a record,
+    // whose writer died before publishing it): cut, so a batch is all or nothing.
+    if let Some(p) = published.filter(|p| (from..tail.end).contains(p)) {
+        log::warn!(
+            "records [{p}, {}) were written but never published (their writer died mid-append): \
+             cut",
+            tail.end
+        );
+        tail.end = p;
+        if let Some(seg) = list.find(p) {
+            seg.set_written(p - seg.start());
+        }
+    }
     log::info!(
         "recovered the log end at {} (scanned from {from}{}: {})",
         tail.end,

@@ -66,6 +66,20 @@ impl CacheId {
     }
 }
 
+/// Names the current life of the page cache of the filesystems `dirs` are on: the boot id and
+/// their unique mount ids (sorted, each once), if the platform can tell. What a process left only
+/// in memory-mapped files of those filesystems is there while this stays the same.
+pub fn page_cache_id(dirs: &[PathBuf]) -> Option<String> {
+    let mut mounts: Vec<u64> = dirs
+        .iter()
+        .map(|d| unique_mount_id(d))
+        .collect::<Option<_>>()?;
+    mounts.sort_unstable();
+    mounts.dedup();
+    let mounts: Vec<String> = mounts.iter().map(u64::to_string).collect();
+    Some(format!("{} {}", boot_id()?, mounts.join(" ")))
+}
+
 /// The mount's id that is never reused while the kernel runs (`STATX_MNT_ID_UNIQUE`).
 fn unique_mount_id(dir: &Path) -> Option<u64> {
     const STATX_MNT_ID_UNIQUE: u32 = 0x4000;
