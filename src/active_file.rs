@@ -101,6 +101,15 @@ impl ActiveFile {
         self.edge.raise(&held, self.size);
     }
 
+    /// Counts `[.., pos)` as warm: another shared writer wrote records there (no zeros may land
+    /// on them).
+    pub fn raise_to(&self, pos: u64) {
+        if pos > self.edge.ready() {
+            let held = self.edge.lock();
+            self.edge.raise(&held, pos);
+        }
+    }
+
     /// Makes `[.., end)` warm (positions in the segment). The caller holds the writer mutex and
     /// its position is at or below the edge, so the zeros land where no record is yet.
     #[inline]

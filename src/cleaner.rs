@@ -387,7 +387,11 @@ pub(crate) fn start_cleaner(state: &Arc<State>) -> Result<Periodic> {
     let state = Arc::clone(state);
     let interval = state.opts.clean_interval;
     Periodic::start("rmqlog-clean", interval, move || {
-        match catch_unwind(AssertUnwindSafe(|| clean_pass(&state, false))) {
+        let pass = || match crate::shared::owns_background(&state)? {
+            true => clean_pass(&state, false),
+            false => Ok(0),
+        };
+        match catch_unwind(AssertUnwindSafe(pass)) {
             Ok(Ok(_)) => Next::Continue,
             Ok(Err(e)) => {
                 log::warn!("cleaning pass failed: {e}");

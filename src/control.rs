@@ -27,6 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use memmap2::{MmapOptions, MmapRaw};
 
+use crate::append_lock::{AppendLock, Taken, LOCK_LEN};
 use crate::futex::{self, Woken};
 
 /// Name of the control file.
@@ -64,6 +65,11 @@ struct Words {
     ino: AtomicU64,
     /// Length of the page-cache id at `CACHE_AT` (0: none).
     cache_len: AtomicU32,
+    /// Shared writers: the end the holder of the append lock will have written when it
+    /// publishes. Above `end` only while an append is under way, or its holder died in it.
+    reserved: AtomicU64,
+    /// The largest timestamp published (shared writers keep timestamps monotonic across them).
+    last_ts: AtomicU64,
 }
 
 /// Where the writer records which page cache the end lives in (`tail_hint::page_cache_id`), so
@@ -71,8 +77,11 @@ struct Words {
 /// [`Control::published_end`]). Only writers, holding the store lock, read or write it.
 const CACHE_AT: usize = 2048;
 const CACHE_MAX: usize = LEN - CACHE_AT;
+/// Where the shared writers' append lock lives ([`AppendLock`]).
+const LOCK_AT: usize = 1024;
 
-const _: () = assert!(std::mem::size_of::<Words>() <= CACHE_AT);
+const _: () = assert!(std::mem::size_of::<Words>() <= LOCK_AT);
+const _: () = assert!(LOCK_AT + LOCK_LEN <= CACHE_AT);
 
 /// What a follower last knew of the store through the control file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -103,6 +112,7 @@ impl Control {
         };
         c.words().magic.store(MAGIC, Ordering::Relaxed);
         c.words().version.store(VERSION, Ordering::Relaxed);
+        c.append_lock().init()?;
         Ok(c)
     }
 
@@ -114,6 +124,7 @@ impl Control {
         dirs: &[&Path],
         end: u64,
         flushed: u64,
+        last_ts: u64,
         cache: Option<&str>,
         mode: u32,
     ) -> std::io::Result<Control> {
@@ -132,6 +143,7 @@ impl Control {
             log::warn!("waits for records work within this process only (no control file)");
             let c = Control::private()?;
             c.words().end.store(end, Ordering::Release);
+            c.words().reserved.store(end, Ordering::Release);
             c.words().flushed.store(flushed, Ordering::Release);
             return Ok(c);
         };
@@ -154,7 +166,11 @@ impl Control {
             0
         };
         w.end.store(end, Ordering::Release);
+        w.reserved.store(end, Ordering::Release);
         w.flushed.store(flushed, Ordering::Release);
+        w.last_ts.store(last_ts, Ordering::Release);
+        // The opener holds the store alone: no process takes the old lock any more.
+        c.append_lock().init()?;
         c.set_cache(cache);
         w.generation.fetch_add(1, Ordering::AcqRel);
         w.opened_ns.store(now_ns(), Ordering::Release);
@@ -279,11 +295,70 @@ impl Control {
         }
     }
 
-    /// The writer published records up to `end`.
+    /// The segment list's generation.
     #[inline]
-    pub fn publish_end(&self, end: u64) {
-        self.words().end.store(end, Ordering::Release);
+    pub fn generation(&self) -> u64 {
+        self.words().generation.load(Ordering::Acquire)
+    }
+
+    /// The largest timestamp published.
+    pub fn last_ts(&self) -> u64 {
+        self.words().last_ts.load(Ordering::Acquire)
+    }
+
+    /// The end the holder of the append lock is writing to (see [`Words::reserved`]).
+    pub fn reserved(&self) -> u64 {
+        self.words().reserved.load(Ordering::Acquire)
+    }
+
+    /// The holder of the append lock is about to write up to `end`: before its first byte.
+    #[inline]
+    pub fn reserve(&self, end: u64) {
+        self.words().reserved.store(end, Ordering::Release);
+    }
+
+    /// The writer published records up to `end` (stamped up to `ts`).
+    #[inline]
+    pub fn publish_end(&self, end: u64, ts: u64) {
+        let w = self.words();
+        w.last_ts.fetch_max(ts, Ordering::AcqRel);
+        w.reserved.store(end, Ordering::Release);
+        w.end.store(end, Ordering::Release);
         self.notify();
+    }
+
+    /// A repair cut the tail back to `end` (the append lock held).
+    pub fn cut_to(&self, end: u64) {
+        let w = self.words();
+        w.reserved.store(end, Ordering::Release);
+        w.end.store(end, Ordering::Release);
+    }
+
+    /// Takes the shared writers' append lock (see [`AppendLock`]); the guard lets go.
+    pub fn lock_appends(&self) -> std::io::Result<PageGuard<'_>> {
+        let lock = self.append_lock();
+        let taken = lock.lock()?;
+        Ok(PageGuard {
+            lock,
+            taken,
+            page: std::marker::PhantomData,
+        })
+    }
+
+    /// [`Control::lock_appends`] if no one holds the lock now.
+    pub fn try_lock_appends(&self) -> std::io::Result<Option<PageGuard<'_>>> {
+        let lock = self.append_lock();
+        Ok(lock.try_lock()?.map(|taken| PageGuard {
+            lock,
+            taken,
+            page: std::marker::PhantomData,
+        }))
+    }
+
+    fn append_lock(&self) -> AppendLock {
+        // SAFETY: LOCK_AT is 64-byte aligned in a page-aligned map of LEN bytes that outlives
+        // every guard (they borrow `self`); `Control::create` initialised the mutex.
+        unsafe { AppendLock::at(self.map.as_mut_ptr().add(LOCK_AT)) }
     }
 
     /// A sync made every byte below `flushed` durable.
@@ -292,10 +367,11 @@ impl Control {
         self.notify();
     }
 
-    /// The segment list changed.
-    pub fn bump_generation(&self) {
-        self.words().generation.fetch_add(1, Ordering::AcqRel);
+    /// The segment list changed; returns the new generation.
+    pub fn bump_generation(&self) -> u64 {
+        let g = self.words().generation.fetch_add(1, Ordering::AcqRel) + 1;
         self.notify();
+        g
     }
 
     /// Wakes the registered waiters, if any (after a store they are to see).
@@ -342,6 +418,45 @@ impl Control {
     /// Sleeps while the futex word is `seq`, at most `timeout`.
     pub fn sleep(&self, seq: u32, timeout: Option<Duration>) -> Woken {
         futex::wait(&self.words().seq, seq, timeout)
+    }
+}
+
+/// The append lock, held until dropped.
+pub(crate) struct PageGuard<'a> {
+    lock: AppendLock,
+    taken: Taken,
+    // Ties the guard to the page it locks.
+    #[allow(dead_code)]
+    page: std::marker::PhantomData<&'a Control>,
+}
+
+impl PageGuard<'_> {
+    /// The last holder died holding the lock: the tail past the published end needs repair.
+    pub fn owner_died(&self) -> bool {
+        self.taken == Taken::OwnerDied
+    }
+
+    /// The repair is done: the lock is consistent again.
+    pub fn repaired(&mut self) -> std::io::Result<()> {
+        if self.taken == Taken::OwnerDied {
+            self.lock.consistent()?;
+            self.taken = Taken::Clean;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PageGuard<'_> {
+    fn drop(&mut self) {
+        self.lock.unlock();
+    }
+}
+
+impl std::fmt::Debug for PageGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageGuard")
+            .field("taken", &self.taken)
+            .finish()
     }
 }
 
@@ -414,14 +529,14 @@ mod tests {
     fn a_writer_rewrites_under_a_new_epoch_and_retires_other_copies() {
         let a = tempfile::tempdir().unwrap();
         let b = tempfile::tempdir().unwrap();
-        let first = Control::create(&[b.path(), a.path()], 10, 5, None, 0o640).unwrap();
+        let first = Control::create(&[b.path(), a.path()], 10, 5, 0, None, 0o640).unwrap();
         assert_eq!(first.path(), Some(b.path().join(CONTROL_FILE).as_path()));
         let follower = Control::find(&[a.path(), b.path()]).expect("a live control file");
         assert_eq!((follower.end(), follower.flushed()), (10, 5));
         let before = follower.seen();
 
         // The next writer gives the directories in another order.
-        let second = Control::create(&[a.path(), b.path()], 20, 20, None, 0o640).unwrap();
+        let second = Control::create(&[a.path(), b.path()], 20, 20, 0, None, 0o640).unwrap();
         assert!(!follower.is_live(), "the old copy is retired");
         assert_eq!(second.end(), 20);
         let again = Control::find(&[b.path(), a.path()]).expect("the new copy");
@@ -429,7 +544,7 @@ mod tests {
 
         // A third open of the same file: a new epoch, what a follower took for the log may be cut.
         drop(second);
-        let third = Control::create(&[a.path()], 15, 15, None, 0o640).unwrap();
+        let third = Control::create(&[a.path()], 15, 15, 0, None, 0o640).unwrap();
         assert_ne!(again.seen().epoch, before.epoch);
         assert_eq!(again.end(), 15);
         assert!(third.is_live());
@@ -447,7 +562,7 @@ mod tests {
     #[test]
     fn a_publish_wakes_a_registered_waiter_in_another_thread() {
         let d = tempfile::tempdir().unwrap();
-        let writer = Control::create(&[d.path()], 0, 0, None, 0o640).unwrap();
+        let writer = Control::create(&[d.path()], 0, 0, 0, None, 0o640).unwrap();
         let path = d.path().to_path_buf();
         let waiter = std::thread::spawn(move || {
             let ctl = Control::find(&[path.as_path()]).unwrap();
@@ -461,7 +576,7 @@ mod tests {
             }
         });
         std::thread::sleep(Duration::from_millis(20));
-        writer.publish_end(100);
+        writer.publish_end(100, 0);
         assert_eq!(waiter.join().unwrap(), 100);
     }
 }

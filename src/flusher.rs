@@ -104,7 +104,9 @@ pub(crate) fn start_flusher(state: &Arc<State>) -> Result<Periodic> {
             }
         }
         let flushed = state.flushed_offset();
-        if flushed != checkpointed && last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
+        let due = flushed != checkpointed && last_checkpoint.elapsed() >= CHECKPOINT_EVERY;
+        // Shared writers: the one doing the background work keeps the checkpoint.
+        if due && crate::shared::owns_background(&state).unwrap_or(false) {
             match state.write_checkpoint() {
                 Ok(()) => checkpointed = flushed,
                 Err(e) => log::warn!("checkpoint update failed: {e}"),

@@ -30,6 +30,7 @@
 //! The on-disk format is described in `docs/format.md`, the guarantees in `docs/recovery.md`.
 
 mod active_file;
+mod append_lock;
 #[cfg(feature = "arrow")]
 pub mod arrow;
 mod background;
@@ -66,6 +67,7 @@ mod roll;
 mod segment;
 mod segments;
 mod settings;
+mod shared;
 mod state;
 mod stats;
 mod sync;

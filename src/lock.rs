@@ -1,12 +1,14 @@
-//! One writer per store: an exclusive `flock` on `rmqlog.lock` in every directory, which a child
-//! process forked from the writer gives up at once.
+//! Who writes a store: a `flock` on `rmqlog.lock` in every directory, exclusive for one writer
+//! (`exclusive=True`), shared for shared writers, which a child process forked from a writer gives
+//! up at once. Shared writers serialise their opens and closes on `rmqlog.join` and hand the
+//! background work over through `rmqlog.owner`.
 //!
 //! `flock` locks belong to the open file description, which `fork` shares with the child: a child
 //! that kept its copy of the descriptor would keep the store locked after the writer exits. A
 //! `pthread_atfork` child handler therefore closes every lock descriptor in the child and bumps the
 //! fork generation, which marks every log the child inherited as closed.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, OpenOptions};
 use std::os::fd::{FromRawFd, IntoRawFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
@@ -53,68 +55,196 @@ fn register(fd: RawFd) -> Option<usize> {
     })
 }
 
-/// The exclusive locks of one writer, released on drop.
+/// How a writer holds the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// No other writer, in any process (`exclusive=True`).
+    Exclusive,
+    /// With other shared writers (`exclusive=False`); never with an exclusive one.
+    Shared,
+}
+
+/// One `flock`ed descriptor, closed on drop (in the process that took it: a forked child's copy
+/// is closed by the fork handler).
 #[derive(Debug)]
-pub struct StoreLock {
-    held: Vec<HeldLock>,
+struct Held {
+    fd: RawFd,
+    slot: Option<usize>,
     generation: u64,
 }
 
-#[derive(Debug)]
-struct HeldLock {
-    fd: RawFd,
-    slot: Option<usize>,
-}
-
-impl Default for StoreLock {
-    fn default() -> Self {
-        StoreLock {
-            held: Vec::new(),
+impl Held {
+    fn new(file: File) -> Held {
+        let fd = file.into_raw_fd();
+        Held {
+            fd,
+            slot: register(fd),
             generation: fork_generation(),
+        }
+    }
+
+    /// flock(2) on the descriptor; false when another holder's lock is in the way.
+    fn flock(&self, op: i32) -> std::io::Result<bool> {
+        // SAFETY: `fd` is open and owned by `self` until drop; flock(2) only changes its lock.
+        if unsafe { libc::flock(self.fd, op) } == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EWOULDBLOCK) => Ok(false),
+            _ => Err(e),
         }
     }
 }
 
-impl StoreLock {
-    /// Takes the lock of one more directory, failing at once if another writer holds it.
-    pub fn add(&mut self, dir: &Path) -> Result<()> {
-        let file = lock_one(dir)?;
-        let fd = file.into_raw_fd();
-        let slot = register(fd);
-        self.held.push(HeldLock { fd, slot });
-        Ok(())
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.generation != fork_generation() {
+            return; // inherited by a forked child: the fork handler already closed it
+        }
+        if let Some(slot) = self.slot {
+            HELD[slot].store(-1, Ordering::Release);
+        }
+        // SAFETY: `fd` came from `File::into_raw_fd` and is owned by this value alone;
+        // rebuilding the `File` closes it exactly once, which releases the flock.
+        drop(unsafe { File::from_raw_fd(self.fd) });
     }
 }
 
-fn lock_one(dir: &Path) -> Result<File> {
-    let path = dir.join(LOCK_FILE);
-    let file = OpenOptions::new()
+/// The locks of one writer on the store's directories, released on drop.
+#[derive(Debug, Default)]
+pub struct StoreLock {
+    held: Vec<Held>,
+}
+
+impl StoreLock {
+    /// Takes the lock of one more directory, failing at once if a writer holds it in a way that
+    /// excludes `hold` (any writer for `Exclusive`, an exclusive one for `Shared`).
+    pub fn add(&mut self, dir: &Path, hold: Hold) -> Result<()> {
+        let path = dir.join(LOCK_FILE);
+        let held = Held::new(open_lock_file(&path)?);
+        let op = match hold {
+            Hold::Exclusive => libc::LOCK_EX | libc::LOCK_NB,
+            Hold::Shared => libc::LOCK_SH | libc::LOCK_NB,
+        };
+        match held.flock(op) {
+            Ok(true) => {
+                self.held.push(held);
+                Ok(())
+            }
+            Ok(false) => Err(Error::StoreLocked { path }),
+            Err(e) => Err(Error::io("locking", path, e)),
+        }
+    }
+
+    /// A shared holder: whether no other writer holds the store now. Call under the
+    /// [`JoinLock`] (no writer joins meanwhile); the holds stay shared.
+    pub fn is_alone(&self) -> bool {
+        let alone = self
+            .held
+            .iter()
+            .all(|h| h.flock(libc::LOCK_EX | libc::LOCK_NB).unwrap_or(false));
+        // A conversion that fails may drop the lock (flock(2) converts by unlocking first):
+        // every hold is taken shared again.
+        self.share();
+        alone
+    }
+
+    /// Turns every hold into a shared one (the first shared writer, once its open is done).
+    pub fn share(&self) {
+        for h in &self.held {
+            if let Err(e) = h.flock(libc::LOCK_SH) {
+                log::warn!("sharing the store lock failed: {e}");
+            }
+        }
+    }
+}
+
+fn open_lock_file(path: &Path) -> Result<File> {
+    OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .open(&path)
-        .ctx("opening lock file", &path)?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(TryLockError::WouldBlock) => Err(Error::StoreLocked { path }),
-        Err(TryLockError::Error(e)) => Err(Error::io("locking", path, e)),
+        .open(path)
+        .ctx("opening lock file", path)
+}
+
+/// Name of the file shared writers serialise their opens and closes on.
+pub const JOIN_FILE: &str = "rmqlog.join";
+/// Name of the file whose holder does the store's background work.
+pub const OWNER_FILE: &str = "rmqlog.owner";
+
+/// Held while a writer opens or closes: whether it is the store's first (it recovers) or last
+/// writer (it writes the clean checkpoint) is decided with no other open or close under way.
+#[derive(Debug)]
+pub struct JoinLock(#[allow(dead_code)] Held);
+
+impl JoinLock {
+    /// Waits for the join lock of the store whose first directory (by path order: the same for
+    /// every writer whatever order it gives them in) is `dir`.
+    pub fn take(dir: &Path) -> Result<JoinLock> {
+        let path = dir.join(JOIN_FILE);
+        let held = Held::new(open_lock_file(&path)?);
+        loop {
+            match held.flock(libc::LOCK_EX) {
+                Ok(true) => return Ok(JoinLock(held)),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Ok(false) => continue,
+                Err(e) => return Err(Error::io("taking the join lock", path, e)),
+            }
+        }
     }
 }
 
-impl Drop for StoreLock {
-    fn drop(&mut self) {
-        if self.generation != fork_generation() {
-            return; // inherited by a forked child: the fork handler already closed the descriptors
+/// Which open of a shared store does the background work (cleaning, the checkpoint): the one
+/// holding `rmqlog.owner`. The others try again at each tick; the kernel lets go of the lock
+/// of a process that exits or dies, so the work moves on by itself.
+#[derive(Debug)]
+pub struct OwnerLock {
+    path: std::path::PathBuf,
+    held: std::sync::Mutex<Option<Held>>,
+    owned: std::sync::atomic::AtomicBool,
+}
+
+impl OwnerLock {
+    pub fn new(dir: &Path) -> OwnerLock {
+        OwnerLock {
+            path: dir.join(OWNER_FILE),
+            held: std::sync::Mutex::new(None),
+            owned: std::sync::atomic::AtomicBool::new(false),
         }
-        for h in self.held.drain(..) {
-            if let Some(slot) = h.slot {
-                HELD[slot].store(-1, Ordering::Release);
+    }
+
+    /// Whether this open does the background work now, taking it over if no one does.
+    pub fn take(&self) -> bool {
+        if self.owned.load(Ordering::Acquire) {
+            return true;
+        }
+        let mut held = crate::sync::locked(&self.held);
+        if held.is_none() {
+            match open_lock_file(&self.path) {
+                Ok(f) => *held = Some(Held::new(f)),
+                Err(e) => {
+                    log::warn!("no background work here: {e}");
+                    return false;
+                }
             }
-            // SAFETY: `fd` came from `File::into_raw_fd` in `acquire` and is owned by this lock
-            // alone; rebuilding the `File` closes it exactly once, which releases the flock.
-            drop(unsafe { File::from_raw_fd(h.fd) });
         }
+        let got = held
+            .as_ref()
+            .is_some_and(|h| h.flock(libc::LOCK_EX | libc::LOCK_NB).unwrap_or(false));
+        if got {
+            log::info!("this process does the store's background work now");
+            self.owned.store(true, Ordering::Release);
+        }
+        got
+    }
+
+    /// Lets the work go to another open (this one closes).
+    pub fn release(&self) {
+        self.owned.store(false, Ordering::Release);
+        crate::sync::locked(&self.held).take();
     }
 }
 
@@ -126,13 +256,52 @@ mod tests {
     fn second_lock_fails_and_drop_releases() {
         let d = tempfile::tempdir().unwrap();
         let mut first = StoreLock::default();
-        first.add(d.path()).unwrap();
+        first.add(d.path(), Hold::Exclusive).unwrap();
         let mut second = StoreLock::default();
         assert!(matches!(
-            second.add(d.path()),
+            second.add(d.path(), Hold::Exclusive),
+            Err(Error::StoreLocked { .. })
+        ));
+        assert!(matches!(
+            second.add(d.path(), Hold::Shared),
             Err(Error::StoreLocked { .. })
         ));
         drop(first);
-        second.add(d.path()).unwrap();
+        second.add(d.path(), Hold::Exclusive).unwrap();
+    }
+
+    #[test]
+    fn shared_holders_exclude_an_exclusive_one_and_know_when_alone() {
+        let d = tempfile::tempdir().unwrap();
+        let mut a = StoreLock::default();
+        a.add(d.path(), Hold::Shared).unwrap();
+        assert!(a.is_alone());
+        let mut b = StoreLock::default();
+        b.add(d.path(), Hold::Shared).unwrap();
+        assert!(!a.is_alone() && !b.is_alone());
+        let mut c = StoreLock::default();
+        assert!(matches!(
+            c.add(d.path(), Hold::Exclusive),
+            Err(Error::StoreLocked { .. })
+        ));
+        drop(b);
+        assert!(a.is_alone(), "b let go");
+        let mut e = StoreLock::default();
+        assert!(
+            e.add(d.path(), Hold::Exclusive).is_err(),
+            "a still holds it"
+        );
+    }
+
+    #[test]
+    fn the_owner_lock_goes_to_one_open_at_a_time() {
+        let d = tempfile::tempdir().unwrap();
+        let a = OwnerLock::new(d.path());
+        let b = OwnerLock::new(d.path());
+        assert!(a.take());
+        assert!(!b.take());
+        a.release();
+        assert!(b.take());
+        assert!(!a.take());
     }
 }

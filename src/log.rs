@@ -10,12 +10,13 @@ use crate::dirs::DirInfo;
 use crate::error::{Error, Result};
 use crate::flusher::{flush_data, start_flusher};
 use crate::follow;
-use crate::lock::StoreLock;
+use crate::lock::{JoinLock, StoreLock};
 use crate::mover::{self, Moved};
 use crate::open::{open, Opened};
 use crate::options::Options;
 use crate::reader::{self, Follow, RecordRef, Scan};
 use crate::settings::WriterSettings;
+use crate::shared;
 use crate::state::State;
 use crate::stats::StatsSnapshot;
 use crate::sync::locked;
@@ -97,8 +98,9 @@ impl CommitLog {
     fn start_threads(&self) -> Result<()> {
         let mut t = locked(&self.threads);
         let opts = &self.state.opts;
+        // Shared writers warm inline only: a thread could not know where the others write.
         if let (Some(w), true) = (&self.writer, opts.warm_ahead > 0) {
-            if !opts.flush.policy().each_append {
+            if !opts.flush.policy().each_append && self.state.shared.is_none() {
                 t.warmer = Some(start_warmer(&self.state, w.warm_slot())?);
             }
         }
@@ -126,10 +128,19 @@ impl CommitLog {
         }
     }
 
-    /// The writer of an open log, for maintenance calls.
+    /// The writer of an open log, for maintenance calls (which a shared writer runs only where
+    /// the store's background work runs).
     fn open_writer(&self, what: &'static str) -> Result<&Writer> {
         self.state.check_open()?;
-        self.writer(what)
+        let w = self.writer(what)?;
+        shared::check_maintenance(&self.state, what)?;
+        Ok(w)
+    }
+
+    /// Checks that the log is open and, for a shared writer, takes in what the others appended.
+    fn current(&self) -> Result<()> {
+        self.state.check_open()?;
+        shared::catch_up(&self.state)
     }
 
     /// Appends one record and returns its physical offset.
@@ -159,6 +170,9 @@ impl CommitLog {
     /// The record at `offset`, validated (header and body CRC); the guard keeps its map alive.
     pub fn read(&self, offset: u64) -> Result<RecordRef> {
         self.state.check_open()?;
+        if offset >= self.state.max_offset() {
+            shared::catch_up(&self.state)?;
+        }
         reader::read(&self.state, offset)
     }
 
@@ -166,12 +180,15 @@ impl CommitLog {
     /// wait (no file to open, no request to the remote tier); `Ok(None)` otherwise.
     pub fn try_read(&self, offset: u64) -> Result<Option<RecordRef>> {
         self.state.check_open()?;
+        if offset >= self.state.max_offset() && self.state.shared.is_some() {
+            return Ok(None); // catching up may wait for the append lock
+        }
         reader::read_mapped(&self.state, offset)
     }
 
     /// Records with offsets in `[start, end)` (defaults: the whole log as of this call).
     pub fn scan(&self, start: Option<u64>, end: Option<u64>) -> Result<Scan> {
-        self.state.check_open()?;
+        self.current()?;
         Scan::new(Arc::clone(&self.state), start, end)
     }
 
@@ -179,7 +196,7 @@ impl CommitLog {
     /// records it waits for the next ones (appended by any process), until `end` if given, the
     /// log's close, or `follow.idle_timeout` without a new record.
     pub fn follow(&self, start: Option<u64>, end: Option<u64>, follow: Follow) -> Result<Scan> {
-        self.state.check_open()?;
+        self.current()?;
         Scan::following(Arc::clone(&self.state), start, end, follow)
     }
 
@@ -263,26 +280,26 @@ impl CommitLog {
 
     /// Offset of the first record with a timestamp at or after `timestamp_ms`, else `max_offset`.
     pub fn offset_for_timestamp(&self, timestamp_ms: u64) -> Result<u64> {
-        self.state.check_open()?;
+        self.current()?;
         reader::offset_for_timestamp(&self.state, timestamp_ms)
     }
 
     /// First offset of the log.
     pub fn min_offset(&self) -> Result<u64> {
-        self.state.check_open()?;
+        self.current()?;
         Ok(self.state.min_offset())
     }
 
     /// End of the last record: where the next append goes, or the next segment's start when it
     /// does not fit.
     pub fn max_offset(&self) -> Result<u64> {
-        self.state.check_open()?;
+        self.current()?;
         Ok(self.state.max_offset())
     }
 
     /// Every byte below this offset is durable.
     pub fn flushed_offset(&self) -> Result<u64> {
-        self.state.check_open()?;
+        self.current()?;
         Ok(self.state.flushed_offset())
     }
 
@@ -293,13 +310,15 @@ impl CommitLog {
             return Ok(self.state.flushed_offset());
         }
         let flushed = flush_data(&self.state)?;
-        self.state.write_checkpoint()?;
+        if shared::owns_background(&self.state)? {
+            self.state.write_checkpoint()?;
+        }
         Ok(flushed)
     }
 
     /// The segments in offset order.
     pub fn segments(&self) -> Result<Vec<SegmentInfo>> {
-        self.state.check_open()?;
+        self.current()?;
         let list = self.state.segments();
         let end = self.state.max_offset();
         let sealed = list.sealed(end).len();
@@ -454,6 +473,7 @@ impl CommitLog {
     /// Flushes, stops the background thread and releases the lock. A second call does nothing.
     /// Records read earlier stay valid.
     pub fn close(&self) -> Result<()> {
+        let leaving = self.leave_shared()?;
         if !self.state.mark_closed() {
             return Ok(());
         }
@@ -475,8 +495,13 @@ impl CommitLog {
         let no_move = locked(&self.state.move_lock);
         // Waits for an append in progress (none starts after: the log is marked closed), then
         // for a change of the segment list in flight; then the last sync and checkpoint.
+        // A shared writer that is not the last one out leaves the checkpoint to the others.
+        let last_out = leaving.as_ref().is_none_or(|(_, alone)| *alone);
         let last = || match &self.writer {
-            Some(_) => flush_data(&self.state).and_then(|_| self.state.write_final_checkpoint()),
+            Some(_) if last_out => {
+                flush_data(&self.state).and_then(|_| self.state.write_final_checkpoint())
+            }
+            Some(_) => flush_data(&self.state).map(|_| ()),
             None => Ok(()),
         };
         let result = match &self.writer {
@@ -485,6 +510,10 @@ impl CommitLog {
         };
         drop(no_move);
         locked(&self.lock).take();
+        if let Some(shared) = &self.state.shared {
+            shared.owner.release();
+        }
+        drop(leaving); // the next shared writer may open or close
         self.state.wake_waiting(); // waits begun during the close end too
         self.state.release_control();
         self.state.events.stop();
@@ -493,6 +522,26 @@ impl CommitLog {
             writer.stop();
         }
         result
+    }
+}
+
+impl CommitLog {
+    /// A shared writer's close begins under the join lock (no writer opens or closes meanwhile):
+    /// whether it is the last one out, and then its view brought up to what the others wrote
+    /// before they left. `None` for other logs, or when closed already.
+    fn leave_shared(&self) -> Result<Option<(JoinLock, bool)>> {
+        let Some(shared) = &self.state.shared else {
+            return Ok(None);
+        };
+        if self.state.check_open().is_err() {
+            return Ok(None);
+        }
+        let join = JoinLock::take(&shared.first_dir)?;
+        let alone = locked(&self.lock).as_ref().is_some_and(StoreLock::is_alone);
+        if alone {
+            shared::catch_up(&self.state)?;
+        }
+        Ok(Some((join, alone)))
     }
 }
 

@@ -15,7 +15,7 @@ use crate::identity::{self, Identity};
 use crate::layout;
 use crate::listing::{self, check_covers, known_sizes, with_holes};
 use crate::locate::{locate, Given, Store};
-use crate::lock::StoreLock;
+use crate::lock::{Hold, JoinLock, StoreLock};
 use crate::missing::{check_accept_lost, check_left_out, lost_records, missing_dirs_error};
 use crate::mover::finish_interrupted_move;
 use crate::options::Options;
@@ -25,6 +25,7 @@ use crate::remote::{is_url, Manifest, Tier, TierOptions};
 use crate::segment::Segment;
 use crate::segments::SegmentList;
 use crate::settings::WriterSettings;
+use crate::shared::Shared;
 use crate::state::{Parts, State};
 use crate::sync::locked;
 use crate::tail_hint::{self, TailHints};
@@ -80,14 +81,14 @@ pub(crate) fn open<P: AsRef<Path>>(paths: &[P], mut opts: Options) -> Result<Ope
     }
 }
 
-/// Creates a writable directory and takes its lock; an I/O failure takes it offline instead when
-/// another writable directory remains.
-fn prepare_writable(paths: Vec<PathBuf>) -> Result<(Vec<Dir>, StoreLock)> {
+/// Creates a writable directory and takes its lock as `hold` says; an I/O failure takes it
+/// offline instead when another writable directory remains.
+fn prepare_writable(paths: Vec<PathBuf>, hold: Hold) -> Result<(Vec<Dir>, StoreLock)> {
     let mut lock = StoreLock::default();
     let mut dirs = Vec::with_capacity(paths.len());
     let mut first_error = None;
     for path in paths {
-        let ready = create_dir_durably(&path).and_then(|()| lock.add(&path));
+        let ready = create_dir_durably(&path).and_then(|()| lock.add(&path, hold));
         let dir = Dir::new(path, false);
         match ready {
             Ok(()) => {}
@@ -143,7 +144,24 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
             )));
         }
     }
-    let (mut dirs, lock) = prepare_writable(writable)?;
+    // Shared writers open one at a time: the first (alone on the store) recovers it, the next
+    // ones join what it published.
+    let join = match opts.exclusive {
+        true => None,
+        false => {
+            let first = first_dir(&writable);
+            create_dir_durably(&first)?;
+            Some((JoinLock::take(&first)?, first))
+        }
+    };
+    let (mut dirs, lock) = match prepare_writable(writable.clone(), Hold::Exclusive) {
+        Err(Error::StoreLocked { .. }) if join.is_some() => {
+            let (dirs, lock) = prepare_writable(writable, Hold::Shared)?;
+            let first = join.map(|(_, first)| first).unwrap_or_default();
+            return join_shared(dirs, read_only, lock, &first, opts);
+        }
+        other => other?,
+    };
     dirs.extend(read_only.iter().map(|p| Dir::new(p.clone(), true)));
     let store = locate(&given(&dirs), false)?;
     let all = paths_of(&dirs);
@@ -272,12 +290,7 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     sizes.insert(opts.segment_size);
     sizes.extend(list.as_slice().iter().map(|s| s.size()));
     checkpoint.segment_sizes = sizes.into_iter().collect();
-    let hint_dirs: Vec<(usize, &Path)> = dirs
-        .iter()
-        .enumerate()
-        .filter(|(_, d)| d.keeps_metadata())
-        .map(|(i, d)| (i, d.path.as_path()))
-        .collect();
+    let hint_dirs = metadata_dirs(&dirs);
     let tail = TailHints::open(&checkpoint.store_id, &hint_dirs, &all, opts.file_mode);
 
     let min = list.first().map_or(end, |s| s.start());
@@ -291,27 +304,41 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
         &control_dirs,
         end,
         flushed,
+        last_ts,
         cache.as_deref(),
         opts.file_mode,
     )
     .map_err(|e| Error::io("mapping the control page", CONTROL_FILE, e))?;
+    if join.is_some() && !control.is_shared() {
+        return Err(Error::config(
+            "exclusive=False needs the control file rmqlog.ctl in a writable directory, and none \
+             took it (see the log's warnings)",
+        ));
+    }
     let control = Arc::new(control);
     let sync = opts.flush.policy().each_append;
-    let writer = match list.last().filter(|l| l.is_local()) {
-        Some(last) => Writer::new(
-            sync,
-            Some((Arc::clone(last), last.map()?)),
-            end - last.start(),
-            end,
-            tail,
-            Arc::clone(&control),
-        ),
-        None => Writer::new(sync, None, 0, end, tail, Arc::clone(&control)),
+    let shared = join
+        .as_ref()
+        .map(|(_, first)| Shared::new(first, control.generation()));
+    let active = match list.last().filter(|l| l.is_local()) {
+        Some(last) => Some((Arc::clone(last), last.map()?)),
+        None => None,
     };
+    let pos = active.as_ref().map_or(0, |(last, _)| end - last.start());
+    let writer = Writer::new(
+        sync,
+        shared.is_some(),
+        active,
+        pos,
+        end,
+        tail,
+        Arc::clone(&control),
+    );
     let state = State::new(Parts {
         opts,
         dirs,
         read_only: false,
+        shared,
         list,
         end,
         min,
@@ -328,6 +355,114 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     }
     state.refresh_checkpoint(on_disk.as_ref())?;
     writer.record_tail_hint(&state);
+    if join.is_some() {
+        // Open to shared writers from now on.
+        lock.share();
+    }
+    Ok(Opened {
+        state,
+        writer: Some(writer),
+        lock: Some(lock),
+    })
+}
+
+/// The directories that keep metadata (index in `dirs`, path).
+fn metadata_dirs(dirs: &[Dir]) -> Vec<(usize, &Path)> {
+    dirs.iter()
+        .enumerate()
+        .filter(|(_, d)| d.keeps_metadata())
+        .map(|(i, d)| (i, d.path.as_path()))
+        .collect()
+}
+
+/// The directory shared writers serialise on: the first by path, whatever order each gives.
+fn first_dir(writable: &[PathBuf]) -> PathBuf {
+    writable.iter().min().cloned().unwrap_or_default()
+}
+
+/// A shared writer joining the writers open on the store: no recovery (they run on what the
+/// first one recovered); the view is the store as listed under the append lock, ending at the
+/// end the writers published.
+fn join_shared(
+    mut dirs: Vec<Dir>,
+    read_only: Vec<PathBuf>,
+    lock: StoreLock,
+    first: &Path,
+    opts: Options,
+) -> Result<Opened> {
+    dirs.extend(read_only.iter().map(|p| Dir::new(p.clone(), true)));
+    let store = locate(&given(&dirs), false)?;
+    let all = paths_of(&dirs);
+    let ckpt = store.ckpt.clone().ok_or_else(|| {
+        Error::config("the shared writers open on this store left no rmqlog.meta to join")
+    })?;
+    let recorded: BTreeSet<&str> = ckpt.dirs.iter().map(|d| d.path.as_str()).collect();
+    let ours: Vec<String> = dirs
+        .iter()
+        .filter(|d| !d.read_only)
+        .map(|d| d.path.to_string_lossy().into_owned())
+        .collect();
+    if recorded != ours.iter().map(String::as_str).collect() {
+        return Err(Error::config(format!(
+            "shared writers give the same directories: the writers open on this store use \
+             {recorded:?}, this open gives {ours:?}"
+        )));
+    }
+    if ckpt.tier.is_some() {
+        return Err(Error::config(
+            "this store has a remote tier, which needs exclusive=True in this version",
+        ));
+    }
+    let writable_paths: Vec<&Path> = dirs
+        .iter()
+        .filter(|d| d.keeps_metadata())
+        .map(|d| d.path.as_path())
+        .collect();
+    let cache = tail_hint::page_cache_id(&all);
+    let control = Control::find(&writable_paths)
+        .filter(|c| c.is_shared() && c.is_live())
+        .ok_or_else(|| {
+            Error::config("the shared writers open on this store publish through no rmqlog.ctl")
+        })?;
+    // Only writers of one page cache share a store: what they publish is true for this one.
+    if cache
+        .as_deref()
+        .and_then(|c| Control::published_end(&writable_paths, c))
+        .is_none()
+    {
+        return Err(Error::config(
+            "the shared writers open on this store run on another machine, boot or mount \
+             namespace (its rmqlog.ctl names another page cache); shared writers run on one \
+             machine",
+        ));
+    }
+    for (dir, found) in dirs.iter_mut().zip(&store.dirs) {
+        dir.id.clone_from(&found.id);
+    }
+    let tail = TailHints::open(&ckpt.store_id, &metadata_dirs(&dirs), &all, opts.file_mode);
+    let control = Arc::new(control);
+    let end = control.end();
+    let sync = opts.flush.policy().each_append;
+    let writer = Writer::new(sync, true, None, 0, end, tail, Arc::clone(&control));
+    // A generation no view has: the first sync lists the store.
+    let shared = Shared::new(first, control.generation().wrapping_sub(1));
+    let flushed = control.flushed().min(end);
+    let last_ts = control.last_ts();
+    let state = State::new(Parts {
+        opts,
+        dirs,
+        read_only: false,
+        shared: Some(shared),
+        list: SegmentList::new(Vec::new(), 0),
+        end,
+        min: end,
+        flushed,
+        last_ts,
+        checkpoint: ckpt,
+        tier: None,
+        control: Arc::clone(&control),
+    })?;
+    crate::shared::catch_up(&state)?;
     Ok(Opened {
         state,
         writer: Some(writer),
@@ -436,6 +571,7 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
         opts,
         dirs,
         read_only: true,
+        shared: None,
         list,
         end,
         min,
@@ -503,6 +639,7 @@ fn open_remote(url: &str, opts: Options) -> Result<Opened> {
         last_ts: 0,
         checkpoint,
         tier: Some(tier),
+        shared: None,
         control: Arc::new(
             Control::private().map_err(|e| Error::io("mapping a private page", "", e))?,
         ),

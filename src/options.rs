@@ -181,6 +181,11 @@ pub struct Options {
     pub strategy: Strategy,
     /// Open without the writer lock; never writes, truncates or deletes. Defaults to `false`.
     pub read_only: bool,
+    /// No other writer, in this process or another, while this one is open: opening beside a
+    /// writer fails with `StoreLocked`. With `false` several opens (in one process or many)
+    /// append to the store together; none may be exclusive (`docs/producers-consumers.md`).
+    /// Defaults to `true`.
+    pub exclusive: bool,
     /// Durability of appends. Defaults to [`FlushMode::Async`].
     pub flush: FlushMode,
     /// Period of the background flush in [`FlushMode::Async`]. Defaults to 500 ms.
@@ -244,6 +249,7 @@ impl fmt::Debug for Options {
             .field("segment_size", &self.segment_size)
             .field("strategy", &self.strategy)
             .field("read_only", &self.read_only)
+            .field("exclusive", &self.exclusive)
             .field("flush", &self.flush)
             .field("flush_interval", &self.flush_interval)
             .field("max_message_size", &self.max_message_size)
@@ -271,6 +277,7 @@ impl Default for Options {
             segment_size: 64 << 20,
             strategy: Strategy::RoundRobin,
             read_only: false,
+            exclusive: true,
             flush: FlushMode::Async,
             flush_interval: Duration::from_millis(500),
             max_message_size: 4 << 20,
@@ -358,6 +365,13 @@ impl Options {
     #[must_use]
     pub fn read_only(mut self, read_only: bool) -> Self {
         self.read_only = read_only;
+        self
+    }
+
+    /// Sets [`Options::exclusive`].
+    #[must_use]
+    pub fn exclusive(mut self, exclusive: bool) -> Self {
+        self.exclusive = exclusive;
         self
     }
 
@@ -497,6 +511,20 @@ impl Options {
         }
         if self.flush_interval.is_zero() {
             return Err(Error::invalid("flush_interval_ms must be at least 1"));
+        }
+        if !self.exclusive && !self.read_only {
+            if matches!(self.strategy, Strategy::Custom(_)) {
+                return Err(Error::invalid(
+                    "a custom placement strategy needs exclusive=True (shared writers in other \
+                     processes could not call it); use round_robin or free_space",
+                ));
+            }
+            if self.tier.is_some() {
+                return Err(Error::invalid(
+                    "a remote tier needs exclusive=True in this version (shared writers do not \
+                     ship segments)",
+                ));
+            }
         }
         let ratio_ok = |r: f64| r > 0.0 && r <= 1.0;
         let ratios = self

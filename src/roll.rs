@@ -170,7 +170,9 @@ fn create_segment(
     let size = state.opts.segment_size;
     let name = segment_name(start);
     let mut eligible = eligible_dirs(state, pending);
-    if eligible.is_empty() {
+    // Shared writers: the process doing the background work cleans (not an append holding the
+    // append lock).
+    if eligible.is_empty() && state.shared.is_none() {
         match clean_pass(state, false) {
             Ok(n) if n > 0 => log::info!("a full-disk roll cleaned {n} segments"),
             Ok(_) => {}

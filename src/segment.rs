@@ -159,6 +159,16 @@ impl Segment {
         self.written.store(pos, Ordering::Release);
     }
 
+    /// Raises the end of the records to `pos` (never lowers it).
+    pub(crate) fn advance_written(&self, pos: u64) {
+        self.written.fetch_max(pos, Ordering::AcqRel);
+    }
+
+    /// Whether it maps for writing (the writer's active segment).
+    pub fn is_writable(&self) -> bool {
+        self.writable
+    }
+
     /// The segment's map if it is mapped already (no reference count touched).
     pub fn mapped(&self) -> Option<&Arc<Mapping>> {
         self.map.get()

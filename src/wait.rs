@@ -63,6 +63,8 @@ pub(crate) fn wait(
             if !Arc::ptr_eq(&ctl, &state.control_full()) {
                 continue; // found a newer page: sleep on that one
             }
+        } else {
+            crate::shared::catch_up(state)?;
         }
         let end = visible(state, durable);
         if end > offset {

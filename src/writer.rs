@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, TryLockError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::active_file::ActiveFile;
-use crate::control::Control;
+use crate::control::{Control, PageGuard};
 use crate::error::{Error, Result};
 use crate::failpoint::fail_point;
 use crate::flusher::flush_to;
@@ -28,12 +28,17 @@ use crate::sync::locked;
 use crate::tail_hint::TailHints;
 use crate::warmer::Slot;
 
-/// The log's single writer: its cursor, serialised by a mutex.
+/// The log's writer in this open: its cursor, serialised by a mutex; shared writers also take
+/// the store's append lock (see `shared.rs`).
 #[derive(Debug)]
 pub(crate) struct Writer {
     cursor: Mutex<Cursor>,
     /// The active segment, for the `rmqlog-warm` thread.
     warm: Arc<Slot>,
+    /// The store's control page, holding the append lock of shared writers.
+    control: Arc<Control>,
+    /// Other opens append too: each append takes the append lock and catches up first.
+    shared: bool,
 }
 
 /// Where the next record goes.
@@ -75,8 +80,39 @@ impl Cursor {
             .is_some_and(|(seg, _)| self.pos + len as u64 <= seg.size())
     }
 
-    /// Start offsets of the segments a batch will need.
-    fn planned_starts<B: AsRef<[u8]>>(&self, bodies: &[B], segment_size: u64) -> Result<Vec<u64>> {
+    /// A shared writer's cursor follows the view [`crate::shared::sync_locked`] brought up to
+    /// the control page: the active segment is the view's last, the position its end.
+    fn adopt(&mut self, state: &State, sync: bool) -> Result<()> {
+        let end = state.max_offset();
+        let list = state.segments();
+        let Some(last) = list.last().filter(|l| l.is_local() && l.is_writable()) else {
+            if self.active.is_some() {
+                self.file.retire();
+                self.file = ActiveFile::none();
+                self.active = None;
+            }
+            self.next_start = end;
+            return Ok(());
+        };
+        let pos = end.saturating_sub(last.start()).min(last.size());
+        if !self
+            .active
+            .as_ref()
+            .is_some_and(|(s, _)| Arc::ptr_eq(s, last))
+        {
+            self.file.retire();
+            let map = last.map()?;
+            self.file = ActiveFile::new(last, pos, sync);
+            self.active = Some((Arc::clone(last), map));
+        }
+        self.pos = pos;
+        // What others wrote below the position is no place for this open's warming zeros.
+        self.file.raise_to(pos);
+        Ok(())
+    }
+
+    /// Start offsets of the segments a batch will need, and the end of the log after it.
+    fn plan<B: AsRef<[u8]>>(&self, bodies: &[B], segment_size: u64) -> Result<(Vec<u64>, u64)> {
         let (mut start, mut size, mut pos) = match &self.active {
             Some((seg, _)) => (seg.start(), seg.size(), self.pos),
             None => (self.next_start, 0, 0),
@@ -93,7 +129,12 @@ impl Cursor {
             }
             pos += len;
         }
-        Ok(starts)
+        let end = if size - pos < FILLER_LEN as u64 {
+            start + size
+        } else {
+            start + pos
+        };
+        Ok((starts, end))
     }
 
     fn record_tail_hint(&self, state: &State, ts: u64) {
@@ -136,6 +177,7 @@ impl Writer {
     /// The writer at `pos` in `active` (the last segment), or before `next_start` in an empty log.
     pub fn new(
         sync: bool,
+        shared: bool,
         active: Option<Created>,
         pos: u64,
         next_start: u64,
@@ -153,6 +195,8 @@ impl Writer {
         };
         Writer {
             warm,
+            control: Arc::clone(&control),
+            shared,
             cursor: Mutex::new(Cursor {
                 active,
                 pos,
@@ -180,9 +224,11 @@ impl Writer {
         let end = loop {
             let mut c = locked(&self.cursor);
             state.check_writable()?;
+            let _page = self.lock_page(state, &mut c)?;
             if let (Strategy::Custom(place), false) = (&state.opts.strategy, asked) {
                 let unplaced: Vec<u64> = c
-                    .planned_starts(bodies, state.opts.segment_size)?
+                    .plan(bodies, state.opts.segment_size)?
+                    .0
                     .into_iter()
                     .filter(|s| !c.hints.contains_key(s))
                     .collect();
@@ -195,7 +241,8 @@ impl Writer {
                     continue;
                 }
             }
-            break write_batch(state, &mut c, &self.warm, bodies, &mut sink)?;
+            let shared = self.shared.then_some(&*self.control);
+            break write_batch(state, &mut c, &self.warm, shared, bodies, &mut sink)?;
         };
         if state.opts.flush.policy().each_append {
             flush_to(state, end)?;
@@ -216,14 +263,42 @@ impl Writer {
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
         };
         let len = HEADER_LEN + body.len();
+        let _page = match self.shared {
+            true => match self.control.try_lock_appends() {
+                Ok(Some(mut page)) => {
+                    crate::shared::sync_locked(state, &self.control, &mut page)?;
+                    c.adopt(state, false)?;
+                    Some(page)
+                }
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(Error::io("taking the append lock", "rmqlog.ctl", e)),
+            },
+            false => None,
+        };
         // A large record is a syscall of its own: the caller's slow path lets go of its lock.
         if !c.fits(len) || c.file.takes(len) {
             return Ok(None);
         }
         state.check_writable()?;
         let mut offset = 0;
-        write_batch(state, &mut c, &self.warm, &[body], |o| offset = o)?;
+        let shared = self.shared.then_some(&*self.control);
+        write_batch(state, &mut c, &self.warm, shared, &[body], |o| offset = o)?;
         Ok(Some(offset))
+    }
+
+    /// A shared writer's append lock, taken, with the cursor brought up to the control page;
+    /// `None` for an exclusive writer.
+    fn lock_page(&self, state: &State, c: &mut Cursor) -> Result<Option<PageGuard<'_>>> {
+        if !self.shared {
+            return Ok(None);
+        }
+        let mut page = self
+            .control
+            .lock_appends()
+            .map_err(|e| Error::io("taking the append lock", "rmqlog.ctl", e))?;
+        crate::shared::sync_locked(state, &self.control, &mut page)?;
+        c.adopt(state, state.opts.flush.policy().each_append)?;
+        Ok(Some(page))
     }
 
     /// Records this boot's recovery point: the start of the active segment, below which every
@@ -256,20 +331,26 @@ impl Writer {
 }
 
 /// Writes and publishes a batch; returns the new end of the log.
+/// `shared`: the control page whose append lock the caller holds, to reserve the batch's bytes
+/// in before the first is written (see `shared.rs`).
 fn write_batch<B: AsRef<[u8]>>(
     state: &State,
     c: &mut Cursor,
     warm: &Slot,
+    shared: Option<&Control>,
     bodies: &[B],
     mut sink: impl FnMut(u64),
 ) -> Result<u64> {
-    let starts = c.planned_starts(bodies, state.opts.segment_size)?;
+    let (starts, planned_end) = c.plan(bodies, state.opts.segment_size)?;
     let new_segments = if starts.is_empty() {
         Vec::new()
     } else {
         let hints = &mut c.hints;
         roll(state, &starts, |start| hints.remove(&start))?
     };
+    if let Some(ctl) = shared {
+        ctl.reserve(planned_end);
+    }
     let mut new_segments = new_segments.into_iter();
     let sync = state.opts.flush.policy().each_append;
     let ts = now_ms().max(state.last_timestamp_ms());
@@ -336,7 +417,7 @@ fn write_batch<B: AsRef<[u8]>>(
     fail_point!("append::before_publish");
     state.publish(end, ts);
     if let Some(control) = &c.control {
-        control.publish_end(end);
+        control.publish_end(end, ts);
     }
     if rolled {
         c.record_tail_hint(state, ts);

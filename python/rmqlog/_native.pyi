@@ -237,6 +237,7 @@ class CommitLog:
         segment_size: int = ...,
         strategy: _Strategy | _StrategyFn = ...,
         read_only: bool = ...,
+        exclusive: bool = ...,
         flush: Literal["async", "sync", "none"] = ...,
         flush_interval_ms: int = ...,
         max_message_size: int = ...,

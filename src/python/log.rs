@@ -167,7 +167,7 @@ impl PyCommitLog {
     #[new]
     #[pyo3(
         text_signature = "(paths, *, preset=..., segment_size=..., strategy=..., read_only=..., \
-        flush=..., flush_interval_ms=..., max_message_size=..., read_only_paths=..., accept_lost=..., \
+        exclusive=..., flush=..., flush_interval_ms=..., max_message_size=..., read_only_paths=..., accept_lost=..., \
         max_used_ratio=..., force_clean_ratio=..., min_free_bytes=..., warm_ahead=..., \
         on_dir_event=..., retention_hours=..., delete_hours=..., retention_bytes=..., \
         max_deletes_per_pass=..., clean_interval_ms=..., file_mode=..., tier_url=..., \
@@ -184,6 +184,7 @@ impl PyCommitLog {
         segment_size = None,
         strategy = None,
         read_only = None,
+        exclusive = None,
         flush = None,
         flush_interval_ms = None,
         max_message_size = None,
@@ -216,6 +217,7 @@ impl PyCommitLog {
         segment_size: Option<&Bound<'py, PyAny>>,
         strategy: Option<&Bound<'py, PyAny>>,
         read_only: Option<&Bound<'py, PyAny>>,
+        exclusive: Option<&Bound<'py, PyAny>>,
         flush: Option<&Bound<'py, PyAny>>,
         flush_interval_ms: Option<&Bound<'py, PyAny>>,
         max_message_size: Option<&Bound<'py, PyAny>>,
@@ -253,6 +255,7 @@ impl PyCommitLog {
             segment_size,
             strategy,
             read_only,
+            exclusive,
             flush,
             flush_interval_ms,
             max_message_size,

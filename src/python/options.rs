@@ -22,6 +22,7 @@ pub struct Kwargs<'a, 'py> {
     pub segment_size: Option<&'a Bound<'py, PyAny>>,
     pub strategy: Option<&'a Bound<'py, PyAny>>,
     pub read_only: Option<&'a Bound<'py, PyAny>>,
+    pub exclusive: Option<&'a Bound<'py, PyAny>>,
     pub flush: Option<&'a Bound<'py, PyAny>>,
     pub flush_interval_ms: Option<&'a Bound<'py, PyAny>>,
     pub max_message_size: Option<&'a Bound<'py, PyAny>>,
@@ -140,6 +141,7 @@ fn option_values<'py>(
     d.set_item("segment_size", o.segment_size)?;
     d.set_item("strategy", o.strategy.name())?;
     d.set_item("read_only", o.read_only)?;
+    d.set_item("exclusive", o.exclusive)?;
     d.set_item("flush", o.flush.as_str())?;
     d.set_item("flush_interval_ms", ms(o.flush_interval))?;
     d.set_item("max_message_size", o.max_message_size)?;
@@ -245,6 +247,9 @@ pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
     }
     if let Some(v) = k.read_only {
         o.read_only = args::boolean(v, "read_only")?;
+    }
+    if let Some(v) = k.exclusive {
+        o.exclusive = args::boolean(v, "exclusive")?;
     }
     if let Some(v) = k.flush {
         o.flush = FlushMode::parse(&args::string(v, "flush")?)?;

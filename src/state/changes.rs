@@ -8,7 +8,8 @@
 //!   never the last of the list (the writer's active segment). `min_offset` moves first, then the
 //!   list, then the new head is recorded in the checkpoint, and only then are files unlinked;
 //! - a moved segment replaces the very segment it was copied from (the same `Arc`), still sealed;
-//! - a writer's list never reloads; a follower's (read-only) list changes only by reloading;
+//! - an exclusive writer's list never reloads; a follower's (read-only) list changes only by
+//!   reloading; a shared writer's reloads under the append lock (`shared.rs`);
 //! - a closed log changes no more: [`State::close_segments`] waits for the change in flight,
 //!   runs the close's last steps under the lock, and empties the list.
 //!
@@ -83,8 +84,12 @@ impl State {
             let reload = matches!(change, Change::Reload { .. });
             let applied = self.apply(&list, change);
             if !reload {
-                // Followers list the store again before they read past their view.
-                self.control().bump_generation();
+                // Followers and shared writers list the store again before they read past their
+                // view.
+                let generation = self.control().bump_generation();
+                if let Some(shared) = &self.shared {
+                    shared.own_change(generation);
+                }
             }
             applied?;
         }
@@ -140,8 +145,11 @@ impl State {
                     .as_slice()
                     .windows(2)
                     .all(|w| w[0].end() == w[1].start());
-                if !self.read_only || !contiguous || list.last().is_some_and(|s| s.end() < *end) {
-                    return Err("a reload must be a follower's contiguous list".into());
+                let reloads = self.read_only || self.shared.is_some();
+                if !reloads || !contiguous || list.last().is_some_and(|s| s.end() < *end) {
+                    return Err(
+                        "a reload must be a follower's or shared writer's contiguous list".into(),
+                    );
                 }
                 Ok(())
             }

@@ -16,6 +16,7 @@
 
 mod changes;
 mod meta;
+mod shared;
 
 use std::path::Path;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -24,6 +25,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use arc_swap::{ArcSwap, Guard};
 
 pub(crate) use self::changes::{Change, Plan};
+pub(crate) use self::shared::Shared;
 use crate::checkpoint::Checkpoint;
 use crate::control::{Control, Seen};
 use crate::dirs::{Dir, DirInfo, DirState};
@@ -45,6 +47,8 @@ pub(crate) struct State {
     pub dirs: Vec<Dir>,
     /// Opened with `read_only`: a follower, which never writes.
     pub read_only: bool,
+    /// A shared writer (`exclusive=False`): what it adds (see `shared.rs`).
+    pub shared: Option<Shared>,
     segments: ArcSwap<SegmentList>,
     /// Serialises [`State::change`]: a change is planned and applied under it.
     list_lock: Mutex<()>,
@@ -102,6 +106,7 @@ pub(crate) struct Parts {
     pub opts: Options,
     pub dirs: Vec<Dir>,
     pub read_only: bool,
+    pub shared: Option<Shared>,
     pub list: SegmentList,
     pub end: u64,
     pub min: u64,
@@ -119,6 +124,7 @@ impl State {
             opts: p.opts,
             dirs: p.dirs,
             read_only: p.read_only,
+            shared: p.shared,
             segments: ArcSwap::from_pointee(p.list),
             list_lock: Mutex::new(()),
             max_offset: AtomicU64::new(p.end),
@@ -216,7 +222,8 @@ impl State {
     /// this process (then, itself, to the control page); or a follower takes them in.
     pub fn publish(&self, end: u64, ts: u64) {
         self.last_timestamp_ms.fetch_max(ts, Ordering::Relaxed);
-        self.max_offset.store(end, Ordering::Release);
+        // Shared writers: a reader's catch-up and this open's append may publish in either order.
+        self.max_offset.fetch_max(end, Ordering::AcqRel);
     }
 
     /// A sync made every byte below `offset` durable (a writer's, published to waiters; or what

@@ -1,0 +1,143 @@
+//! The lock every append of a shared store takes: a robust, process-shared pthread mutex in the
+//! control page, as LMDB keeps its writer mutex in its lock file. Uncontended it is one
+//! compare-and-swap in user space; contended, a futex wait. When its holder dies (SIGKILL
+//! mid-record, mid-roll, mid-batch) the kernel hands it to the next taker with `EOWNERDEAD`, and
+//! that taker repairs the tail before it writes (see `shared.rs`).
+
+use std::io;
+
+/// A mutex at a fixed place in a shared mapping. `init` runs once per store life, by the open
+/// that holds the store alone (no other process maps the page for writing then).
+pub(crate) struct AppendLock {
+    mutex: *mut libc::pthread_mutex_t,
+}
+
+/// Room the mutex takes in the page.
+pub(crate) const LOCK_LEN: usize = 64;
+const _: () = assert!(std::mem::size_of::<libc::pthread_mutex_t>() <= LOCK_LEN);
+
+/// How a lock was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// From a holder that let go.
+    Clean,
+    /// From a holder that died holding it: the state it guards may be half changed.
+    OwnerDied,
+}
+
+impl AppendLock {
+    /// The lock at `at`.
+    ///
+    /// # Safety
+    /// `at` is aligned for a `pthread_mutex_t`, lies in a writable shared mapping that outlives
+    /// the returned value, and holds a mutex made by [`AppendLock::init`] (or is about to).
+    pub unsafe fn at(at: *mut u8) -> AppendLock {
+        AppendLock {
+            mutex: at.cast::<libc::pthread_mutex_t>(),
+        }
+    }
+
+    /// Makes a fresh robust, process-shared mutex here. The caller makes sure no process uses
+    /// the old one (it holds the store alone).
+    pub fn init(&self) -> io::Result<()> {
+        // SAFETY: `attr` is initialised by pthread_mutexattr_init before use and destroyed after;
+        // `self.mutex` points into the shared mapping (see `at`) and nobody else uses it now.
+        unsafe {
+            let mut attr = std::mem::MaybeUninit::<libc::pthread_mutexattr_t>::uninit();
+            check(libc::pthread_mutexattr_init(attr.as_mut_ptr()))?;
+            let attr = attr.as_mut_ptr();
+            let made = check(libc::pthread_mutexattr_setpshared(
+                attr,
+                libc::PTHREAD_PROCESS_SHARED,
+            ))
+            .and_then(|()| {
+                check(libc::pthread_mutexattr_setrobust(
+                    attr,
+                    libc::PTHREAD_MUTEX_ROBUST,
+                ))
+            })
+            .and_then(|()| check(libc::pthread_mutex_init(self.mutex, attr)));
+            libc::pthread_mutexattr_destroy(attr);
+            made
+        }
+    }
+
+    /// Takes the lock, waiting for it.
+    pub fn lock(&self) -> io::Result<Taken> {
+        // SAFETY: a mutex initialised by `init`, in a mapping that outlives `self`.
+        taken(unsafe { libc::pthread_mutex_lock(self.mutex) })
+    }
+
+    /// Takes the lock if it is free now; `None` when another thread holds it.
+    pub fn try_lock(&self) -> io::Result<Option<Taken>> {
+        // SAFETY: as in `lock`.
+        match unsafe { libc::pthread_mutex_trylock(self.mutex) } {
+            libc::EBUSY => Ok(None),
+            rc => taken(rc).map(Some),
+        }
+    }
+
+    /// Marks the state consistent again after an `OwnerDied` take (before unlocking).
+    pub fn consistent(&self) -> io::Result<()> {
+        // SAFETY: called by the holder, after a take that returned EOWNERDEAD.
+        check(unsafe { libc::pthread_mutex_consistent(self.mutex) })
+    }
+
+    /// Lets go (the calling thread holds the lock).
+    pub fn unlock(&self) {
+        // SAFETY: the caller holds the lock (a guard's drop).
+        let rc = unsafe { libc::pthread_mutex_unlock(self.mutex) };
+        debug_assert_eq!(rc, 0, "unlocking the append lock");
+    }
+}
+
+fn taken(rc: i32) -> io::Result<Taken> {
+    match rc {
+        0 => Ok(Taken::Clean),
+        libc::EOWNERDEAD => Ok(Taken::OwnerDied),
+        rc => Err(io::Error::from_raw_os_error(rc)),
+    }
+}
+
+fn check(rc: i32) -> io::Result<()> {
+    match rc {
+        0 => Ok(()),
+        rc => Err(io::Error::from_raw_os_error(rc)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memmap2::MmapOptions;
+
+    #[test]
+    fn a_holder_that_dies_hands_the_lock_over_as_owner_died() {
+        let file = tempfile::tempfile().unwrap();
+        file.set_len(4096).unwrap();
+        let map = MmapOptions::new().len(4096).map_raw(&file).unwrap();
+        // SAFETY: page-aligned, 4096 bytes, lives until the end of the test (a shared file
+        // mapping: the forked child shares it).
+        let lock = unsafe { AppendLock::at(map.as_mut_ptr()) };
+        lock.init().unwrap();
+        assert_eq!(lock.lock().unwrap(), Taken::Clean);
+        assert_eq!(lock.try_lock().unwrap(), None, "not recursive: busy");
+        lock.unlock();
+        // SAFETY: the child only takes the lock and exits without unwinding (no allocation).
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: the mutex initialised above, in the shared mapping the child inherited.
+            let rc = unsafe { libc::pthread_mutex_lock(map.as_mut_ptr().cast()) };
+            // SAFETY: ends the child at once, holding the lock (no destructor runs).
+            unsafe { libc::_exit(rc) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(lock.lock().unwrap(), Taken::OwnerDied);
+        lock.consistent().unwrap();
+        lock.unlock();
+        assert_eq!(lock.lock().unwrap(), Taken::Clean);
+        lock.unlock();
+    }
+}

@@ -1,0 +1,221 @@
+//! Shared writers (`exclusive=False`): several opens, in one process or many, appending to one
+//! store through its control page.
+//!
+//! The control page holds the truth while any shared writer is open: the published end, the
+//! generation of the segment list, and the append lock. An append takes the lock, brings this
+//! open's view up to the page ([`sync_locked`]), writes after the published end, publishes, and
+//! lets go. A view is brought up to date two ways:
+//! - the end moved and the generation did not: the new records are in this open's last segment
+//!   (a roll bumps the generation before it writes), so the end is taken as it is, no listing;
+//! - the generation moved (a roll, a deletion, a move, in any open): the store is listed again
+//!   under the append lock (no roll runs meanwhile) and the page's end is taken as the end.
+//!
+//! The end needs no validation: every shared writer lives in one page cache (the open checks it),
+//! and each publishes only what it wrote. A writer that dies holding the lock leaves the lock to
+//! the next taker with `EOWNERDEAD`; that taker cuts the tail back to the published end before it
+//! writes ([`repair`]): the dead writer's unpublished segments go, and the bytes it wrote past the
+//! end in the last one are zeroed and synced, so no recovery ever takes them for records.
+
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::control::{Control, PageGuard, CONTROL_FILE};
+use crate::error::{Error, IoContext, Result};
+use crate::fs::remove_durably;
+use crate::layout;
+use crate::listing;
+use crate::segment::Segment;
+pub(crate) use crate::state::Shared;
+use crate::state::{Change, State};
+use crate::warmer::ZEROS;
+
+/// Whether this open does the store's background work (cleaning, the checkpoint): always for an
+/// exclusive writer; for a shared one, while it holds `rmqlog.owner` (taken over when free), its
+/// view then brought up to date.
+pub(crate) fn owns_background(state: &State) -> Result<bool> {
+    match &state.shared {
+        None => Ok(true),
+        Some(shared) if shared.owner.take() => catch_up(state).map(|()| true),
+        Some(_) => Ok(false),
+    }
+}
+
+/// Maintenance called by the user (`clean`, `truncate_before`, moves): only where the store's
+/// background work runs, so that one process at a time deletes and moves segments.
+pub(crate) fn check_maintenance(state: &State, what: &str) -> Result<()> {
+    match owns_background(state)? {
+        true => Ok(()),
+        false => Err(Error::Unsupported(format!(
+            "{what} runs in the process doing the store's background work, and another shared \
+             writer does it now (it moves to this one when that one closes or dies); call it \
+             there, or open with exclusive=True"
+        ))),
+    }
+}
+
+fn lock_error(e: std::io::Error) -> Error {
+    Error::io("taking the append lock", CONTROL_FILE, e)
+}
+
+/// Brings a shared writer's view up to the control page (a read, a wait, a flush); nothing for
+/// an exclusive writer. Takes the append lock only when the segment list changed.
+pub(crate) fn catch_up(state: &State) -> Result<()> {
+    let Some(shared) = &state.shared else {
+        return Ok(());
+    };
+    let ctl = state.control_full();
+    let before = ctl.generation();
+    let end = ctl.end();
+    let unchanged = before == ctl.generation() && before == shared.seen.load(Ordering::Acquire);
+    if unchanged && take_end(state, end, ctl.last_ts()) {
+        return Ok(());
+    }
+    let mut guard = ctl.lock_appends().map_err(lock_error)?;
+    sync_locked(state, &ctl, &mut guard)
+}
+
+/// With the append lock held: repairs what a dead holder left, lists the store again if its
+/// segment list changed, and takes the published end.
+pub(crate) fn sync_locked(state: &State, ctl: &Control, guard: &mut PageGuard<'_>) -> Result<()> {
+    let Some(shared) = &state.shared else {
+        return Ok(());
+    };
+    if guard.owner_died() || ctl.reserved() > ctl.end() {
+        repair(state, ctl)?;
+        guard.repaired().map_err(lock_error)?;
+    }
+    let generation = ctl.generation();
+    if generation != shared.seen.load(Ordering::Acquire) {
+        reload(state, ctl.end(), ctl.last_ts())?;
+        shared.seen.store(generation, Ordering::Release);
+    } else if !take_end(state, ctl.end(), ctl.last_ts()) {
+        // The end lies past this view's last segment although no change was announced: list.
+        reload(state, ctl.end(), ctl.last_ts())?;
+    }
+    Ok(())
+}
+
+/// Takes `end` when it lies in this view's last segment (false otherwise).
+fn take_end(state: &State, end: u64, ts: u64) -> bool {
+    if end <= state.max_offset() {
+        return true;
+    }
+    let list = state.segments();
+    let Some(last) = list.last().filter(|l| l.start() <= end && end <= l.end()) else {
+        return false;
+    };
+    // A segment the log went on past was sealed by the roll that bumped the generation.
+    last.advance_written(end - last.start());
+    state.publish(end, ts);
+    true
+}
+
+/// Lists the store and takes it, ending at `end`: segments wholly below it are sealed, the one
+/// holding it is the last and is mapped for writing.
+fn reload(state: &State, end: u64, ts: u64) -> Result<()> {
+    let paths: Vec<_> = state.dirs.iter().map(|d| d.path.clone()).collect();
+    let ids: Vec<_> = state.dirs.iter().map(|d| d.id.clone()).collect();
+    let view = listing::consistent(
+        &paths,
+        &ids,
+        state.opts.segment_size,
+        &state.opts.accept_lost,
+        0,
+        None,
+    )?
+    .ok_or_else(|| {
+        Error::Unsupported(format!(
+            "the store in {} kept changing while a shared writer listed it; try again",
+            paths[0].display()
+        ))
+    })?;
+    let mut found = view.segments;
+    // Under the append lock no roll is under way: a segment at or past the end is none of the
+    // view's (a dead holder's, which the repair removes).
+    found.retain(|f| f.start < end);
+    let current = state.segments_full();
+    let list = layout::to_list(found, current.as_slice(), state.opts.segment_size, None);
+    let n = list.as_slice().len();
+    let mut segs: Vec<Arc<Segment>> = list.as_slice().to_vec();
+    for (i, seg) in segs.iter_mut().enumerate() {
+        if i + 1 < n {
+            seg.advance_written(seg.size());
+            continue;
+        }
+        if seg.is_local() && !seg.is_writable() {
+            let writable = Segment::new(
+                seg.start(),
+                seg.size(),
+                seg.path().to_path_buf(),
+                seg.dir(),
+                true,
+            );
+            *seg = Arc::new(writable);
+        }
+        seg.advance_written(end.saturating_sub(seg.start()).min(seg.size()));
+    }
+    let list = crate::segments::SegmentList::new(segs, state.opts.segment_size);
+    if list.last().is_some_and(|l| l.end() < end) {
+        return Err(Error::Corruption {
+            path: None,
+            offset: Some(end),
+            reason: format!(
+                "the shared writers' published end {end} lies past the last segment listed \
+                 (ending at {})",
+                list.last().map_or(0, |l| l.end())
+            ),
+        });
+    }
+    state.change(|_| {
+        Ok((
+            Some(Change::Reload {
+                list,
+                end,
+                last_timestamp_ms: ts,
+            }),
+            (),
+        ))
+    })
+}
+
+/// Cuts the tail back to the published end after its writer died holding the lock: the segments
+/// it created past the end go, the bytes it wrote past the end are zeroed and synced.
+fn repair(state: &State, ctl: &Control) -> Result<()> {
+    let end = ctl.end();
+    let reserved = ctl.reserved().max(end);
+    log::warn!(
+        "a shared writer died while appending: cutting its unpublished bytes [{end}, {reserved})"
+    );
+    let paths: Vec<_> = state.dirs.iter().map(|d| d.path.clone()).collect();
+    let online = vec![true; paths.len()];
+    let sizes = listing::known_sizes(None, state.opts.segment_size);
+    let listed = layout::list(&paths, &online, None, &sizes)?;
+    for f in listed.segments.iter().filter(|f| f.start >= end) {
+        log::warn!("removing {} (never published)", f.path.display());
+        remove_durably(&f.path)?;
+    }
+    if let Some(f) = listed
+        .segments
+        .iter()
+        .find(|f| f.start < end && end < f.start + f.len)
+    {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&f.path)
+            .ctx("repairing", &f.path)?;
+        let mut at = end - f.start;
+        let upto = (reserved.min(f.start + f.len)) - f.start;
+        while at < upto {
+            let n = (upto - at).min(ZEROS.len() as u64) as usize;
+            file.write_all_at(&ZEROS[..n], at)
+                .ctx("repairing", &f.path)?;
+            at += n as u64;
+        }
+        file.sync_data().ctx("repairing", &f.path)?;
+    }
+    ctl.cut_to(end);
+    // Every view lists again: the removed segments leave.
+    ctl.bump_generation();
+    Ok(())
+}

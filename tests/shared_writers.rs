@@ -1,0 +1,341 @@
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is the failure report
+//! Shared writers (`exclusive=False`): several opens, in one process and in several, appending to
+//! one store. Offsets stay unique and dense, batches whole, and a writer process killed while it
+//! holds the append lock (after copying its records, before publishing them; mid-roll) neither
+//! blocks the others nor leaves a byte any reader or recovery takes for a record.
+#![cfg(feature = "failpoints")]
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use rmqlog::{CommitLog, Error, FlushMode, Options};
+
+/// Set in a child: the store's directories, joined by ':'.
+const DIRS_ENV: &str = "RMQLOG_SHARED_DIRS";
+/// Set in a child: what it does (`append:<writer>:<n>`, `pause-single`, `pause-batch`).
+const WHAT_ENV: &str = "RMQLOG_SHARED_WHAT";
+const SEGMENT: u64 = 64 * 1024;
+
+fn opts() -> Options {
+    Options::default()
+        .segment_size(SEGMENT)
+        .flush(FlushMode::Async)
+        .exclusive(false)
+}
+
+/// A body naming its writer and its number in that writer's sequence.
+fn tagged(writer: u32, i: u32, len: usize) -> Vec<u8> {
+    let mut b = Vec::with_capacity(len.max(8));
+    b.extend_from_slice(&writer.to_le_bytes());
+    b.extend_from_slice(&i.to_le_bytes());
+    b.resize(len.max(8), (writer as u8).wrapping_mul(31) ^ (i as u8));
+    b
+}
+
+fn untag(b: &[u8]) -> (u32, u32) {
+    let w = u32::from_le_bytes(b[..4].try_into().unwrap());
+    let i = u32::from_le_bytes(b[4..8].try_into().unwrap());
+    assert_eq!(b, tagged(w, i, b.len()), "a record's bytes are whole");
+    (w, i)
+}
+
+/// Every record of the store: dense offsets from `min_offset`, and each writer's records in its
+/// own order without gaps or repeats. Returns how many each writer has.
+fn check_store(log: &CommitLog) -> HashMap<u32, u32> {
+    let mut next: HashMap<u32, u32> = HashMap::new();
+    let mut at = log.min_offset().unwrap();
+    for rec in log.scan(None, None).unwrap() {
+        let rec = rec.unwrap();
+        assert_eq!(rec.offset(), at, "offsets are dense");
+        at = rec.next_offset();
+        let (w, i) = untag(&rec);
+        let n = next.entry(w).or_default();
+        assert_eq!(
+            i, *n,
+            "writer {w}'s records in its order, none lost or repeated"
+        );
+        *n += 1;
+    }
+    assert_eq!(at, log.max_offset().unwrap(), "the scan reaches the end");
+    next
+}
+
+/// A child process: appends as `WHAT_ENV` says.
+#[test]
+fn writer_process() {
+    let (Ok(dirs), Ok(what)) = (std::env::var(DIRS_ENV), std::env::var(WHAT_ENV)) else {
+        return; // run by the tests below
+    };
+    let dirs: Vec<PathBuf> = dirs.split(':').map(PathBuf::from).collect();
+    let log = CommitLog::open(&dirs, opts()).unwrap();
+    let parts: Vec<&str> = what.split(':').collect();
+    match parts.as_slice() {
+        ["append", w, n] => {
+            let (w, n): (u32, u32) = (w.parse().unwrap(), n.parse().unwrap());
+            let mut i = 0;
+            while i < n {
+                // Singles and batches, mixed.
+                if i % 7 == 3 && i + 5 <= n {
+                    let bodies: Vec<Vec<u8>> = (i..i + 5).map(|k| tagged(w, k, 300)).collect();
+                    log.append_batch(&bodies).unwrap();
+                    i += 5;
+                } else {
+                    log.append(&tagged(w, i, 60 + (i as usize % 200))).unwrap();
+                    i += 1;
+                }
+            }
+            log.close().unwrap();
+            println!("done");
+        }
+        ["pause", kind] => {
+            for i in 0..50 {
+                log.append(&tagged(9, i, 100)).unwrap();
+            }
+            println!("acked {}", log.max_offset().unwrap());
+            fail::cfg_callback("append::before_publish", || {
+                println!("paused");
+                loop {
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            })
+            .unwrap();
+            if *kind == "batch" {
+                // About 1.5 segments: the batch rolls into a new segment before the pause.
+                let bodies: Vec<Vec<u8>> = (50..140).map(|i| tagged(9, i, 1000)).collect();
+                log.append_batch(&bodies).unwrap();
+            } else {
+                log.append(&tagged(9, 50, 100)).unwrap();
+            }
+            unreachable!("the append pauses until the process is killed");
+        }
+        ["keep"] => {
+            println!("keeping");
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        ["survive"] => {
+            let offset = log.append(&tagged(0, 0, 1000)).unwrap();
+            log.flush().unwrap();
+            println!("acked {offset}");
+            println!("survived");
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        other => panic!("unknown child task {other:?}"),
+    }
+}
+
+fn spawn(dirs: &[PathBuf], what: &str) -> Child {
+    let joined: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "writer_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(DIRS_ENV, joined.join(":"))
+        .env(WHAT_ENV, what)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Reads a child's output until a line ends with `until`; returns the `acked` end if it said one.
+fn read_until(child: &mut Child, until: &str) -> Option<u64> {
+    let mut acked = None;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        // libtest prints the test's name on the same line before the first output.
+        if let Some(end) = line.split("acked ").nth(1) {
+            acked = Some(end.trim().parse().unwrap());
+        }
+        if line.ends_with(until) {
+            return acked;
+        }
+    }
+    panic!("the child ended before saying {until:?}");
+}
+
+fn two_dirs(root: &Path) -> Vec<PathBuf> {
+    vec![root.join("d0"), root.join("d1")]
+}
+
+#[test]
+fn four_processes_append_to_one_log_with_dense_offsets() {
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    // The parent holds the store open too, and appends meanwhile.
+    let log = CommitLog::open(&dirs, opts()).unwrap();
+    let n = 3000;
+    let mut children: Vec<Child> = (1..=4)
+        .map(|w| spawn(&dirs, &format!("append:{w}:{n}")))
+        .collect();
+    for i in 0..n {
+        log.append(&tagged(0, i, 80)).unwrap();
+    }
+    for c in &mut children {
+        let out: Vec<String> = BufReader::new(c.stdout.take().unwrap())
+            .lines()
+            .map(Result::unwrap)
+            .collect();
+        assert!(c.wait().unwrap().success(), "{out:?}");
+        assert!(out.iter().any(|l| l.ends_with("done")), "{out:?}");
+    }
+    let counts = check_store(&log);
+    assert_eq!(counts.len(), 5);
+    assert!(counts.values().all(|&c| c == n), "{counts:?}");
+    assert!(
+        log.segments().unwrap().len() > 10,
+        "the writers rolled many segments between them"
+    );
+    log.close().unwrap();
+    // The last one out left a store an exclusive writer opens as it was.
+    let log = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+    assert_eq!(check_store(&log).values().sum::<u32>(), 5 * n);
+}
+
+#[test]
+fn opens_in_one_process_append_together_and_see_each_other() {
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    let a = CommitLog::open(&dirs, opts()).unwrap();
+    // Another order of the same directories joins the same store.
+    let rev: Vec<PathBuf> = dirs.iter().rev().cloned().collect();
+    let b = CommitLog::open(&rev, opts()).unwrap();
+    std::thread::scope(|s| {
+        for (w, log) in [(1u32, &a), (2, &b)] {
+            s.spawn(move || {
+                for i in 0..2000 {
+                    log.append(&tagged(w, i, 100 + (i as usize % 300))).unwrap();
+                }
+            });
+        }
+    });
+    // Each open reads what the other wrote.
+    for log in [&a, &b] {
+        let counts = check_store(log);
+        assert_eq!(counts.get(&1).copied(), Some(2000));
+        assert_eq!(counts.get(&2).copied(), Some(2000));
+    }
+    // A wait in one open wakes for an append of the other.
+    let end = a.max_offset().unwrap();
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| b.wait(end, Some(Duration::from_secs(10))).unwrap());
+        std::thread::sleep(Duration::from_millis(50));
+        a.append(&tagged(1, 2000, 10)).unwrap();
+        assert!(waiter.join().unwrap() > end);
+    });
+}
+
+#[test]
+fn exclusive_and_shared_writers_exclude_each_other() {
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    let shared = CommitLog::open(&dirs, opts()).unwrap();
+    let refused = CommitLog::open(&dirs, opts().exclusive(true)).unwrap_err();
+    assert!(matches!(refused, Error::StoreLocked { .. }), "{refused}");
+    shared.close().unwrap();
+    let exclusive = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+    let refused = CommitLog::open(&dirs, opts()).unwrap_err();
+    assert!(matches!(refused, Error::StoreLocked { .. }), "{refused}");
+    drop(exclusive);
+    // A joiner gives the same directories as the writers open.
+    let a = CommitLog::open(&dirs, opts()).unwrap();
+    let refused = CommitLog::open(&dirs[..1], opts()).unwrap_err();
+    assert!(
+        refused.to_string().contains("same directories"),
+        "{refused}"
+    );
+    drop(a);
+}
+
+#[test]
+fn background_work_runs_in_one_open_and_moves_on_when_it_closes() {
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    let o = opts().clean_interval(Duration::ZERO);
+    let a = CommitLog::open(&dirs, o.clone()).unwrap();
+    let b = CommitLog::open(&dirs, o).unwrap();
+    for i in 0..400 {
+        b.append(&tagged(2, i, 1000)).unwrap();
+    }
+    a.clean(false).unwrap(); // a takes the work
+    let refused = b.truncate_before(SEGMENT * 2).unwrap_err();
+    assert!(refused.to_string().contains("background work"), "{refused}");
+    // The owner deletes; the other open's view follows.
+    assert_eq!(a.truncate_before(SEGMENT * 2).unwrap(), SEGMENT * 2);
+    assert_eq!(b.min_offset().unwrap(), SEGMENT * 2);
+    a.close().unwrap();
+    assert_eq!(b.truncate_before(SEGMENT * 3).unwrap(), SEGMENT * 3);
+    b.append(&tagged(2, 400, 10)).unwrap();
+    b.close().unwrap();
+    let log = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+    assert_eq!(log.min_offset().unwrap(), SEGMENT * 3);
+}
+
+/// Starts a writer process, lets it pause holding the append lock, kills it; returns the end it
+/// acknowledged.
+fn kill_holding_the_lock(dirs: &[PathBuf], kind: &str) -> u64 {
+    let mut child = spawn(dirs, &format!("pause:{kind}"));
+    let acked = read_until(&mut child, "paused").expect("the child said its end");
+    child.kill().unwrap(); // SIGKILL, the append lock held
+    child.wait().unwrap();
+    acked
+}
+
+fn killed_holder(kind: &str) {
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    // A writer that stays open throughout: the next ones join the store rather than recover it.
+    let mut keeper = spawn(&dirs, "keep");
+    read_until(&mut keeper, "keeping");
+    let acked = kill_holding_the_lock(&dirs, kind);
+    // The next writer takes the lock from the dead holder, cuts its tail, appends one record as
+    // long as the dead writer's first (1000 bytes in a batch: what follows it would be the dead
+    // writer's next record, whole, were the tail not cut), syncs, and is killed in turn.
+    let mut survivor = spawn(&dirs, "survive");
+    let next = read_until(&mut survivor, "survived").expect("the survivor's offset");
+    survivor.kill().unwrap();
+    survivor.wait().unwrap();
+    assert_eq!(
+        next, acked,
+        "the dead writer's unpublished records are gone"
+    );
+    keeper.kill().unwrap();
+    keeper.wait().unwrap();
+    let expected = HashMap::from([(9, 50), (0, 1)]);
+    let follower = CommitLog::open(&dirs, opts().read_only(true)).unwrap();
+    assert_eq!(check_store(&follower), expected);
+    drop(follower);
+    // After a reboot no published end is trusted: recovery validates records from the last
+    // sync on, and must find only the acknowledged ones.
+    for d in &dirs {
+        let _ = std::fs::remove_file(d.join("rmqlog.ctl"));
+    }
+    let log = CommitLog::open(&dirs, opts()).unwrap();
+    assert_eq!(check_store(&log), expected);
+    assert!(log.verify().unwrap().is_empty());
+    // The log rolls on through the segments the dead writer had created.
+    for i in 1..200 {
+        log.append(&tagged(0, i, 1000)).unwrap();
+    }
+    assert_eq!(check_store(&log).get(&0).copied(), Some(200));
+}
+
+#[test]
+fn a_writer_killed_holding_the_lock_mid_record_leaves_nothing() {
+    killed_holder("single");
+}
+
+#[test]
+fn a_writer_killed_holding_the_lock_mid_roll_leaves_nothing() {
+    killed_holder("batch");
+}
