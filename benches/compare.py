@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import rows_append
 import rows_arrow
+import rows_mp
 import rows_peers
 import rows_read
 import rows_rust
@@ -64,6 +65,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "spark": rows_spark.NAMES,
     "tier": rows_tier.NAMES,
     "wait": rows_wait.NAMES,
+    "mp": rows_mp.NAMES,
 }
 
 
@@ -86,6 +88,7 @@ def one_pass(s: Sizes, wd: Workdir, rust: rows_rust.RustRows, want: Callable[[st
         "spark": lambda: rows_spark.run(s, wd),
         "tier": lambda: rows_tier.run(s, wd),
         "wait": lambda: rows_wait.run(s, wd),
+        "mp": lambda: rows_mp.run(s, wd),
     }
     rows: list[Row] = []
     for group, runner in runners.items():

@@ -101,6 +101,12 @@ impl ActiveFile {
         self.edge.raise(&held, self.size);
     }
 
+    /// Where the segment is warm up to (a position in it).
+    #[inline]
+    pub fn ready(&self) -> u64 {
+        self.edge.ready()
+    }
+
     /// Counts `[.., pos)` as warm: another shared writer wrote records there (no zeros may land
     /// on them).
     pub fn raise_to(&self, pos: u64) {

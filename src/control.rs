@@ -70,6 +70,9 @@ struct Words {
     reserved: AtomicU64,
     /// The largest timestamp published (shared writers keep timestamps monotonic across them).
     last_ts: AtomicU64,
+    /// Shared writers: the log offset below which the active segment's page cache is warm (see
+    /// `active_file.rs`), so that each warms what no other did.
+    warmed: AtomicU64,
 }
 
 /// Where the writer records which page cache the end lives in (`tail_hint::page_cache_id`), so
@@ -167,6 +170,7 @@ impl Control {
         };
         w.end.store(end, Ordering::Release);
         w.reserved.store(end, Ordering::Release);
+        w.warmed.store(end, Ordering::Release);
         w.flushed.store(flushed, Ordering::Release);
         w.last_ts.store(last_ts, Ordering::Release);
         // The opener holds the store alone: no process takes the old lock any more.
@@ -309,6 +313,18 @@ impl Control {
     /// The end the holder of the append lock is writing to (see [`Words::reserved`]).
     pub fn reserved(&self) -> u64 {
         self.words().reserved.load(Ordering::Acquire)
+    }
+
+    /// Where the active segment is warm up to (a log offset; see [`Words::warmed`]).
+    #[inline]
+    pub fn warmed(&self) -> u64 {
+        self.words().warmed.load(Ordering::Acquire)
+    }
+
+    /// The holder of the append lock warmed the active segment up to `offset`.
+    #[inline]
+    pub fn note_warmed(&self, offset: u64) {
+        self.words().warmed.fetch_max(offset, Ordering::AcqRel);
     }
 
     /// The holder of the append lock is about to write up to `end`: before its first byte.

@@ -127,14 +127,23 @@ impl StoreLock {
             Hold::Exclusive => libc::LOCK_EX | libc::LOCK_NB,
             Hold::Shared => libc::LOCK_SH | libc::LOCK_NB,
         };
-        match held.flock(op) {
-            Ok(true) => {
-                self.held.push(held);
-                Ok(())
+        // A child process another thread of a writer is spawning holds that writer's lock
+        // descriptors from its fork to its exec (posix_spawn runs no fork handler): a lock let
+        // go just before may look held for that long. Look again for a moment before refusing.
+        for wait_ms in [1, 2, 4, 8, 16, 0] {
+            match held.flock(op) {
+                Ok(true) => {
+                    self.held.push(held);
+                    return Ok(());
+                }
+                Ok(false) if wait_ms > 0 => {
+                    std::thread::sleep(std::time::Duration::from_millis(wait_ms));
+                }
+                Ok(false) => break,
+                Err(e) => return Err(Error::io("locking", path, e)),
             }
-            Ok(false) => Err(Error::StoreLocked { path }),
-            Err(e) => Err(Error::io("locking", path, e)),
         }
+        Err(Error::StoreLocked { path })
     }
 
     /// A shared holder: whether no other writer holds the store now. Call under the
@@ -197,6 +206,17 @@ impl JoinLock {
     }
 }
 
+/// Whether an open does the background work ([`OwnerLock::take`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// Another open does it.
+    No,
+    /// This open has been doing it.
+    Held,
+    /// This open took it over just now.
+    Now,
+}
+
 /// Which open of a shared store does the background work (cleaning, the checkpoint): the one
 /// holding `rmqlog.owner`. The others try again at each tick; the kernel lets go of the lock
 /// of a process that exits or dies, so the work moves on by itself.
@@ -217,9 +237,9 @@ impl OwnerLock {
     }
 
     /// Whether this open does the background work now, taking it over if no one does.
-    pub fn take(&self) -> bool {
+    pub fn take(&self) -> Taken {
         if self.owned.load(Ordering::Acquire) {
-            return true;
+            return Taken::Held;
         }
         let mut held = crate::sync::locked(&self.held);
         if held.is_none() {
@@ -227,18 +247,19 @@ impl OwnerLock {
                 Ok(f) => *held = Some(Held::new(f)),
                 Err(e) => {
                     log::warn!("no background work here: {e}");
-                    return false;
+                    return Taken::No;
                 }
             }
         }
         let got = held
             .as_ref()
             .is_some_and(|h| h.flock(libc::LOCK_EX | libc::LOCK_NB).unwrap_or(false));
-        if got {
-            log::info!("this process does the store's background work now");
-            self.owned.store(true, Ordering::Release);
+        if !got {
+            return Taken::No;
         }
-        got
+        log::info!("this open does the store's background work now");
+        self.owned.store(true, Ordering::Release);
+        Taken::Now
     }
 
     /// Lets the work go to another open (this one closes).
@@ -298,10 +319,11 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let a = OwnerLock::new(d.path());
         let b = OwnerLock::new(d.path());
-        assert!(a.take());
-        assert!(!b.take());
+        assert_eq!(a.take(), Taken::Now);
+        assert_eq!(a.take(), Taken::Held);
+        assert_eq!(b.take(), Taken::No);
         a.release();
-        assert!(b.take());
-        assert!(!a.take());
+        assert_eq!(b.take(), Taken::Now);
+        assert_eq!(a.take(), Taken::No);
     }
 }

@@ -356,7 +356,8 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     state.refresh_checkpoint(on_disk.as_ref())?;
     writer.record_tail_hint(&state);
     if join.is_some() {
-        // Open to shared writers from now on.
+        // The first open does the background work; others join from now on.
+        crate::shared::owns_background(&state)?;
         lock.share();
     }
     Ok(Opened {
@@ -413,6 +414,19 @@ fn join_shared(
             "this store has a remote tier, which needs exclusive=True in this version",
         ));
     }
+    // One store, one policy: every writer rolls segments of one size (the checkpoint's list of
+    // sizes is written by one of them only), and whichever open does the background work
+    // applies the same retention.
+    if let Some(w) = &ckpt.writer {
+        let differences = w.policy_differences(&WriterSettings::of(&opts));
+        if !differences.is_empty() {
+            return Err(Error::config(format!(
+                "shared writers open a store with the same options; against the writers open on \
+                 it: {}",
+                differences.join("; ")
+            )));
+        }
+    }
     let writable_paths: Vec<&Path> = dirs
         .iter()
         .filter(|d| d.keeps_metadata())
@@ -463,6 +477,8 @@ fn join_shared(
         control: Arc::clone(&control),
     })?;
     crate::shared::catch_up(&state)?;
+    // Takes the background work if no open does it (its previous holder closed or died).
+    crate::shared::owns_background(&state)?;
     Ok(Opened {
         state,
         writer: Some(writer),

@@ -516,7 +516,8 @@ impl Options {
             if matches!(self.strategy, Strategy::Custom(_)) {
                 return Err(Error::invalid(
                     "a custom placement strategy needs exclusive=True (shared writers in other \
-                     processes could not call it); use round_robin or free_space",
+                     processes could not call it); use round_robin, most_free, fewest_segments or \
+                     weighted_free",
                 ));
             }
             if self.tier.is_some() {

@@ -55,6 +55,71 @@ impl WriterSettings {
     }
 }
 
+impl WriterSettings {
+    /// The store-wide policy fields where `other` (a shared writer joining) differs from these
+    /// (the writers open): segment size, placement, retention, disk limits, cleaning. Each
+    /// process keeps its own durability (`flush`, `flush_interval_ms`) and `max_message_size`.
+    pub fn policy_differences(&self, other: &WriterSettings) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut check = |name: &str, a: String, b: String| {
+            if a != b {
+                out.push(format!("{name} is {a} there, {b} here"));
+            }
+        };
+        check(
+            "segment_size",
+            self.segment_size.to_string(),
+            other.segment_size.to_string(),
+        );
+        check("strategy", self.strategy.clone(), other.strategy.clone());
+        check(
+            "retention_hours",
+            format!("{:?}", self.retention_hours),
+            format!("{:?}", other.retention_hours),
+        );
+        check(
+            "retention_bytes",
+            format!("{:?}", self.retention_bytes),
+            format!("{:?}", other.retention_bytes),
+        );
+        check(
+            "delete_hours",
+            format!("{:?}", self.delete_hours),
+            format!("{:?}", other.delete_hours),
+        );
+        check(
+            "max_used_ratio",
+            format!("{:?} {:?}", self.max_used_ratio, self.max_used_ratio_by_dir),
+            format!(
+                "{:?} {:?}",
+                other.max_used_ratio, other.max_used_ratio_by_dir
+            ),
+        );
+        check(
+            "force_clean_ratio",
+            format!(
+                "{:?} {:?}",
+                self.force_clean_ratio, self.force_clean_ratio_by_dir
+            ),
+            format!(
+                "{:?} {:?}",
+                other.force_clean_ratio, other.force_clean_ratio_by_dir
+            ),
+        );
+        check(
+            "min_free_bytes",
+            self.min_free_bytes.to_string(),
+            other.min_free_bytes.to_string(),
+        );
+        check(
+            "clean_interval_ms",
+            self.clean_interval_ms.to_string(),
+            other.clean_interval_ms.to_string(),
+        );
+        out
+    }
+}
+
 fn by_dir(overrides: &[(std::path::PathBuf, Option<f64>)]) -> Vec<(String, Option<f64>)> {
     overrides
         .iter()

@@ -25,6 +25,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::fs::remove_durably;
 use crate::layout;
 use crate::listing;
+use crate::lock::Taken;
 use crate::segment::Segment;
 pub(crate) use crate::state::Shared;
 use crate::state::{Change, State};
@@ -34,10 +35,41 @@ use crate::warmer::ZEROS;
 /// exclusive writer; for a shared one, while it holds `rmqlog.owner` (taken over when free), its
 /// view then brought up to date.
 pub(crate) fn owns_background(state: &State) -> Result<bool> {
-    match &state.shared {
-        None => Ok(true),
-        Some(shared) if shared.owner.take() => catch_up(state).map(|()| true),
-        Some(_) => Ok(false),
+    let Some(shared) = &state.shared else {
+        return Ok(true);
+    };
+    match shared.owner.take() {
+        Taken::No => Ok(false),
+        Taken::Held => catch_up(state).map(|()| true),
+        Taken::Now => {
+            catch_up(state)?;
+            sweep_leftovers(state);
+            Ok(true)
+        }
+    }
+}
+
+/// The open that takes the background work over removes what a dead predecessor left: files
+/// wholly below the head the checkpoint records (it died between the checkpoint and the unlink).
+fn sweep_leftovers(state: &State) {
+    let paths: Vec<_> = state.dirs.iter().map(|d| d.path.clone()).collect();
+    let online = vec![true; paths.len()];
+    let Ok(Some(ckpt)) = crate::checkpoint::read_newest(&paths) else {
+        return;
+    };
+    let sizes = listing::known_sizes(Some(&ckpt), state.opts.segment_size);
+    let Ok(listed) = layout::list(&paths, &online, None, &sizes) else {
+        return;
+    };
+    let min = ckpt.min_offset.min(state.min_offset());
+    for f in listed.segments.iter().filter(|f| f.end() <= min) {
+        log::warn!(
+            "removing {} (deleted by retention before its cleaner died)",
+            f.path.display()
+        );
+        if let Err(e) = remove_durably(&f.path) {
+            log::warn!("cannot remove {}: {e}", f.path.display());
+        }
     }
 }
 
@@ -47,9 +79,9 @@ pub(crate) fn check_maintenance(state: &State, what: &str) -> Result<()> {
     match owns_background(state)? {
         true => Ok(()),
         false => Err(Error::Unsupported(format!(
-            "{what} runs in the process doing the store's background work, and another shared \
-             writer does it now (it moves to this one when that one closes or dies); call it \
-             there, or open with exclusive=True"
+            "{what} runs in the open doing the store's background work, and another shared \
+             writer's open (in this process or another) does it now; it moves to this one when \
+             that one closes or dies. Call it there, or open with exclusive=True"
         ))),
     }
 }
@@ -96,8 +128,13 @@ pub(crate) fn sync_locked(state: &State, ctl: &Control, guard: &mut PageGuard<'_
     Ok(())
 }
 
-/// Takes `end` when it lies in this view's last segment (false otherwise).
+/// Takes `end` when it lies in this view's last segment (false otherwise), and what the others
+/// made durable.
 fn take_end(state: &State, end: u64, ts: u64) -> bool {
+    let flushed = state.control().flushed();
+    if flushed > state.flushed_offset() {
+        state.set_flushed(flushed.min(end));
+    }
     if end <= state.max_offset() {
         return true;
     }
@@ -168,6 +205,9 @@ fn reload(state: &State, end: u64, ts: u64) -> Result<()> {
         });
     }
     state.change(|_| {
+        // A deletion this open made while the store was listed (its cleaner, under the list
+        // lock now released) stays made: the head never comes back.
+        let list = list.without_head_before(state.min_offset());
         Ok((
             Some(Change::Reload {
                 list,
@@ -185,14 +225,22 @@ fn repair(state: &State, ctl: &Control) -> Result<()> {
     let end = ctl.end();
     let reserved = ctl.reserved().max(end);
     log::warn!(
-        "a shared writer died while appending: cutting its unpublished bytes [{end}, {reserved})"
+        "a shared writer died holding the append lock: cutting what it wrote past the published \
+         end {end} (up to {reserved})"
     );
     let paths: Vec<_> = state.dirs.iter().map(|d| d.path.clone()).collect();
     let online = vec![true; paths.len()];
     let sizes = listing::known_sizes(None, state.opts.segment_size);
     let listed = layout::list(&paths, &online, None, &sizes)?;
-    for f in listed.segments.iter().filter(|f| f.start >= end) {
-        log::warn!("removing {} (never published)", f.path.display());
+    let unpublished: Vec<_> = listed.segments.iter().filter(|f| f.start >= end).collect();
+    if let Some(first) = unpublished.first() {
+        log::warn!(
+            "removing {} never published segment(s), from {}",
+            unpublished.len(),
+            first.path.display()
+        );
+    }
+    for f in unpublished {
         remove_durably(&f.path)?;
     }
     if let Some(f) = listed

@@ -35,8 +35,6 @@ pub(crate) struct Writer {
     cursor: Mutex<Cursor>,
     /// The active segment, for the `rmqlog-warm` thread.
     warm: Arc<Slot>,
-    /// The store's control page, holding the append lock of shared writers.
-    control: Arc<Control>,
     /// Other opens append too: each append takes the append lock and catches up first.
     shared: bool,
 }
@@ -82,7 +80,7 @@ impl Cursor {
 
     /// A shared writer's cursor follows the view [`crate::shared::sync_locked`] brought up to
     /// the control page: the active segment is the view's last, the position its end.
-    fn adopt(&mut self, state: &State, sync: bool) -> Result<()> {
+    fn adopt(&mut self, state: &State, ctl: &Control, sync: bool) -> Result<()> {
         let end = state.max_offset();
         let list = state.segments();
         let Some(last) = list.last().filter(|l| l.is_local() && l.is_writable()) else {
@@ -106,9 +104,18 @@ impl Cursor {
             self.active = Some((Arc::clone(last), map));
         }
         self.pos = pos;
-        // What others wrote below the position is no place for this open's warming zeros.
-        self.file.raise_to(pos);
+        // What others wrote below the position is no place for this open's warming zeros, and
+        // what they warmed past it needs no more.
+        let warmed = ctl.warmed().clamp(last.start(), last.end()) - last.start();
+        self.file.raise_to(pos.max(warmed));
         Ok(())
+    }
+
+    /// A shared writer tells the others how far it warmed the active segment.
+    fn note_warmed(&self, ctl: &Control) {
+        if let Some((seg, _)) = &self.active {
+            ctl.note_warmed(seg.start() + self.file.ready());
+        }
     }
 
     /// Start offsets of the segments a batch will need, and the end of the log after it.
@@ -195,7 +202,6 @@ impl Writer {
         };
         Writer {
             warm,
-            control: Arc::clone(&control),
             shared,
             cursor: Mutex::new(Cursor {
                 active,
@@ -224,7 +230,12 @@ impl Writer {
         let end = loop {
             let mut c = locked(&self.cursor);
             state.check_writable()?;
-            let _page = self.lock_page(state, &mut c)?;
+            // Shared writers: the store's append lock, through the page the cursor holds.
+            let ctl = c.control.clone().filter(|_| self.shared);
+            let _page = match &ctl {
+                Some(ctl) => Some(lock_page(state, &mut c, ctl)?),
+                None => None,
+            };
             if let (Strategy::Custom(place), false) = (&state.opts.strategy, asked) {
                 let unplaced: Vec<u64> = c
                     .plan(bodies, state.opts.segment_size)?
@@ -241,8 +252,11 @@ impl Writer {
                     continue;
                 }
             }
-            let shared = self.shared.then_some(&*self.control);
-            break write_batch(state, &mut c, &self.warm, shared, bodies, &mut sink)?;
+            let end = write_batch(state, &mut c, &self.warm, ctl.as_deref(), bodies, &mut sink)?;
+            if let Some(ctl) = &ctl {
+                c.note_warmed(ctl);
+            }
+            break end;
         };
         if state.opts.flush.policy().each_append {
             flush_to(state, end)?;
@@ -263,17 +277,18 @@ impl Writer {
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
         };
         let len = HEADER_LEN + body.len();
-        let _page = match self.shared {
-            true => match self.control.try_lock_appends() {
+        let ctl = c.control.clone().filter(|_| self.shared);
+        let _page = match &ctl {
+            Some(ctl) => match ctl.try_lock_appends() {
                 Ok(Some(mut page)) => {
-                    crate::shared::sync_locked(state, &self.control, &mut page)?;
-                    c.adopt(state, false)?;
+                    crate::shared::sync_locked(state, ctl, &mut page)?;
+                    c.adopt(state, ctl, false)?;
                     Some(page)
                 }
                 Ok(None) => return Ok(None),
                 Err(e) => return Err(Error::io("taking the append lock", "rmqlog.ctl", e)),
             },
-            false => None,
+            None => None,
         };
         // A large record is a syscall of its own: the caller's slow path lets go of its lock.
         if !c.fits(len) || c.file.takes(len) {
@@ -281,24 +296,13 @@ impl Writer {
         }
         state.check_writable()?;
         let mut offset = 0;
-        let shared = self.shared.then_some(&*self.control);
-        write_batch(state, &mut c, &self.warm, shared, &[body], |o| offset = o)?;
-        Ok(Some(offset))
-    }
-
-    /// A shared writer's append lock, taken, with the cursor brought up to the control page;
-    /// `None` for an exclusive writer.
-    fn lock_page(&self, state: &State, c: &mut Cursor) -> Result<Option<PageGuard<'_>>> {
-        if !self.shared {
-            return Ok(None);
+        write_batch(state, &mut c, &self.warm, ctl.as_deref(), &[body], |o| {
+            offset = o
+        })?;
+        if let Some(ctl) = &ctl {
+            c.note_warmed(ctl);
         }
-        let mut page = self
-            .control
-            .lock_appends()
-            .map_err(|e| Error::io("taking the append lock", "rmqlog.ctl", e))?;
-        crate::shared::sync_locked(state, &self.control, &mut page)?;
-        c.adopt(state, state.opts.flush.policy().each_append)?;
-        Ok(Some(page))
+        Ok(Some(offset))
     }
 
     /// Records this boot's recovery point: the start of the active segment, below which every
@@ -328,6 +332,16 @@ impl Writer {
         c.tail = TailHints::default();
         c.control = None;
     }
+}
+
+/// A shared writer's append lock, taken, with the cursor brought up to the control page.
+fn lock_page<'a>(state: &State, c: &mut Cursor, ctl: &'a Control) -> Result<PageGuard<'a>> {
+    let mut page = ctl
+        .lock_appends()
+        .map_err(|e| Error::io("taking the append lock", "rmqlog.ctl", e))?;
+    crate::shared::sync_locked(state, ctl, &mut page)?;
+    c.adopt(state, ctl, state.opts.flush.policy().each_append)?;
+    Ok(page)
 }
 
 /// Writes and publishes a batch; returns the new end of the log.

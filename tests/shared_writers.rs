@@ -11,6 +11,8 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmqlog::{CommitLog, Error, FlushMode, Options};
@@ -72,7 +74,11 @@ fn writer_process() {
         return; // run by the tests below
     };
     let dirs: Vec<PathBuf> = dirs.split(':').map(PathBuf::from).collect();
-    let log = CommitLog::open(&dirs, opts()).unwrap();
+    let opts = match what.as_str() {
+        "own" => opts().clean_interval(Duration::ZERO),
+        _ => opts(),
+    };
+    let log = CommitLog::open(&dirs, opts).unwrap();
     let parts: Vec<&str> = what.split(':').collect();
     match parts.as_slice() {
         ["append", w, n] => {
@@ -112,6 +118,13 @@ fn writer_process() {
                 log.append(&tagged(9, 50, 100)).unwrap();
             }
             unreachable!("the append pauses until the process is killed");
+        }
+        ["own"] => {
+            log.clean(false).unwrap(); // takes the background work
+            println!("owning");
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
         }
         ["keep"] => {
             println!("keeping");
@@ -254,6 +267,21 @@ fn exclusive_and_shared_writers_exclude_each_other() {
         refused.to_string().contains("same directories"),
         "{refused}"
     );
+    // And one segment size.
+    let refused = CommitLog::open(&dirs, opts().segment_size(SEGMENT * 2)).unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("segment_size is 65536 there, 131072 here"),
+        "{refused}"
+    );
+    let refused = CommitLog::open(&dirs, opts().retention_bytes(Some(1 << 20))).unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("retention_bytes is None there"),
+        "{refused}"
+    );
     drop(a);
 }
 
@@ -338,4 +366,110 @@ fn a_writer_killed_holding_the_lock_mid_record_leaves_nothing() {
 #[test]
 fn a_writer_killed_holding_the_lock_mid_roll_leaves_nothing() {
     killed_holder("batch");
+}
+
+#[test]
+fn the_open_doing_the_background_work_syncs_everyones_records() {
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    let o = opts()
+        .flush_interval(Duration::from_millis(20))
+        .clean_interval(Duration::ZERO);
+    let a = CommitLog::open(&dirs, o.clone()).unwrap();
+    a.clean(false).unwrap(); // a does the background work
+    let b = CommitLog::open(&dirs, o).unwrap();
+    let at = b.append(&tagged(2, 0, 100)).unwrap();
+    // b's own flusher leaves it to a's; b learns of the sync through the control page.
+    let durable = b.wait_durable(at, Some(Duration::from_secs(10))).unwrap();
+    assert!(durable > at, "a synced b's record: {durable} <= {at}");
+    assert!(a.stats().unwrap().syncs > 0);
+    assert_eq!(b.stats().unwrap().syncs, 0, "b never synced itself");
+}
+
+#[test]
+fn background_work_moves_on_when_its_process_dies() {
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    // The first open does the background work: the child's.
+    let mut owner = spawn(&dirs, "own");
+    read_until(&mut owner, "owning");
+    let log = CommitLog::open(&dirs, opts().clean_interval(Duration::ZERO)).unwrap();
+    for i in 0..300 {
+        log.append(&tagged(0, i, 1000)).unwrap();
+    }
+    let refused = log.truncate_before(SEGMENT * 2).unwrap_err();
+    assert!(refused.to_string().contains("background work"), "{refused}");
+    owner.kill().unwrap(); // SIGKILL: its lock on rmqlog.owner goes with it
+    owner.wait().unwrap();
+    assert_eq!(log.truncate_before(SEGMENT * 2).unwrap(), SEGMENT * 2);
+}
+
+/// Pauses the thread named `thread` at fail point `name` until `release` gets a message, after
+/// telling `paused`; other threads pass.
+fn pause_in(name: &str, thread: &'static str) -> (Receiver<()>, Sender<()>) {
+    let (paused_tx, paused) = channel();
+    let (release, release_rx) = channel::<()>();
+    let paused_tx = Mutex::new(paused_tx);
+    let release_rx = Mutex::new(release_rx);
+    fail::cfg_callback(name, move || {
+        if std::thread::current().name() == Some(thread) {
+            paused_tx.lock().unwrap().send(()).unwrap();
+            release_rx.lock().unwrap().recv().unwrap();
+        }
+    })
+    .unwrap();
+    (paused, release)
+}
+
+/// The race the hostile review found: the owner's cleaner deletes the head while another thread
+/// of the same open lists the store (another open rolled); the listing, taken before the
+/// deletion's checkpoint, was applied after it and brought the deleted head back, and the next
+/// checkpoint recorded a head whose files were gone: the store no longer opened.
+#[test]
+fn a_listing_taken_before_a_deletion_never_brings_the_head_back() {
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    let o = opts().clean_interval(Duration::ZERO);
+    let a = Arc::new(CommitLog::open(&dirs, o.clone()).unwrap()); // does the background work
+    let b = CommitLog::open(&dirs, o).unwrap();
+    for i in 0..300 {
+        a.append(&tagged(1, i, 1000)).unwrap();
+    }
+    a.max_offset().unwrap(); // a's view is current: its deletion needs no listing
+    let (deleting, release_delete) = pause_in("delete::before_checkpoint", "deleter");
+    let (reloading, release_reload) = pause_in("list::lock", "reloader");
+    let head = SEGMENT * 3;
+    let deleter = {
+        let a = Arc::clone(&a);
+        std::thread::Builder::new()
+            .name("deleter".into())
+            .spawn(move || a.truncate_before(head).unwrap())
+            .unwrap()
+    };
+    deleting.recv().unwrap(); // the head left a's list; the checkpoint is not written yet
+                              // Another open rolls: a's next look lists the store, which still holds the head's files.
+    for i in 0..70 {
+        b.append(&tagged(2, i, 1000)).unwrap();
+    }
+    let reloader = {
+        let a = Arc::clone(&a);
+        std::thread::Builder::new()
+            .name("reloader".into())
+            // A look at the store (a listing), then a checkpoint from that view.
+            .spawn(move || a.flush().unwrap())
+            .unwrap()
+    };
+    reloading.recv().unwrap(); // listed, about to apply; the deletion goes on first
+    release_delete.send(()).unwrap();
+    assert_eq!(deleter.join().unwrap(), head);
+    release_reload.send(()).unwrap();
+    reloader.join().unwrap();
+    fail::remove("delete::before_checkpoint");
+    fail::remove("list::lock");
+    drop(b);
+    drop(Arc::try_unwrap(a).unwrap());
+    // The checkpoint the flush wrote records the head that is on disk: the store opens.
+    let log = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+    assert_eq!(log.min_offset().unwrap(), head);
+    assert!(log.verify().unwrap().is_empty());
 }

@@ -117,3 +117,12 @@ def test_a_producer_killed_mid_stream_loses_nothing_it_was_told(tmp_path):
         for off, i in told:
             assert bytes(log.read(off)) == b"k-%d" % i
         assert bytes(log.read(after)) == b"after"
+
+
+def test_the_docs_example_runs():
+    """examples/producer_consumer.py: three producer processes, three waiting consumers."""
+    example = os.path.join(os.path.dirname(__file__), "..", "examples", "producer_consumer.py")
+    r = subprocess.run([sys.executable, example], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 3 and all("3000 events from 3 producers, in order" in x for x in lines)
