@@ -5,8 +5,8 @@ four processes.
 
 Every side runs in fresh worker processes started before the clock: each opens its store, says
 "ready", and waits for a start byte on stdin; the clock runs from the start bytes to the last
-worker's "done" (its records appended, its log closed). Process start-up and imports are outside
-the clock on both sides.
+worker's "done" (its records appended; as in the py_append rows, closing is outside the clock).
+Process start-up and imports are outside the clock on both sides.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ else:
     append = log.append
     for _ in range(n):
         append(body)
-log.close()
 print("done", flush=True)
+log.close()  # outside the clock, as in the py_append rows
 """
 
 SQLITE_WORKER = """
@@ -59,8 +59,8 @@ for start in range(0, n, 1000):
     db.execute("BEGIN IMMEDIATE")
     db.executemany(insert, ((body,) for _ in range(min(1000, n - start))))
     db.execute("COMMIT")
-db.close()
 print("done", flush=True)
+db.close()
 """
 
 

@@ -80,6 +80,8 @@ struct Words {
 /// [`Control::published_end`]). Only writers, holding the store lock, read or write it.
 const CACHE_AT: usize = 2048;
 const CACHE_MAX: usize = LEN - CACHE_AT;
+/// Tries of the append lock before a waiter sleeps (with growing pauses: about 2 us in all).
+const SPIN_ROUNDS: u32 = 12;
 /// Where the shared writers' append lock lives ([`AppendLock`]).
 const LOCK_AT: usize = 1024;
 
@@ -321,10 +323,14 @@ impl Control {
         self.words().warmed.load(Ordering::Acquire)
     }
 
-    /// The holder of the append lock warmed the active segment up to `offset`.
+    /// The holder of the append lock warmed the active segment up to `offset` (only the holder
+    /// writes it: no read-modify-write needed).
     #[inline]
     pub fn note_warmed(&self, offset: u64) {
-        self.words().warmed.fetch_max(offset, Ordering::AcqRel);
+        let w = &self.words().warmed;
+        if offset > w.load(Ordering::Relaxed) {
+            w.store(offset, Ordering::Release);
+        }
     }
 
     /// The holder of the append lock is about to write up to `end`: before its first byte.
@@ -337,7 +343,10 @@ impl Control {
     #[inline]
     pub fn publish_end(&self, end: u64, ts: u64) {
         let w = self.words();
-        w.last_ts.fetch_max(ts, Ordering::AcqRel);
+        // Writers publish one at a time (the store lock, or the append lock): no RMW needed.
+        if ts > w.last_ts.load(Ordering::Relaxed) {
+            w.last_ts.store(ts, Ordering::Release);
+        }
         w.reserved.store(end, Ordering::Release);
         w.end.store(end, Ordering::Release);
         self.notify();
@@ -350,8 +359,14 @@ impl Control {
         w.end.store(end, Ordering::Release);
     }
 
-    /// Takes the shared writers' append lock (see [`AppendLock`]); the guard lets go.
+    /// Takes the shared writers' append lock (see [`AppendLock`]); the guard lets go. A holder
+    /// keeps it for the length of one append (a fraction of a microsecond for a small record),
+    /// usually running on another core: waiting a moment for it costs less than sleeping in the
+    /// kernel and being woken, so the lock is tried a few times before this thread sleeps.
     pub fn lock_appends(&self) -> std::io::Result<PageGuard<'_>> {
+        if let Some(guard) = self.try_lock_appends()? {
+            return Ok(guard);
+        }
         let lock = self.append_lock();
         let taken = lock.lock()?;
         Ok(PageGuard {
@@ -361,14 +376,23 @@ impl Control {
         })
     }
 
-    /// [`Control::lock_appends`] if no one holds the lock now.
+    /// [`Control::lock_appends`] if the lock comes free within a moment (about 2 us), without
+    /// sleeping in the kernel.
     pub fn try_lock_appends(&self) -> std::io::Result<Option<PageGuard<'_>>> {
         let lock = self.append_lock();
-        Ok(lock.try_lock()?.map(|taken| PageGuard {
-            lock,
-            taken,
-            page: std::marker::PhantomData,
-        }))
+        for round in 0..SPIN_ROUNDS {
+            if let Some(taken) = lock.try_lock()? {
+                return Ok(Some(PageGuard {
+                    lock,
+                    taken,
+                    page: std::marker::PhantomData,
+                }));
+            }
+            for _ in 0..(8 << round.min(4)) {
+                std::hint::spin_loop();
+            }
+        }
+        Ok(None)
     }
 
     fn append_lock(&self) -> AppendLock {

@@ -100,11 +100,12 @@ pub(crate) fn catch_up(state: &State) -> Result<()> {
     let before = ctl.generation();
     let end = ctl.end();
     let unchanged = before == ctl.generation() && before == shared.seen.load(Ordering::Acquire);
-    if unchanged && take_end(state, end, ctl.last_ts()) {
-        return Ok(());
+    if !(unchanged && take_end(state, end, ctl.last_ts())) {
+        let mut guard = ctl.lock_appends().map_err(lock_error)?;
+        sync_locked(state, &ctl, &mut guard)?;
     }
-    let mut guard = ctl.lock_appends().map_err(lock_error)?;
-    sync_locked(state, &ctl, &mut guard)
+    take_flushed(state, &ctl);
+    Ok(())
 }
 
 /// With the append lock held: repairs what a dead holder left, lists the store again if its
@@ -128,13 +129,16 @@ pub(crate) fn sync_locked(state: &State, ctl: &Control, guard: &mut PageGuard<'_
     Ok(())
 }
 
-/// Takes `end` when it lies in this view's last segment (false otherwise), and what the others
-/// made durable.
-fn take_end(state: &State, end: u64, ts: u64) -> bool {
-    let flushed = state.control().flushed();
+/// Takes what another open made durable (a reader's look: appends need not know).
+fn take_flushed(state: &State, ctl: &Control) {
+    let flushed = ctl.flushed().min(state.max_offset());
     if flushed > state.flushed_offset() {
-        state.set_flushed(flushed.min(end));
+        state.set_flushed(flushed);
     }
+}
+
+/// Takes `end` when it lies in this view's last segment (false otherwise).
+fn take_end(state: &State, end: u64, ts: u64) -> bool {
     if end <= state.max_offset() {
         return true;
     }

@@ -473,3 +473,132 @@ fn a_listing_taken_before_a_deletion_never_brings_the_head_back() {
     assert_eq!(log.min_offset().unwrap(), head);
     assert!(log.verify().unwrap().is_empty());
 }
+
+/// Randomized: three threads, each opening the store as a shared writer again and again (flush
+/// modes mixed), appending singles and batches, reading back, waiting, truncating where it does
+/// the background work, with retention deleting the head meanwhile. At the end an exclusive open
+/// finds every acknowledged record above the head, dense offsets and each writer's records in
+/// its order. `RMQLOG_SHARED_CHAOS_SECS` (default 4) sets the length; the seed is printed.
+#[test]
+fn chaos_of_shared_opens() {
+    let secs: u64 = std::env::var("RMQLOG_SHARED_CHAOS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4);
+    let seed: u64 = std::env::var("RMQLOG_SHARED_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    println!("shared chaos: {secs} s, RMQLOG_SHARED_CHAOS_SEED={seed}");
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    let base = opts()
+        .retention_bytes(Some(SEGMENT * 6))
+        .clean_interval(Duration::from_millis(20));
+    let acked: Mutex<Vec<(u64, u32, u32, usize)>> = Mutex::new(Vec::new());
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    std::thread::scope(|s| {
+        for w in 0..3u32 {
+            let (dirs, base, acked) = (&dirs, &base, &acked);
+            s.spawn(move || {
+                let mut rng = seed ^ (u64::from(w) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                let mut next = || {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    rng
+                };
+                let mut seq = 0u32;
+                while std::time::Instant::now() < deadline {
+                    let flush =
+                        [FlushMode::Async, FlushMode::None, FlushMode::Sync][(next() % 3) as usize];
+                    let log = CommitLog::open(dirs, base.clone().flush(flush)).unwrap();
+                    for _ in 0..(next() % 200) {
+                        match next() % 10 {
+                            0..=4 => {
+                                let len = 8 + (next() % 2000) as usize;
+                                let at = log.append(&tagged(w, seq, len)).unwrap();
+                                acked.lock().unwrap().push((at, w, seq, len));
+                                seq += 1;
+                            }
+                            5 | 6 => {
+                                let n = 1 + (next() % 20) as u32;
+                                let bodies: Vec<Vec<u8>> = (seq..seq + n)
+                                    .map(|i| tagged(w, i, 8 + (next() % 900) as usize))
+                                    .collect();
+                                let offs = log.append_batch(&bodies).unwrap();
+                                let mut a = acked.lock().unwrap();
+                                for (k, (o, b)) in offs.iter().zip(&bodies).enumerate() {
+                                    a.push((*o, w, seq + k as u32, b.len()));
+                                }
+                                seq += n;
+                            }
+                            7 => {
+                                let pick = {
+                                    let a = acked.lock().unwrap();
+                                    (!a.is_empty()).then(|| a[(next() as usize) % a.len()])
+                                };
+                                if let Some((at, ww, ss, len)) = pick {
+                                    match log.read(at) {
+                                        Ok(rec) => assert_eq!(&*rec, tagged(ww, ss, len)),
+                                        Err(Error::OffsetOutOfRange { .. }) => {
+                                            assert!(at < log.min_offset().unwrap())
+                                        }
+                                        Err(e) => panic!("read {at}: {e}"),
+                                    }
+                                }
+                            }
+                            8 => {
+                                let end = log.max_offset().unwrap();
+                                log.wait(end, Some(Duration::from_millis(2))).unwrap();
+                            }
+                            _ => {
+                                let to = log.max_offset().unwrap().saturating_sub(SEGMENT * 4);
+                                match log.truncate_before(to) {
+                                    Ok(_) => {}
+                                    Err(Error::Unsupported(m)) if m.contains("background") => {}
+                                    Err(e) => panic!("truncate_before: {e}"),
+                                }
+                            }
+                        }
+                    }
+                    log.close().unwrap();
+                }
+            });
+        }
+    });
+    let log = CommitLog::open(&dirs, base.clone().exclusive(true)).unwrap();
+    assert!(log.verify().unwrap().is_empty());
+    // Dense offsets; each writer's records consecutive from its first above the head.
+    let mut at = log.min_offset().unwrap();
+    let mut next: HashMap<u32, u32> = HashMap::new();
+    for rec in log.scan(None, None).unwrap() {
+        let rec = rec.unwrap();
+        assert_eq!(rec.offset(), at, "offsets are dense");
+        at = rec.next_offset();
+        let (w, i) = untag(&rec);
+        let n = next.entry(w).or_insert(i);
+        assert_eq!(i, *n, "writer {w}'s records in its order");
+        *n += 1;
+    }
+    assert_eq!(at, log.max_offset().unwrap());
+    let counts = next;
+    let min = log.min_offset().unwrap();
+    let acked = acked.into_inner().unwrap();
+    println!(
+        "shared chaos: {} records acknowledged; head {min}, end {at}; next number per writer {counts:?}",
+        acked.len()
+    );
+    for (at, w, seq, len) in acked.into_iter().filter(|a| a.0 >= min) {
+        assert_eq!(
+            &*log.read(at).unwrap(),
+            tagged(w, seq, len),
+            "record {w}/{seq} at {at}"
+        );
+    }
+}
