@@ -12,9 +12,12 @@ pub(crate) struct AppendLock {
     mutex: *mut libc::pthread_mutex_t,
 }
 
-/// Room the mutex takes in the page.
+/// Room the mutex takes in the page: a cache line, which the control page shares between the
+/// mutex (its first `MUTEX_LEN` bytes) and the words every append touches.
 pub(crate) const LOCK_LEN: usize = 64;
-const _: () = assert!(std::mem::size_of::<libc::pthread_mutex_t>() <= LOCK_LEN);
+/// Bytes of the mutex itself.
+pub(crate) const MUTEX_LEN: usize = 40;
+const _: () = assert!(std::mem::size_of::<libc::pthread_mutex_t>() <= MUTEX_LEN);
 
 /// How a lock was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

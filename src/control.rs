@@ -27,7 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use memmap2::{MmapOptions, MmapRaw};
 
-use crate::append_lock::{AppendLock, Taken, LOCK_LEN};
+use crate::append_lock::{AppendLock, Taken, LOCK_LEN, MUTEX_LEN};
 use crate::futex::{self, Woken};
 
 /// Name of the control file.
@@ -35,7 +35,7 @@ pub const CONTROL_FILE: &str = "rmqlog.ctl";
 /// Length of the file: one page.
 const LEN: usize = 4096;
 const MAGIC: u64 = u64::from_le_bytes(*b"RMQLCTL1");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// `flags`: a newer control file of the store lives in another directory.
 const RETIRED: u32 = 1;
 
@@ -50,12 +50,8 @@ struct Words {
     opened_ns: AtomicU64,
     /// Bumped by each writer's open: what a follower knew may have been cut by recovery.
     epoch: AtomicU64,
-    /// The end of the published records.
-    end: AtomicU64,
     /// Every byte below it is durable.
     flushed: AtomicU64,
-    /// Bumped by every change of the segment list (roll, deletion, move).
-    generation: AtomicU64,
     /// The futex word: bumped when waiters are to look again.
     seq: AtomicU32,
     /// How many waiters are registered (see the module docs).
@@ -65,9 +61,6 @@ struct Words {
     ino: AtomicU64,
     /// Length of the page-cache id at `CACHE_AT` (0: none).
     cache_len: AtomicU32,
-    /// Shared writers: the end the holder of the append lock will have written when it
-    /// publishes. Above `end` only while an append is under way, or its holder died in it.
-    reserved: AtomicU64,
     /// The largest timestamp published (shared writers keep timestamps monotonic across them).
     last_ts: AtomicU64,
     /// Shared writers: the log offset below which the active segment's page cache is warm (see
@@ -82,10 +75,26 @@ const CACHE_AT: usize = 2048;
 const CACHE_MAX: usize = LEN - CACHE_AT;
 /// Tries of the append lock before a waiter sleeps (with growing pauses: about 2 us in all).
 const SPIN_ROUNDS: u32 = 12;
-/// Where the shared writers' append lock lives ([`AppendLock`]).
+/// Where the shared writers' append lock lives ([`AppendLock`]), at the start of a cache line.
 const LOCK_AT: usize = 1024;
+/// Where [`Hot`] lives: right after the lock, in the same cache line.
+const HOT_AT: usize = LOCK_AT + MUTEX_LEN;
+
+/// The words every append reads and writes, beside the append lock in one cache line: a holder
+/// hands the lock and all of them to the next one (on another core) in one transfer.
+#[repr(C)]
+struct Hot {
+    /// The end of the published records.
+    end: AtomicU64,
+    /// Shared writers: the end the holder of the append lock will have written when it
+    /// publishes. Above `end` only while an append is under way, or its holder died in it.
+    reserved: AtomicU64,
+    /// Bumped by every change of the segment list (roll, deletion, move).
+    generation: AtomicU64,
+}
 
 const _: () = assert!(std::mem::size_of::<Words>() <= LOCK_AT);
+const _: () = assert!(HOT_AT + std::mem::size_of::<Hot>() <= LOCK_AT + 64);
 const _: () = assert!(LOCK_AT + LOCK_LEN <= CACHE_AT);
 
 /// What a follower last knew of the store through the control file.
@@ -147,8 +156,8 @@ impl Control {
         let Some(c) = chosen else {
             log::warn!("waits for records work within this process only (no control file)");
             let c = Control::private()?;
-            c.words().end.store(end, Ordering::Release);
-            c.words().reserved.store(end, Ordering::Release);
+            c.hot().end.store(end, Ordering::Release);
+            c.hot().reserved.store(end, Ordering::Release);
             c.words().flushed.store(flushed, Ordering::Release);
             return Ok(c);
         };
@@ -170,15 +179,15 @@ impl Control {
             w.seq.store(0, Ordering::Relaxed);
             0
         };
-        w.end.store(end, Ordering::Release);
-        w.reserved.store(end, Ordering::Release);
+        c.hot().end.store(end, Ordering::Release);
+        c.hot().reserved.store(end, Ordering::Release);
         w.warmed.store(end, Ordering::Release);
         w.flushed.store(flushed, Ordering::Release);
         w.last_ts.store(last_ts, Ordering::Release);
         // The opener holds the store alone: no process takes the old lock any more.
         c.append_lock().init()?;
         c.set_cache(cache);
-        w.generation.fetch_add(1, Ordering::AcqRel);
+        c.hot().generation.fetch_add(1, Ordering::AcqRel);
         w.opened_ns.store(now_ns(), Ordering::Release);
         w.version.store(VERSION, Ordering::Release);
         w.flags.store(0, Ordering::Release);
@@ -261,6 +270,12 @@ impl Control {
         }
     }
 
+    fn hot(&self) -> &Hot {
+        // SAFETY: HOT_AT is 8-byte aligned and HOT_AT + size_of::<Hot>() <= LEN, in the map that
+        // lives as long as `self`; every process accesses it only through these atomics.
+        unsafe { &*(self.map.as_ptr().add(HOT_AT) as *const Hot) }
+    }
+
     fn words(&self) -> &Words {
         // SAFETY: the map is page-aligned and LEN (>= size_of::<Words>()) bytes long, lives as
         // long as `self`, and is only ever accessed through these atomics (in every process).
@@ -286,7 +301,7 @@ impl Control {
     }
 
     pub fn end(&self) -> u64 {
-        self.words().end.load(Ordering::Acquire)
+        self.hot().end.load(Ordering::Acquire)
     }
 
     pub fn flushed(&self) -> u64 {
@@ -297,14 +312,14 @@ impl Control {
         let w = self.words();
         Seen {
             epoch: w.epoch.load(Ordering::Acquire),
-            generation: w.generation.load(Ordering::Acquire),
+            generation: self.hot().generation.load(Ordering::Acquire),
         }
     }
 
     /// The segment list's generation.
     #[inline]
     pub fn generation(&self) -> u64 {
-        self.words().generation.load(Ordering::Acquire)
+        self.hot().generation.load(Ordering::Acquire)
     }
 
     /// The largest timestamp published.
@@ -314,7 +329,7 @@ impl Control {
 
     /// The end the holder of the append lock is writing to (see [`Words::reserved`]).
     pub fn reserved(&self) -> u64 {
-        self.words().reserved.load(Ordering::Acquire)
+        self.hot().reserved.load(Ordering::Acquire)
     }
 
     /// Where the active segment is warm up to (a log offset; see [`Words::warmed`]).
@@ -336,7 +351,7 @@ impl Control {
     /// The holder of the append lock is about to write up to `end`: before its first byte.
     #[inline]
     pub fn reserve(&self, end: u64) {
-        self.words().reserved.store(end, Ordering::Release);
+        self.hot().reserved.store(end, Ordering::Release);
     }
 
     /// The writer published records up to `end` (stamped up to `ts`).
@@ -347,16 +362,17 @@ impl Control {
         if ts > w.last_ts.load(Ordering::Relaxed) {
             w.last_ts.store(ts, Ordering::Release);
         }
-        w.reserved.store(end, Ordering::Release);
-        w.end.store(end, Ordering::Release);
+        let hot = self.hot();
+        hot.reserved.store(end, Ordering::Release);
+        hot.end.store(end, Ordering::Release);
         self.notify();
     }
 
     /// A repair cut the tail back to `end` (the append lock held).
     pub fn cut_to(&self, end: u64) {
-        let w = self.words();
-        w.reserved.store(end, Ordering::Release);
-        w.end.store(end, Ordering::Release);
+        let hot = self.hot();
+        hot.reserved.store(end, Ordering::Release);
+        hot.end.store(end, Ordering::Release);
     }
 
     /// Takes the shared writers' append lock (see [`AppendLock`]); the guard lets go. A holder
@@ -409,7 +425,7 @@ impl Control {
 
     /// The segment list changed; returns the new generation.
     pub fn bump_generation(&self) -> u64 {
-        let g = self.words().generation.fetch_add(1, Ordering::AcqRel) + 1;
+        let g = self.hot().generation.fetch_add(1, Ordering::AcqRel) + 1;
         self.notify();
         g
     }

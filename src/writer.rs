@@ -226,6 +226,19 @@ impl Writer {
         for b in bodies {
             check_size(state, b.as_ref().len())?;
         }
+        // The body CRCs depend on nothing the locks guard: computed before, they keep the time
+        // other writers wait short.
+        let (one, many): ([u32; 1], Vec<u32>);
+        let crcs: &[u32] = match bodies {
+            [b] => {
+                one = [body_crc(b.as_ref())];
+                &one
+            }
+            _ => {
+                many = bodies.iter().map(|b| body_crc(b.as_ref())).collect();
+                &many
+            }
+        };
         let mut asked = false;
         let end = loop {
             let mut c = locked(&self.cursor);
@@ -252,7 +265,8 @@ impl Writer {
                     continue;
                 }
             }
-            let end = write_batch(state, &mut c, &self.warm, ctl.as_deref(), bodies, &mut sink)?;
+            let batch = Batch { bodies, crcs };
+            let end = write_batch(state, &mut c, &self.warm, ctl.as_deref(), batch, &mut sink)?;
             if let Some(ctl) = &ctl {
                 c.note_warmed(ctl);
             }
@@ -277,6 +291,7 @@ impl Writer {
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
         };
         let len = HEADER_LEN + body.len();
+        let crc = body_crc(body);
         let ctl = c.control.clone().filter(|_| self.shared);
         let _page = match &ctl {
             Some(ctl) => match ctl.try_lock_appends() {
@@ -296,7 +311,11 @@ impl Writer {
         }
         state.check_writable()?;
         let mut offset = 0;
-        write_batch(state, &mut c, &self.warm, ctl.as_deref(), &[body], |o| {
+        let batch = Batch {
+            bodies: &[body],
+            crcs: &[crc],
+        };
+        write_batch(state, &mut c, &self.warm, ctl.as_deref(), batch, |o| {
             offset = o
         })?;
         if let Some(ctl) = &ctl {
@@ -334,6 +353,12 @@ impl Writer {
     }
 }
 
+/// The records of one append: their bodies and the bodies' CRCs.
+struct Batch<'a, B> {
+    bodies: &'a [B],
+    crcs: &'a [u32],
+}
+
 /// A shared writer's append lock, taken, with the cursor brought up to the control page.
 fn lock_page<'a>(state: &State, c: &mut Cursor, ctl: &'a Control) -> Result<PageGuard<'a>> {
     let mut page = ctl
@@ -352,9 +377,10 @@ fn write_batch<B: AsRef<[u8]>>(
     c: &mut Cursor,
     warm: &Slot,
     shared: Option<&Control>,
-    bodies: &[B],
+    batch: Batch<'_, B>,
     mut sink: impl FnMut(u64),
 ) -> Result<u64> {
+    let Batch { bodies, crcs } = batch;
     let (starts, planned_end) = c.plan(bodies, state.opts.segment_size)?;
     let new_segments = if starts.is_empty() {
         Vec::new()
@@ -370,7 +396,7 @@ fn write_batch<B: AsRef<[u8]>>(
     let ts = now_ms().max(state.last_timestamp_ms());
     let mut rolled = false;
     let mut bytes = 0u64;
-    for body in bodies {
+    for (body, &crc) in bodies.iter().zip(crcs) {
         let body = body.as_ref();
         let len = HEADER_LEN + body.len();
         if !c.fits(len) {
@@ -396,7 +422,7 @@ fn write_batch<B: AsRef<[u8]>>(
         let offset = seg.start() + c.pos;
         let header = Header {
             len: len as u32,
-            body_crc: body_crc(body),
+            body_crc: crc,
             offset,
             timestamp_ms: ts,
         }

@@ -129,6 +129,8 @@ def test_a_waiting_follower_uses_no_cpu_and_wakes_for_the_append(tmp_path):
 INTERRUPTED = """
 import sys
 from rmqlog import CommitLog
+if sys.argv[2] == "batches":
+    import pyarrow  # noqa: F401  (loaded before "ready": the signal is for the wait)
 log = CommitLog(sys.argv[1], read_only=True)
 print("ready", flush=True)
 try:

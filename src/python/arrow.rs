@@ -28,9 +28,13 @@ const SCHEMA: &CStr = c"arrow_schema";
 const ARRAY: &CStr = c"arrow_array";
 const STREAM: &CStr = c"arrow_array_stream";
 
-/// `pyarrow`, or an error saying how to install it.
+/// `pyarrow`, or an error saying how to install it. Any other failure of the import (a
+/// `KeyboardInterrupt` while pyarrow loads) is raised as it is.
 pub(super) fn pyarrow<'py>(py: Python<'py>, what: &str) -> PyResult<Bound<'py, PyModule>> {
-    py.import("pyarrow").map_err(|_| {
+    py.import("pyarrow").map_err(|e| {
+        if !e.is_instance_of::<pyo3::exceptions::PyImportError>(py) {
+            return e;
+        }
         PyModuleNotFoundError::new_err(format!(
             "{what} needs pyarrow, which is not installed: pip install 'rmqlog[arrow]' (or \
              pyarrow>=16)"
