@@ -723,14 +723,7 @@ fn writable_last(list: SegmentList) -> SegmentList {
     let Some(last) = list.last().filter(|l| l.is_local()) else {
         return list;
     };
-    let seg = Segment::new(
-        last.start(),
-        last.size(),
-        last.path().to_path_buf(),
-        last.dir(),
-        true,
-    );
-    seg.set_written(last.written());
+    let seg = last.writable_copy();
     list.truncated_before(last.start())
         .with_appended(vec![Arc::new(seg)])
 }

@@ -164,6 +164,13 @@ impl Segment {
         self.written.fetch_max(pos, Ordering::AcqRel);
     }
 
+    /// The same file as a writer's active segment: mapped for writing, as written as this one.
+    pub(crate) fn writable_copy(&self) -> Segment {
+        let seg = Segment::new(self.start, self.size, self.path.clone(), self.dir, true);
+        seg.set_written(self.written());
+        seg
+    }
+
     /// Whether it maps for writing (the writer's active segment).
     pub fn is_writable(&self) -> bool {
         self.writable

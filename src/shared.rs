@@ -185,14 +185,7 @@ fn reload(state: &State, end: u64, ts: u64) -> Result<()> {
             continue;
         }
         if seg.is_local() && !seg.is_writable() {
-            let writable = Segment::new(
-                seg.start(),
-                seg.size(),
-                seg.path().to_path_buf(),
-                seg.dir(),
-                true,
-            );
-            *seg = Arc::new(writable);
+            *seg = Arc::new(seg.writable_copy());
         }
         seg.advance_written(end.saturating_sub(seg.start()).min(seg.size()));
     }

@@ -244,7 +244,7 @@ impl Writer {
             let mut c = locked(&self.cursor);
             state.check_writable()?;
             // Shared writers: the store's append lock, through the page the cursor holds.
-            let ctl = c.control.clone().filter(|_| self.shared);
+            let ctl = self.shared_page(&c);
             let _page = match &ctl {
                 Some(ctl) => Some(lock_page(state, &mut c, ctl)?),
                 None => None,
@@ -278,6 +278,15 @@ impl Writer {
         Ok(())
     }
 
+    /// The control page whose append lock a shared writer takes; `None` for an exclusive one
+    /// (no reference count touched on its appends).
+    fn shared_page(&self, c: &Cursor) -> Option<Arc<Control>> {
+        match self.shared {
+            true => c.control.clone(),
+            false => None,
+        }
+    }
+
     /// [`CommitLog::try_append`](crate::CommitLog::try_append).
     pub fn try_append(&self, state: &State, body: &[u8]) -> Result<Option<u64>> {
         state.check_open()?;
@@ -292,7 +301,7 @@ impl Writer {
         };
         let len = HEADER_LEN + body.len();
         let crc = body_crc(body);
-        let ctl = c.control.clone().filter(|_| self.shared);
+        let ctl = self.shared_page(&c);
         let _page = match &ctl {
             Some(ctl) => match ctl.try_lock_appends() {
                 Ok(Some(mut page)) => {

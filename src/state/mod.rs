@@ -222,8 +222,14 @@ impl State {
     /// this process (then, itself, to the control page); or a follower takes them in.
     pub fn publish(&self, end: u64, ts: u64) {
         self.last_timestamp_ms.fetch_max(ts, Ordering::Relaxed);
-        // Shared writers: a reader's catch-up and this open's append may publish in either order.
-        self.max_offset.fetch_max(end, Ordering::AcqRel);
+        match self.shared {
+            // A reader's catch-up and this open's append may publish in either order.
+            Some(_) => {
+                self.max_offset.fetch_max(end, Ordering::AcqRel);
+            }
+            // One publisher (the writer, or a follower's refresh under its lock): ends only grow.
+            None => self.max_offset.store(end, Ordering::Release),
+        }
     }
 
     /// A sync made every byte below `offset` durable (a writer's, published to waiters; or what
