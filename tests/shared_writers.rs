@@ -394,14 +394,33 @@ fn background_work_moves_on_when_its_process_dies() {
     let mut owner = spawn(&dirs, "own");
     read_until(&mut owner, "owning");
     let log = CommitLog::open(&dirs, opts().clean_interval(Duration::ZERO)).unwrap();
-    for i in 0..300 {
-        log.append(&tagged(0, i, 1000)).unwrap();
-    }
+    let acked: Vec<u64> = (0..300)
+        .map(|i| log.append(&tagged(0, i, 1000)).unwrap())
+        .collect();
     let refused = log.truncate_before(SEGMENT * 2).unwrap_err();
     assert!(refused.to_string().contains("background work"), "{refused}");
     owner.kill().unwrap(); // SIGKILL: its lock on rmqlog.owner goes with it
     owner.wait().unwrap();
     assert_eq!(log.truncate_before(SEGMENT * 2).unwrap(), SEGMENT * 2);
+    // Every acknowledged record above the new head reads back, here and after a reopen.
+    let check = |log: &CommitLog| {
+        for (i, &at) in acked
+            .iter()
+            .enumerate()
+            .filter(|(_, &at)| at >= SEGMENT * 2)
+        {
+            assert_eq!(
+                &*log.read(at).unwrap(),
+                tagged(0, i as u32, 1000),
+                "record {i}"
+            );
+        }
+    };
+    check(&log);
+    drop(log);
+    let reopened = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+    check(&reopened);
+    assert!(reopened.verify().unwrap().is_empty());
 }
 
 /// Pauses the thread named `thread` at fail point `name` until `release` gets a message, after
