@@ -59,6 +59,7 @@ TARGETS: dict[str, tuple[str, float | None]] = {
     "mp_append_100_4proc": (">=", 0.7),
     "mp_append_batch_100_4proc": (">=", 0.9),
     "mp_vs_sqlite_4proc": (">=", 20),
+    "mp_sync_append_4proc": (">=", 2),
 }
 
 BODY_100 = bytes(range(100))

@@ -1,7 +1,8 @@
-"""Rows mp_append_100_4proc, mp_append_batch_100_4proc, mp_vs_sqlite_4proc: four producer
-processes appending to one store (``exclusive=False``), as aggregate throughput, against one
-process appending the same records (rmqlog, exclusive) and against sqlite3 in WAL mode written by
-four processes.
+"""Rows mp_append_100_4proc, mp_append_batch_100_4proc, mp_vs_sqlite_4proc, mp_sync_append_4proc:
+four producer processes appending to one store (``exclusive=False``), as aggregate throughput,
+against one process appending the same records (rmqlog, exclusive) and against sqlite3 in WAL mode
+written by four processes. The sync row compares ``flush="sync"`` appends: what four processes
+gain over one when their syncs are shared (group commit across processes).
 
 Every side runs in fresh worker processes started before the clock: each opens its store, says
 "ready", and waits for a start byte on stdin; the clock runs from the start bytes to the last
@@ -21,15 +22,23 @@ from collections.abc import Callable
 
 from harness import SEGMENT, Row, Sizes, Workdir, alternate, say, throughput
 
-NAMES = ("mp_append_100_4proc", "mp_append_batch_100_4proc", "mp_vs_sqlite_4proc")
+NAMES = (
+    "mp_append_100_4proc",
+    "mp_append_batch_100_4proc",
+    "mp_vs_sqlite_4proc",
+    "mp_sync_append_4proc",
+)
+# flush="sync" appends per process in mp_sync_append_4proc (the one-process side appends them all).
+SYNC_EACH = 1_000
 PROCS = 4
 
 RMQLOG_WORKER = """
 import sys
 from rmqlog import CommitLog
 path, n, batch, exclusive = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+flush = sys.argv[5]
 body = bytes(range(100))
-log = CommitLog(path, segment_size={segment}, exclusive=exclusive)  # flush="async" (default)
+log = CommitLog(path, segment_size={segment}, exclusive=exclusive, flush=flush)
 print("ready", flush=True)
 sys.stdin.read(1)
 if batch:
@@ -99,13 +108,15 @@ def run(s: Sizes, wd: Workdir) -> list[Row]:
     each = total // PROCS
     worker = textwrap.dedent(RMQLOG_WORKER.format(segment=SEGMENT))
 
-    def rmqlog_side(procs: int, batch: int) -> Callable[[], float]:
+    def rmqlog_side(
+        procs: int, batch: int, flush: str = "async", records: int = total
+    ) -> Callable[[], float]:
         def go() -> float:
             d = wd.new()
             path = os.path.join(d, "log")
             exclusive = "1" if procs == 1 else "0"
-            n = total // procs
-            argv = [sys.executable, "-c", worker, path, str(n), str(batch), exclusive]
+            n = records // procs
+            argv = [sys.executable, "-c", worker, path, str(n), str(batch), exclusive, flush]
             if procs > 1:
                 # The store exists before the workers race to join it.
                 from rmqlog import CommitLog
@@ -168,6 +179,23 @@ def run(s: Sizes, wd: Workdir) -> list[Row]:
             f"{PROCS} processes x {each:,} append(100 B), exclusive=False, flush='async'",
             f"sqlite3 WAL, synchronous=NORMAL, {PROCS} processes x {each:,} inserts, "
             "BEGIN IMMEDIATE per 1,000",
+        )
+    )
+    say("durable appends from 4 processes (100 B, flush='sync')")
+    synced = SYNC_EACH * PROCS
+    t4, t1 = alternate(
+        s.reps,
+        rmqlog_side(PROCS, 0, "sync", synced),
+        rmqlog_side(1, 0, "sync", synced),
+    )
+    rows.append(
+        throughput(
+            "mp_sync_append_4proc",
+            synced,
+            t4,
+            t1,
+            f"{PROCS} processes x {SYNC_EACH:,} append(100 B), exclusive=False, flush='sync'",
+            f"one process, {synced:,} append(100 B), exclusive, flush='sync', one thread",
         )
     )
     return rows

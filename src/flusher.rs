@@ -24,11 +24,28 @@ const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// Syncs everything published so far; returns the new `flushed_offset`. Concurrent callers share
 /// one sync: whoever waits for the lock finds its bytes already covered.
 pub(crate) fn flush_data(state: &State) -> Result<u64> {
+    sync_upto(state, None)
+}
+
+/// Returns once every byte below `end` is durable.
+pub(crate) fn flush_to(state: &State, end: u64) -> Result<()> {
+    if state.flushed_offset() < end {
+        sync_upto(state, Some(end))?;
+    }
+    Ok(())
+}
+
+/// Syncs what is published, unless what is durable covers `need` already. A shared writer takes
+/// in the others' records and syncs first, so that one sync serves every writer it covers; the
+/// writers of several processes sync at once (the filesystem's journal groups those best:
+/// measured against taking turns on a lock, docs/benchmarks.md).
+fn sync_upto(state: &State, need: Option<u64>) -> Result<u64> {
     let _guard = locked(&state.flush_lock);
     state.check_not_poisoned()?;
+    crate::shared::look(state);
     let from = state.flushed_offset();
     let target = state.max_offset();
-    if target <= from {
+    if target <= from || need.is_some_and(|n| n <= from) {
         return Ok(from);
     }
     let list = state.segments_full();
@@ -69,14 +86,6 @@ fn sync_range(seg: &Segment, lo: usize, hi: usize) -> Result<()> {
         .map_err(|e| Error::io("syncing segment", seg.path(), e))
 }
 
-/// Returns once every byte below `end` is durable.
-pub(crate) fn flush_to(state: &State, end: u64) -> Result<()> {
-    if state.flushed_offset() < end {
-        flush_data(state)?;
-    }
-    Ok(())
-}
-
 /// The background thread of a writer: syncs every `flush_interval` and keeps the checkpoint
 /// fresh. A panic in it poisons the writer (the data would otherwise silently stop being synced)
 /// and stops the thread.
@@ -85,13 +94,20 @@ pub(crate) fn start_flusher(state: &Arc<State>) -> Result<Periodic> {
     let mut last_checkpoint = Instant::now();
     let mut checkpointed = state.flushed_offset();
     let interval = state.opts.flush_interval;
+    // A shared writer not doing the background work: its view's end at the previous pass.
+    let mut owed = 0;
     Periodic::start("rmqlog-flush", interval, move || {
         let pass = catch_unwind(AssertUnwindSafe(|| {
             fail_point!("flush::pass");
-            // Shared writers: the open doing the background work syncs everyone's records.
+            // Shared writers: the open doing the background work syncs everyone's records if it
+            // syncs in the background (its own flush mode may be another); what it left unsynced
+            // for a whole interval, this open syncs.
             match crate::shared::owns_background(&state)? {
                 true => flush_data(&state),
-                false => Ok(state.flushed_offset()),
+                false => {
+                    let due = std::mem::replace(&mut owed, state.max_offset());
+                    flush_to(&state, due).map(|()| state.flushed_offset())
+                }
             }
         }));
         match pass {

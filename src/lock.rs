@@ -83,6 +83,18 @@ impl Held {
         }
     }
 
+    /// Waits for an exclusive flock(2) on the descriptor.
+    fn wait(&self) -> std::io::Result<()> {
+        loop {
+            match self.flock(libc::LOCK_EX) {
+                Ok(true) => return Ok(()),
+                Ok(false) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// flock(2) on the descriptor; false when another holder's lock is in the way.
     fn flock(&self, op: i32) -> std::io::Result<bool> {
         // SAFETY: `fd` is open and owned by `self` until drop; flock(2) only changes its lock.
@@ -195,14 +207,9 @@ impl JoinLock {
     pub fn take(dir: &Path) -> Result<JoinLock> {
         let path = dir.join(JOIN_FILE);
         let held = Held::new(open_lock_file(&path)?);
-        loop {
-            match held.flock(libc::LOCK_EX) {
-                Ok(true) => return Ok(JoinLock(held)),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Ok(false) => continue,
-                Err(e) => return Err(Error::io("taking the join lock", path, e)),
-            }
-        }
+        held.wait()
+            .map_err(|e| Error::io("taking the join lock", &path, e))?;
+        Ok(JoinLock(held))
     }
 }
 

@@ -462,6 +462,10 @@ fn join_shared(
     let shared = Shared::new(first, control.generation().wrapping_sub(1));
     let flushed = control.flushed().min(end);
     let last_ts = control.last_ts();
+    // The head as recorded (a deletion records it before any file goes): the first sync's
+    // listing keeps every segment above it. A higher one would drop live records from the view,
+    // and the checkpoints this open writes would then delete them from the store.
+    let min = ckpt.min_offset.min(end);
     let state = State::new(Parts {
         opts,
         dirs,
@@ -469,7 +473,7 @@ fn join_shared(
         shared: Some(shared),
         list: SegmentList::new(Vec::new(), 0),
         end,
-        min: end,
+        min,
         flushed,
         last_ts,
         checkpoint: ckpt,

@@ -2,9 +2,9 @@
 //!
 //! Readers work on a snapshot of the segment list and never wait for the writer. A segment's
 //! file can go while a reader holds an older snapshot, before it mapped the file: moved to
-//! another directory or deleted (by this writer, or, for a follower, by the writer it follows).
-//! [`locate`] then looks the offset up again: in the current list, which a writer keeps up to
-//! date itself and a follower refreshes from the store first. The record is read from the moved
+//! another directory or deleted (by this writer, by another shared writer, or, for a follower, by
+//! the writer it follows). [`locate`] then looks the offset up again: in the current list, which
+//! an exclusive writer keeps up to date itself, and a follower or shared writer refreshes first. The record is read from the moved
 //! copy, or reported out of range if it was deleted; only a file that vanished with nothing to
 //! explain it is an error.
 
@@ -150,15 +150,22 @@ fn locate_with(
         attempt += 1;
         if state.read_only {
             follow::refresh(state)?;
+        } else {
+            crate::shared::catch_up(state)?; // another shared writer's deletion or move
         }
         let current = state.segments_full();
         if offset < state.min_offset() {
             return Err(state.range_error(offset.into()));
         }
+        let changes_elsewhere = state.read_only || state.shared.is_some();
         match current.find(offset) {
             Some(now) if !Arc::ptr_eq(now, &seg) => *list = current,
-            // Still the same file, and it is gone: a follower may have raced one more move.
-            _ if state.read_only && attempt < LOCATE_ATTEMPTS => *list = current,
+            // Still the same file, and it is gone: a follower may have raced one more move, or
+            // the open that deleted or moved it has not announced it yet.
+            _ if changes_elsewhere && attempt < LOCATE_ATTEMPTS => {
+                std::thread::sleep(std::time::Duration::from_micros(50 << attempt));
+                *list = current;
+            }
             _ => return Err(err),
         }
     }

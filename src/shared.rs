@@ -129,6 +129,21 @@ pub(crate) fn sync_locked(state: &State, ctl: &Control, guard: &mut PageGuard<'_
     Ok(())
 }
 
+/// Takes in, with no lock, the others' records in this view's last segment and what they made
+/// durable (a sync covers them then).
+pub(crate) fn look(state: &State) {
+    let Some(shared) = &state.shared else {
+        return;
+    };
+    let ctl = state.control_full();
+    let generation = ctl.generation();
+    let (end, ts) = (ctl.end(), ctl.last_ts());
+    if generation == shared.seen.load(Ordering::Acquire) && generation == ctl.generation() {
+        take_end(state, end, ts);
+    }
+    take_flushed(state, &ctl);
+}
+
 /// Takes what another open made durable (a reader's look: appends need not know).
 fn take_flushed(state: &State, ctl: &Control) {
     let flushed = ctl.flushed().min(state.max_offset());

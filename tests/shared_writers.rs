@@ -119,6 +119,25 @@ fn writer_process() {
             }
             unreachable!("the append pauses until the process is killed");
         }
+        ["move"] => {
+            // The first open: it does the background work, and is killed in the middle of a move.
+            for i in 0..300 {
+                log.append(&tagged(0, i, 1000)).unwrap();
+            }
+            log.flush().unwrap();
+            println!("acked {}", log.max_offset().unwrap());
+            fail::cfg_callback("move::copied", || {
+                println!("paused");
+                loop {
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            })
+            .unwrap();
+            let seg = &log.segments().unwrap()[1];
+            let to = dirs.iter().find(|d| !seg.path.starts_with(d)).unwrap();
+            log.move_segment(seg.start_offset, to).unwrap();
+            unreachable!("the move pauses until the process is killed");
+        }
         ["own"] => {
             log.clean(false).unwrap(); // takes the background work
             println!("owning");
@@ -246,6 +265,35 @@ fn opens_in_one_process_append_together_and_see_each_other() {
         a.append(&tagged(1, 2000, 10)).unwrap();
         assert!(waiter.join().unwrap() > end);
     });
+}
+
+#[test]
+fn a_joiner_reads_and_keeps_the_records_from_before_it_joined() {
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    let a = CommitLog::open(&dirs, opts()).unwrap();
+    let acked: Vec<u64> = (0..300)
+        .map(|i| a.append(&tagged(0, i, 1000)).unwrap())
+        .collect();
+    assert!(
+        acked[299] > 3 * SEGMENT,
+        "the records span several segments"
+    );
+    let b = CommitLog::open(&dirs, opts()).unwrap();
+    assert_eq!(b.min_offset().unwrap(), 0);
+    assert_eq!(&*b.read(0).unwrap(), tagged(0, 0, 1000));
+    // b is the last one out: its clean checkpoint records its head, which must be the store's.
+    a.close().unwrap();
+    b.close().unwrap();
+    let log = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+    assert_eq!(log.min_offset().unwrap(), 0);
+    for (i, &at) in acked.iter().enumerate() {
+        assert_eq!(
+            &*log.read(at).unwrap(),
+            tagged(0, i as u32, 1000),
+            "record {i}"
+        );
+    }
 }
 
 #[test]
@@ -377,13 +425,89 @@ fn the_open_doing_the_background_work_syncs_everyones_records() {
         .clean_interval(Duration::ZERO);
     let a = CommitLog::open(&dirs, o.clone()).unwrap();
     a.clean(false).unwrap(); // a does the background work
-    let b = CommitLog::open(&dirs, o).unwrap();
+                             // b would sync what a left unsynced for a whole interval of its own: an hour.
+    let b = CommitLog::open(&dirs, o.flush_interval(Duration::from_secs(3600))).unwrap();
     let at = b.append(&tagged(2, 0, 100)).unwrap();
     // b's own flusher leaves it to a's; b learns of the sync through the control page.
     let durable = b.wait_durable(at, Some(Duration::from_secs(10))).unwrap();
     assert!(durable > at, "a synced b's record: {durable} <= {at}");
     assert!(a.stats().unwrap().syncs > 0);
     assert_eq!(b.stats().unwrap().syncs, 0, "b never synced itself");
+}
+
+#[test]
+fn an_async_writer_syncs_its_records_when_the_background_work_does_not() {
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    // a does the background work and syncs nothing by itself (flush "none").
+    let a = CommitLog::open(&dirs, opts().flush(FlushMode::None)).unwrap();
+    a.append(&tagged(1, 0, 100)).unwrap();
+    let o = opts().flush_interval(Duration::from_millis(20));
+    let b = CommitLog::open(&dirs, o).unwrap();
+    let at = b.append(&tagged(2, 0, 100)).unwrap();
+    let durable = b.wait_durable(at, Some(Duration::from_secs(10))).unwrap();
+    assert!(
+        durable > at,
+        "b's record is durable within its flush interval"
+    );
+    assert!(b.stats().unwrap().syncs > 0);
+    assert_eq!(a.stats().unwrap().syncs, 0);
+}
+
+#[test]
+fn one_sync_serves_every_shared_writer_it_covers() {
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    let o = opts().flush_interval(Duration::from_secs(3600)); // syncs: the calls below only
+    let a = CommitLog::open(&dirs, o.clone()).unwrap();
+    let b = CommitLog::open(&dirs, o.clone()).unwrap();
+    let sync = CommitLog::open(&dirs, o.flush(FlushMode::Sync)).unwrap();
+    let at_a = a.append(&tagged(1, 0, 100)).unwrap();
+    let at_b = b.append(&tagged(2, 0, 100)).unwrap();
+    // a's flush takes in b's record (which a's view had not seen) and syncs it with a's own.
+    let flushed = a.flush().unwrap();
+    assert!(flushed > at_a && flushed > at_b, "{flushed}");
+    assert_eq!(a.stats().unwrap().syncs, 1);
+    assert_eq!(b.flush().unwrap(), flushed, "b takes a's sync as its own");
+    assert_eq!(b.stats().unwrap().syncs, 0, "b had nothing left to sync");
+    // A durable append syncs once; another writer's flush then has nothing to do.
+    sync.append(&tagged(3, 0, 100)).unwrap();
+    assert_eq!(sync.stats().unwrap().syncs, 1);
+    assert_eq!(b.flush().unwrap(), sync.max_offset().unwrap());
+    assert_eq!(b.stats().unwrap().syncs, 0);
+}
+
+#[test]
+fn a_move_its_process_died_in_is_finished_by_the_next_owner() {
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    let mut mover = spawn(&dirs, "move");
+    let acked = read_until(&mut mover, "paused").unwrap();
+    let log = CommitLog::open(&dirs, opts());
+    let _ = mover.kill(); // between the copy's rename and the switch: two copies, intent set
+    mover.wait().unwrap();
+    let log = log.unwrap();
+    let name = format!("{:020}", SEGMENT);
+    let copies = |name: &str| dirs.iter().filter(|d| d.join(name).exists()).count();
+    assert_eq!(
+        copies(&name),
+        2,
+        "killed between the copy's rename and the source's removal"
+    );
+    log.clean(false).unwrap(); // takes the background work over
+    log.append(&tagged(1, 0, 100)).unwrap();
+    log.flush().unwrap();
+    let check = |log: &CommitLog| {
+        let counts = check_store(log);
+        assert_eq!(counts.get(&0).copied(), Some(300));
+        assert!(log.max_offset().unwrap() > acked);
+    };
+    check(&log);
+    log.close().unwrap();
+    let log = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+    check(&log);
+    assert!(log.verify().unwrap().is_empty());
+    assert_eq!(copies(&name), 1, "one copy of the moved segment");
 }
 
 #[test]
