@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use crate::background::{Next, Periodic};
 use crate::error::{Error, Result};
 use crate::failpoint::fail_point;
-use crate::segment::Segment;
 use crate::state::State;
 use crate::stats::Stats;
 use crate::sync::locked;
@@ -65,7 +64,7 @@ fn sync_upto(state: &State, need: Option<u64>) -> Result<u64> {
         } else {
             (target - seg.start()) as usize
         };
-        if let Err(e) = sync_range(seg, lo, hi) {
+        if let Err(e) = seg.sync(lo, hi) {
             // Shared writers: another open's cleaner deleted it (this view had not caught up).
             let deleted = e.is_not_found() && state.shared.is_some();
             if deleted || !state.segments().holds(seg) {
@@ -78,12 +77,6 @@ fn sync_upto(state: &State, need: Option<u64>) -> Result<u64> {
     Stats::add(&state.stats.syncs, 1); // counted before anyone learns of it
     state.set_flushed(target);
     Ok(target)
-}
-
-fn sync_range(seg: &Segment, lo: usize, hi: usize) -> Result<()> {
-    let map = seg.map()?;
-    map.flush(lo, hi)
-        .map_err(|e| Error::io("syncing segment", seg.path(), e))
 }
 
 /// The background thread of a writer: syncs every `flush_interval` and keeps the checkpoint

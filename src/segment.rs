@@ -223,4 +223,22 @@ impl Segment {
         let m = self.map.get_or_init(|| Arc::new(map));
         Ok(Arc::clone(m))
     }
+
+    /// Makes bytes `[lo, hi)` of the file durable: through the map where it is writable (msync
+    /// of the range), through the file otherwise (fdatasync). A map of a file opened read-only
+    /// is no shared mapping to msync (the kernel syncs nothing), and the bytes may be dirty all
+    /// the same: another process wrote them (a shared writer's records, a crashed writer's tail).
+    pub fn sync(&self, lo: usize, hi: usize) -> Result<()> {
+        if self.writable {
+            let map = self.map()?;
+            return map
+                .flush(lo, hi)
+                .map_err(|e| Error::io("syncing segment", &self.path, e));
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .open(&self.path)
+            .ctx("opening segment", &self.path)?;
+        file.sync_data().ctx("syncing segment", &self.path)
+    }
 }
