@@ -296,6 +296,41 @@ fn a_joiner_reads_and_keeps_the_records_from_before_it_joined() {
     }
 }
 
+/// Each directory's checkpoint sequence number.
+fn checkpoint_seqs(dirs: &[PathBuf]) -> Vec<u64> {
+    dirs.iter()
+        .map(|d| {
+            let text = std::fs::read_to_string(d.join("rmqlog.meta")).unwrap();
+            let c: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+            c["seq"].as_u64().unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn a_new_owner_outranks_the_checkpoints_its_predecessor_wrote() {
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    let o = opts().clean_interval(Duration::ZERO);
+    let a = CommitLog::open(&dirs, o.clone()).unwrap();
+    let b = CommitLog::open(&dirs, o).unwrap(); // reads the checkpoint as it is now
+    for i in 0..5 {
+        a.append(&tagged(1, i, 100)).unwrap();
+        a.flush().unwrap(); // a does the background work: each flush writes a checkpoint
+    }
+    let before = checkpoint_seqs(&dirs);
+    a.close().unwrap();
+    b.append(&tagged(2, 0, 100)).unwrap();
+    b.flush().unwrap(); // b takes the work over and writes the next checkpoint
+    let after = checkpoint_seqs(&dirs);
+    for (was, is) in before.iter().zip(&after) {
+        assert!(
+            is > was,
+            "b's checkpoint outranks a's: {before:?} -> {after:?}"
+        );
+    }
+}
+
 #[test]
 fn exclusive_and_shared_writers_exclude_each_other() {
     let t = tempfile::tempdir().unwrap();

@@ -76,8 +76,16 @@ impl State {
                 return Ok(());
             }
         }
+        let dirs = self.metadata_dirs();
+        if self.shared.is_some() {
+            // Another open may have written checkpoints since this one read the store (it did the
+            // background work before this one): the newest copy on disk must stay outranked.
+            if let Ok(Some(newest)) = crate::checkpoint::read_newest(&dirs) {
+                c.seq = c.seq.max(newest.seq);
+            }
+        }
         c.seq += 1;
-        c.write(&self.metadata_dirs(), self.opts.file_mode)
+        c.write(&dirs, self.opts.file_mode)
     }
 
     /// The directories that keep the store's metadata (checkpoint, tier manifest copy).
