@@ -22,12 +22,15 @@ exclusively, as recovery does. docs/producers-consumers.md and docs/recovery.md 
 ``flush="none"`` with no ``flush()`` is the control: records really are lost, so these tests see
 a missing sync. Several cuts in a row: the survivors of an earlier cut must survive later ones.
 
-The last test is a deterministic case of the async promise: one shared writer's ``flush()`` must
-make durable the records another wrote into a segment the first one only knows as sealed.
+Two deterministic tests of the async promise follow: one shared writer's ``flush()`` must make
+durable the records another wrote into a segment the first one only knows as sealed; and, with
+an exclusive writer, the records a killed writer left unsynced in segments recovery hands the
+next writer as sealed.
 
-This file is also the child process of both: ``python test_power_loss_fuse_shared.py DIRS FLUSH
-P ROUND`` is a producer, ``python test_power_loss_fuse_shared.py two-opens DIR`` the two writers
-of the last test.
+This file is also the child process of all of them: ``python test_power_loss_fuse_shared.py DIRS
+FLUSH P ROUND`` is a producer, ``python test_power_loss_fuse_shared.py two-opens DIR`` the two
+writers of the first deterministic test, ``... killed-writer DIR`` and ``... recovering-writer
+DIR`` the two writers of the second.
 """
 
 from __future__ import annotations
@@ -335,8 +338,105 @@ def test_flush_in_one_shared_writer_makes_a_segment_another_sealed_durable(fault
     )
 
 
+# Exclusive writers of the test below: background syncs kept out by a long interval.
+EXCLUSIVE = dict(flush="async", flush_interval_ms=3_600_000, **STORE)
+
+
+def killed_writer(d: str) -> None:
+    """The first process of the test below: opens the store ``d`` exclusively and appends into
+    its third segment, reporting every record (``w OFFSET SEQ SIZE``), then waits to be killed.
+    Nothing syncs the records: no ``flush()``, and a roll syncs nothing."""
+    log = CommitLog(d, **EXCLUSIVE)
+    out = sys.stdout
+    seq = 0
+    while log.max_offset < 2 * SEG + SEG // 4:
+        size = size_of(0, seq)  # some of 20_000 bytes: written by pwritev, not into the map
+        out.write(f"w {log.append(record(0, 0, seq, size))} {seq} {size}\n")
+        seq += 1
+    out.write(f"end {log.max_offset}\nready\n")
+    out.flush()
+    time.sleep(3600)
+
+
+def recovering_writer(d: str) -> None:
+    """The second process of the test below: opens the store ``d`` exclusively (recovery finds
+    the killed writer's records), reports what ``flush()`` returned (``f OFFSET``) and the
+    recovered end (``end OFFSET``), then waits for the power cut."""
+    log = CommitLog(d, **EXCLUSIVE)
+    sys.stdout.write(f"f {log.flush()}\nend {log.max_offset}\nready\n")
+    sys.stdout.flush()
+    time.sleep(3600)
+
+
+def until_ready(proc: subprocess.Popen[str], name: str) -> list[list[str]]:
+    """The lines ``proc`` wrote before ``ready``, split; fails the test if it died first."""
+    assert proc.stdout is not None
+    lines: list[list[str]] = []
+    for line in proc.stdout:
+        if line == "ready\n":
+            return lines
+        lines.append(line.split())
+    pytest.fail(f"the {name} died (exit {proc.wait()})")
+
+
+def test_flush_after_recovery_makes_a_killed_writers_sealed_segments_durable(faultfs):
+    """Exclusive mode, the default. A writer appends into a third segment and is SIGKILLed with
+    nothing synced: its records sit in the page cache, or in faultfs's memory, unsynced. The
+    next writer opens the store, and recovery finds them all; its view holds the first two
+    segments as sealed segments it never wrote (mapped read-only), only the last one as its own.
+    ``flush()`` must sync them all the same (here the open did: only ``flush="none"`` leaves
+    what recovery kept unsynced, docs/recovery.md): every record below the flushed_offset
+    ``flush()`` returned survives the power cut that follows, with its body, and the store
+    verifies clean."""
+    faultfs.lazy()
+    d = str(faultfs.path / "x")
+    child = [sys.executable, __file__]
+    first = subprocess.Popen([*child, "killed-writer", d], stdout=subprocess.PIPE, text=True)
+    try:
+        lines = until_ready(first, "killed writer")
+    finally:
+        first.kill()  # a crash, not a power cut: what it wrote is still there, unsynced
+        first.wait(timeout=30)
+        assert first.stdout is not None
+        first.stdout.close()
+    written = [(int(w[1]), int(w[2]), int(w[3])) for w in lines if w[0] == "w"]
+    end = next(int(e[1]) for e in lines if e[0] == "end")
+    assert written[-1][0] >= 2 * SEG, "the killed writer did not roll twice"
+    pending = faultfs.stats()["pending"]
+    sealed = [f"/x/{start:020d}" for start in (0, SEG)]  # as recovery will hand them over
+    assert all(pending.get(seg) for seg in sealed), f"nothing unsynced to lose: {pending}"
+
+    second = subprocess.Popen([*child, "recovering-writer", d], stdout=subprocess.PIPE, text=True)
+    try:
+        lines = until_ready(second, "recovering writer")
+    finally:
+        faultfs.power_cut(second)
+        assert second.stdout is not None
+        second.stdout.close()
+    flushed = next(int(f[1]) for f in lines if f[0] == "f")
+    recovered = next(int(e[1]) for e in lines if e[0] == "end")
+    assert recovered == end, f"recovery found the log ending at {recovered}, not {end}"
+    assert flushed == end, f"flush() returned {flushed}, the log ends at {end}"
+
+    try:
+        log = faultfs.log(d, **STORE)
+    except CommitLogError as e:
+        pytest.fail(f"the store flushed to {flushed} does not reopen after the cut: {e}")
+    lost = [off for off, seq, size in written if read_back(log, off) != record(0, 0, seq, size)]
+    assert not lost, (
+        f"{len(lost)} of {len(written)} records below the flushed_offset {flushed} flush() "
+        f"returned are lost (offsets {lost[0]}..{lost[-1]}; the log now ends at {log.max_offset})"
+    )
+    assert log.max_offset >= flushed
+    assert log.verify() == [], "verify() is not clean"
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "two-opens":
         two_opens(sys.argv[2])
+    elif sys.argv[1] == "killed-writer":
+        killed_writer(sys.argv[2])
+    elif sys.argv[1] == "recovering-writer":
+        recovering_writer(sys.argv[2])
     else:
         produce(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
