@@ -388,7 +388,10 @@ pub(crate) fn start_cleaner(state: &Arc<State>) -> Result<Periodic> {
     let interval = state.opts.clean_interval;
     Periodic::start("rmqlog-clean", interval, move || {
         let pass = || match crate::shared::owns_background(&state)? {
-            true => clean_pass(&state, false),
+            true => {
+                let _maintenance = crate::shared::maintenance(&state)?;
+                clean_pass(&state, false)
+            }
             false => Ok(0),
         };
         match catch_unwind(AssertUnwindSafe(pass)) {

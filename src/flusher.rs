@@ -121,7 +121,9 @@ pub(crate) fn start_flusher(state: &Arc<State>) -> Result<Periodic> {
         let flushed = state.flushed_offset();
         let due = flushed != checkpointed && last_checkpoint.elapsed() >= CHECKPOINT_EVERY;
         if due && crate::shared::owns_background(&state).unwrap_or(false) {
-            match state.write_checkpoint() {
+            let written = crate::shared::maintenance(&state)
+                .and_then(|_maintenance| state.write_checkpoint());
+            match written {
                 Ok(()) => checkpointed = flushed,
                 Err(e) => log::warn!("checkpoint update failed: {e}"),
             }

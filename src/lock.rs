@@ -1,7 +1,8 @@
 //! Who writes a store: a `flock` on `rmqlog.lock` in every directory, exclusive for one writer
 //! (`exclusive=True`), shared for shared writers, which a child process forked from a writer gives
-//! up at once. Shared writers serialise their opens and closes on `rmqlog.join` and hand the
-//! background work over through `rmqlog.owner`.
+//! up at once. Shared writers serialise their opens and closes on `rmqlog.join`, hand the
+//! background work over through `rmqlog.owner`, and take turns changing segments and the
+//! checkpoint on `rmqlog.maint`.
 //!
 //! `flock` locks belong to the open file description, which `fork` shares with the child: a child
 //! that kept its copy of the descriptor would keep the store locked after the writer exits. A
@@ -195,6 +196,8 @@ fn open_lock_file(path: &Path) -> Result<File> {
 pub const JOIN_FILE: &str = "rmqlog.join";
 /// Name of the file whose holder does the store's background work.
 pub const OWNER_FILE: &str = "rmqlog.owner";
+/// Name of the file whose holder changes a shared store's segments or checkpoint.
+pub const MAINTENANCE_FILE: &str = "rmqlog.maint";
 
 /// Held while a writer opens or closes: whether it is the store's first (it recovers) or last
 /// writer (it writes the clean checkpoint) is decided with no other open or close under way.
@@ -210,6 +213,48 @@ impl JoinLock {
         held.wait()
             .map_err(|e| Error::io("taking the join lock", &path, e))?;
         Ok(JoinLock(held))
+    }
+}
+
+/// Serialises what changes a shared store's segments or checkpoint across its opens: the
+/// maintenance calls of any open, and the cleaning passes and checkpoints of the open doing the
+/// background work. Held by one thread of one open at a time; the kernel lets go of a dead
+/// holder's lock.
+#[derive(Debug)]
+pub struct MaintenanceLock {
+    path: std::path::PathBuf,
+    held: std::sync::Mutex<Option<Held>>,
+}
+
+/// [`MaintenanceLock`] held until dropped.
+pub struct MaintenanceGuard<'a>(std::sync::MutexGuard<'a, Option<Held>>);
+
+impl MaintenanceLock {
+    pub fn new(dir: &Path) -> MaintenanceLock {
+        MaintenanceLock {
+            path: dir.join(MAINTENANCE_FILE),
+            held: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Waits for the lock: for another thread of this open, then for the other opens.
+    pub fn hold(&self) -> Result<MaintenanceGuard<'_>> {
+        let mut held = crate::sync::locked(&self.held);
+        let h = match held.as_mut() {
+            Some(h) => h,
+            None => held.insert(Held::new(open_lock_file(&self.path)?)),
+        };
+        h.wait()
+            .map_err(|e| Error::io("taking the maintenance lock", &self.path, e))?;
+        Ok(MaintenanceGuard(held))
+    }
+}
+
+impl Drop for MaintenanceGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.as_ref() {
+            let _ = h.flock(libc::LOCK_UN);
+        }
     }
 }
 

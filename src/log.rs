@@ -10,7 +10,7 @@ use crate::dirs::DirInfo;
 use crate::error::{Error, Result};
 use crate::flusher::{flush_data, start_flusher};
 use crate::follow;
-use crate::lock::{JoinLock, StoreLock};
+use crate::lock::{JoinLock, MaintenanceGuard, StoreLock};
 use crate::mover::{self, Moved};
 use crate::open::{open, Opened};
 use crate::options::Options;
@@ -128,13 +128,12 @@ impl CommitLog {
         }
     }
 
-    /// The writer of an open log, for maintenance calls (which a shared writer runs only where
-    /// the store's background work runs).
-    fn open_writer(&self, what: &'static str) -> Result<&Writer> {
+    /// For a maintenance call: checks that the log is open for writing and, for a shared writer,
+    /// holds the store's maintenance lock until dropped (see [`shared::maintenance`]).
+    fn maintenance(&self, what: &'static str) -> Result<Option<MaintenanceGuard<'_>>> {
         self.state.check_open()?;
-        let w = self.writer(what)?;
-        shared::check_maintenance(&self.state, what)?;
-        Ok(w)
+        self.writer(what)?;
+        shared::maintenance(&self.state)
     }
 
     /// Checks that the log is open and, for a shared writer, takes in what the others appended.
@@ -311,6 +310,7 @@ impl CommitLog {
         }
         let flushed = flush_data(&self.state)?;
         if shared::owns_background(&self.state)? {
+            let _maintenance = shared::maintenance(&self.state)?;
             self.state.write_checkpoint()?;
         }
         Ok(flushed)
@@ -376,7 +376,7 @@ impl CommitLog {
     /// see [`Options::retention_configured`](crate::Options::retention_configured)) it deletes
     /// nothing and returns 0.
     pub fn clean(&self, force: bool) -> Result<usize> {
-        self.open_writer("clean")?;
+        let _maintenance = self.maintenance("clean")?;
         if let Some(cause) = self.state.cleaner_failure() {
             return Err(Error::CleanerFailed {
                 cause: cause.to_owned(),
@@ -388,21 +388,21 @@ impl CommitLog {
     /// Deletes the sealed segments that end at or before `offset` (Kafka's deleteRecords, at
     /// segment granularity); returns the new `min_offset`.
     pub fn truncate_before(&self, offset: u64) -> Result<u64> {
-        self.open_writer("truncate_before")?;
+        let _maintenance = self.maintenance("truncate_before")?;
         truncate_before(&self.state, offset)
     }
 
     /// Moves a sealed segment to another writable directory of the store, online. Readers switch
     /// to the new copy; records read earlier stay valid. The active segment is refused.
     pub fn move_segment(&self, start_offset: u64, dest: impl AsRef<Path>) -> Result<()> {
-        self.open_writer("move_segment")?;
+        let _maintenance = self.maintenance("move_segment")?;
         mover::move_segment(&self.state, start_offset, dest.as_ref())
     }
 
     /// Moves sealed segments from the most used to the least used directory while that narrows
     /// the gap between their used ratios, at most `max_bytes` in this call. Returns the moves.
     pub fn rebalance(&self, max_bytes: Option<u64>) -> Result<Vec<Moved>> {
-        self.open_writer("rebalance")?;
+        let _maintenance = self.maintenance("rebalance")?;
         mover::rebalance(&self.state, max_bytes)
     }
 

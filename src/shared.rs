@@ -25,7 +25,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::fs::remove_durably;
 use crate::layout;
 use crate::listing;
-use crate::lock::Taken;
+use crate::lock::{MaintenanceGuard, Taken};
 use crate::segment::Segment;
 pub(crate) use crate::state::Shared;
 use crate::state::{Change, State};
@@ -73,17 +73,17 @@ fn sweep_leftovers(state: &State) {
     }
 }
 
-/// Maintenance called by the user (`clean`, `truncate_before`, moves): only where the store's
-/// background work runs, so that one process at a time deletes and moves segments.
-pub(crate) fn check_maintenance(state: &State, what: &str) -> Result<()> {
-    match owns_background(state)? {
-        true => Ok(()),
-        false => Err(Error::Unsupported(format!(
-            "{what} runs in the open doing the store's background work, and another shared \
-             writer's open (in this process or another) does it now; it moves to this one when \
-             that one closes or dies. Call it there, or open with exclusive=True"
-        ))),
-    }
+/// Held while an open changes a shared store's segments or checkpoint (a maintenance call in any
+/// open; a cleaning pass or a checkpoint of the open doing the background work): one open at a
+/// time, its view brought up to the store first, so that what it deletes, moves or records
+/// starts from what the others did. `None` for an exclusive writer (it alone changes the store).
+pub(crate) fn maintenance(state: &State) -> Result<Option<MaintenanceGuard<'_>>> {
+    let Some(shared) = &state.shared else {
+        return Ok(None);
+    };
+    let guard = shared.maintenance.hold()?;
+    catch_up(state)?;
+    Ok(Some(guard))
 }
 
 fn lock_error(e: std::io::Error) -> Error {

@@ -205,6 +205,7 @@ impl State {
         // 2. The new head is durable before any file goes.
         fail_point!("delete::before_checkpoint");
         self.write_checkpoint()?;
+        fail_point!("delete::before_unlink");
         // 3. The files.
         // Remote copies go with the manifest's next version (the tier thread follows the head).
         for seg in victims.iter().filter(|s| s.is_local()) {

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::lock::OwnerLock;
+use crate::lock::{MaintenanceLock, OwnerLock};
 
 /// What a shared writer's state adds.
 #[derive(Debug)]
@@ -12,6 +12,8 @@ pub(crate) struct Shared {
     pub first_dir: PathBuf,
     /// Whether this open does the store's background work now.
     pub owner: OwnerLock,
+    /// Held while this open changes the store's segments or checkpoint.
+    pub maintenance: MaintenanceLock,
     /// The control page's generation this open's segment list is as of.
     pub(crate) seen: AtomicU64,
 }
@@ -21,6 +23,7 @@ impl Shared {
         Shared {
             first_dir: first_dir.to_path_buf(),
             owner: OwnerLock::new(first_dir),
+            maintenance: MaintenanceLock::new(first_dir),
             seen: AtomicU64::new(generation),
         }
     }
