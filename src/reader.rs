@@ -4,9 +4,9 @@
 //! file can go while a reader holds an older snapshot, before it mapped the file: moved to
 //! another directory or deleted (by this writer, by another shared writer, or, for a follower, by
 //! the writer it follows). [`locate`] then looks the offset up again: in the current list, which
-//! an exclusive writer keeps up to date itself, and a follower or shared writer refreshes first. The record is read from the moved
-//! copy, or reported out of range if it was deleted; only a file that vanished with nothing to
-//! explain it is an error.
+//! an exclusive writer keeps up to date itself, and a follower or shared writer refreshes first.
+//! The record is read from the moved copy, or reported out of range if it was deleted; only a
+//! file that vanished with nothing to explain it is an error.
 
 use std::ops::Deref;
 use std::sync::Arc;
