@@ -92,7 +92,7 @@ pub use crate::options::{
 pub use crate::reader::{Follow, RecordRef, Scan};
 pub use crate::record::{FILLER_LEN, HEADER_LEN};
 pub use crate::segment::{Mapping, MAX_OFFSET};
-pub use crate::settings::WriterSettings;
+pub use crate::settings::{TierPolicy, WriterSettings};
 pub use crate::stats::StatsSnapshot;
 pub use crate::tier::TierStatus;
 pub use crate::verify::BadRange;

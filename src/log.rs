@@ -541,6 +541,9 @@ impl CommitLog {
             && shared::catch_up(&self.state)
                 .map_err(|e| log::warn!("no clean checkpoint at this close: {e}"))
                 .is_ok();
+        if caught_up {
+            shared::take_tier_manifest(&self.state);
+        }
         Some((join, caught_up))
     }
 }

@@ -228,7 +228,9 @@ fn copy_and_switch(state: &State, seg: &Arc<Segment>, to: usize) -> Result<()> {
         return Err(e);
     }
     // 5. The source goes.
-    remove_durably(seg.path())
+    remove_durably(seg.path())?;
+    state.announce_change();
+    Ok(())
 }
 
 /// `e`, unless the segment was deleted by retention while it was being moved: then the move

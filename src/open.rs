@@ -284,7 +284,8 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     };
     checkpoint.dirs = dirs.iter().filter(|d| !d.read_only).map(record).collect();
     checkpoint.read_only_dirs = dirs.iter().filter(|d| d.read_only).map(record).collect();
-    checkpoint.writer = Some(WriterSettings::of(&opts));
+    let recorded_tier = tier.as_ref().map(|t| t.remote.url.as_str());
+    checkpoint.writer = Some(WriterSettings::of(&opts).with_recorded_tier(recorded_tier));
     checkpoint.lost_dirs = lost_dirs;
     let mut sizes: BTreeSet<u64> = checkpoint.segment_sizes.iter().copied().collect();
     sizes.insert(opts.segment_size);
@@ -409,16 +410,13 @@ fn join_shared(
              {recorded:?}, this open gives {ours:?}"
         )));
     }
-    if ckpt.tier.is_some() {
-        return Err(Error::config(
-            "this store has a remote tier, which needs exclusive=True in this version",
-        ));
-    }
     // One store, one policy: every writer rolls segments of one size (the checkpoint's list of
     // sizes is written by one of them only), and whichever open does the background work
     // applies the same retention.
     if let Some(w) = &ckpt.writer {
-        let differences = w.policy_differences(&WriterSettings::of(&opts));
+        let recorded_tier = ckpt.tier.as_ref().map(|t| t.url.as_str());
+        let ours = WriterSettings::of(&opts).with_recorded_tier(recorded_tier);
+        let differences = w.policy_differences(&ours);
         if !differences.is_empty() {
             return Err(Error::config(format!(
                 "shared writers open a store with the same options; against the writers open on \
@@ -432,6 +430,7 @@ fn join_shared(
         .filter(|d| d.keeps_metadata())
         .map(|d| d.path.as_path())
         .collect();
+    let manifest_dirs: Vec<PathBuf> = writable_paths.iter().map(|p| p.to_path_buf()).collect();
     let cache = tail_hint::page_cache_id(&all);
     let control = Control::find(&writable_paths)
         .filter(|c| c.is_shared() && c.is_live())
@@ -454,6 +453,7 @@ fn join_shared(
         dir.id.clone_from(&found.id);
     }
     let tail = TailHints::open(&ckpt.store_id, &metadata_dirs(&dirs), &all, opts.file_mode);
+    let tier = open_tier(&opts, Some(&ckpt), &manifest_dirs, &ckpt.store_id, true)?;
     let control = Arc::new(control);
     let end = control.end();
     let sync = opts.flush.policy().each_append;
@@ -477,7 +477,7 @@ fn join_shared(
         flushed,
         last_ts,
         checkpoint: ckpt,
-        tier: None,
+        tier,
         control: Arc::clone(&control),
     })?;
     crate::shared::catch_up(&state)?;

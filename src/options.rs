@@ -512,21 +512,6 @@ impl Options {
         if self.flush_interval.is_zero() {
             return Err(Error::invalid("flush_interval_ms must be at least 1"));
         }
-        if !self.exclusive && !self.read_only {
-            if matches!(self.strategy, Strategy::Custom(_)) {
-                return Err(Error::invalid(
-                    "a custom placement strategy needs exclusive=True (shared writers in other \
-                     processes could not call it); use round_robin, most_free, fewest_segments or \
-                     weighted_free",
-                ));
-            }
-            if self.tier.is_some() {
-                return Err(Error::invalid(
-                    "a remote tier needs exclusive=True in this version (shared writers do not \
-                     ship segments)",
-                ));
-            }
-        }
         let ratio_ok = |r: f64| r > 0.0 && r <= 1.0;
         let ratios = self
             .max_used_ratio

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::options::Options;
+use crate::remote::TierOptions;
 
 /// The options of the writer that last opened the store. `max_used_ratio` and
 /// `force_clean_ratio` are the values for directories without an override; the overrides are in
@@ -30,6 +31,18 @@ pub struct WriterSettings {
     pub force_clean_ratio_by_dir: Vec<(String, Option<f64>)>,
     pub min_free_bytes: u64,
     pub clean_interval_ms: u64,
+    /// The remote tier's URL and the policy its uploads and local deletions follow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<TierPolicy>,
+}
+
+/// The store-wide part of the tier options: where segments go, and when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TierPolicy {
+    pub url: String,
+    pub after_ms: u64,
+    pub local_retention_ms: Option<u64>,
+    pub local_retention_bytes: Option<u64>,
 }
 
 impl WriterSettings {
@@ -51,13 +64,30 @@ impl WriterSettings {
             force_clean_ratio_by_dir: by_dir(&opts.force_clean_ratio.overrides),
             min_free_bytes: opts.min_free_bytes,
             clean_interval_ms: millis(opts.clean_interval),
+            tier: opts.tier.as_ref().map(|t| TierPolicy {
+                url: t.url.trim_end_matches('/').to_string(),
+                after_ms: millis(t.after),
+                local_retention_ms: t.local_retention.map(millis),
+                local_retention_bytes: t.local_retention_bytes,
+            }),
         }
     }
 }
 
 impl WriterSettings {
+    /// These settings for a writer that gave no tier options on a store whose checkpoint records
+    /// the tier `url`: it uses that tier, with the default policy.
+    #[must_use]
+    pub fn with_recorded_tier(mut self, url: Option<&str>) -> WriterSettings {
+        if let (None, Some(url)) = (&self.tier, url) {
+            let defaults = Options::default().tier(Some(TierOptions::new(url)));
+            self.tier = WriterSettings::of(&defaults).tier;
+        }
+        self
+    }
+
     /// The store-wide policy fields where `other` (a shared writer joining) differs from these
-    /// (the writers open): segment size, placement, retention, disk limits, cleaning. Each
+    /// (the writers open): segment size, placement, retention, disk limits, cleaning, the tier. Each
     /// process keeps its own durability (`flush`, `flush_interval_ms`) and `max_message_size`.
     pub fn policy_differences(&self, other: &WriterSettings) -> Vec<String> {
         let mut out = Vec::new();
@@ -116,6 +146,15 @@ impl WriterSettings {
             self.clean_interval_ms.to_string(),
             other.clean_interval_ms.to_string(),
         );
+        let tier = |t: &Option<TierPolicy>| match t {
+            None => "no tier".to_string(),
+            Some(t) => format!(
+                "tier_url {:?} (tier_after {} ms, local_retention {:?} ms, local_retention_bytes \
+                 {:?})",
+                t.url, t.after_ms, t.local_retention_ms, t.local_retention_bytes
+            ),
+        };
+        check("the tier", tier(&self.tier), tier(&other.tier));
         out
     }
 }

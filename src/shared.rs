@@ -83,7 +83,17 @@ pub(crate) fn maintenance(state: &State) -> Result<Option<MaintenanceGuard<'_>>>
     };
     let guard = shared.maintenance.hold()?;
     catch_up(state)?;
+    take_tier_manifest(state);
     Ok(Some(guard))
+}
+
+/// Takes the tier's manifest as the open doing the background work last published it (the
+/// local copy in the store's directories), so that this open's listings and checkpoints follow
+/// it. Nothing without a tier.
+pub(crate) fn take_tier_manifest(state: &State) {
+    if let Some(tier) = &state.tier {
+        crate::tier::reload_local(tier, &state.metadata_dirs());
+    }
 }
 
 fn lock_error(e: std::io::Error) -> Error {
@@ -172,13 +182,15 @@ fn take_end(state: &State, end: u64, ts: u64) -> bool {
 fn reload(state: &State, end: u64, ts: u64) -> Result<()> {
     let paths: Vec<_> = state.dirs.iter().map(|d| d.path.clone()).collect();
     let ids: Vec<_> = state.dirs.iter().map(|d| d.id.clone()).collect();
+    // A segment whose file the tier's shipper deleted is read from the tier.
+    take_tier_manifest(state);
     let view = listing::consistent(
         &paths,
         &ids,
         state.opts.segment_size,
         &state.opts.accept_lost,
         0,
-        None,
+        state.tier.as_ref(),
     )?
     .ok_or_else(|| {
         Error::Unsupported(format!(
@@ -191,15 +203,23 @@ fn reload(state: &State, end: u64, ts: u64) -> Result<()> {
     // view's (a dead holder's, which the repair removes).
     found.retain(|f| f.start < end);
     let current = state.segments_full();
-    let list = layout::to_list(found, current.as_slice(), state.opts.segment_size, None);
+    let list = layout::to_list(
+        found,
+        current.as_slice(),
+        state.opts.segment_size,
+        state.tier.as_ref(),
+    );
     let n = list.as_slice().len();
     let mut segs: Vec<Arc<Segment>> = list.as_slice().to_vec();
     for (i, seg) in segs.iter_mut().enumerate() {
+        if !seg.is_local() {
+            continue; // remote only: as written as its object
+        }
         if i + 1 < n {
             seg.advance_written(seg.size());
             continue;
         }
-        if seg.is_local() && !seg.is_writable() {
+        if !seg.is_writable() {
             *seg = Arc::new(seg.writable_copy());
         }
         seg.advance_written(end.saturating_sub(seg.start()).min(seg.size()));

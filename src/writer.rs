@@ -239,17 +239,19 @@ impl Writer {
                 &many
             }
         };
-        let mut asked = false;
+        // A custom strategy is asked again when other appends moved the end past what it placed;
+        // a start still unplaced after that goes by round robin.
+        let mut asks = 0;
         let end = loop {
             let mut c = locked(&self.cursor);
             state.check_writable()?;
             // Shared writers: the store's append lock, through the page the cursor holds.
             let ctl = self.shared_page(&c);
-            let _page = match &ctl {
+            let page = match &ctl {
                 Some(ctl) => Some(lock_page(state, &mut c, ctl)?),
                 None => None,
             };
-            if let (Strategy::Custom(place), false) = (&state.opts.strategy, asked) {
+            if let (Strategy::Custom(place), true) = (&state.opts.strategy, asks < 3) {
                 let unplaced: Vec<u64> = c
                     .plan(bodies, state.opts.segment_size)?
                     .0
@@ -257,9 +259,11 @@ impl Writer {
                     .filter(|s| !c.hints.contains_key(s))
                     .collect();
                 if !unplaced.is_empty() {
-                    // The caller's function runs with no lock held (it may even append).
+                    // The caller's function runs with no lock held (it may even append), the
+                    // store's append lock included.
+                    drop(page);
                     drop(c);
-                    asked = true;
+                    asks += 1;
                     let chosen = ask_custom(state, place.as_ref(), &unplaced);
                     locked(&self.cursor).hints.extend(chosen);
                     continue;

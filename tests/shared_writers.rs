@@ -15,13 +15,22 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rmqlog::{CommitLog, Error, FlushMode, Options};
+use rmqlog::{CommitLog, Error, FlushMode, Options, TierOptions, TierStatus};
 
 /// Set in a child: the store's directories, joined by ':'.
 const DIRS_ENV: &str = "RMQLOG_SHARED_DIRS";
 /// Set in a child: what it does (`append:<writer>:<n>`, `pause-single`, `pause-batch`).
 const WHAT_ENV: &str = "RMQLOG_SHARED_WHAT";
 const SEGMENT: u64 = 64 * 1024;
+/// Set in a child: the `file://` URL of the store's remote tier.
+const TIER_ENV: &str = "RMQLOG_SHARED_TIER";
+
+/// The tier of the shared-tier tests: local copies go once two segments' worth are uploaded.
+fn tier_options(url: &str) -> TierOptions {
+    let mut t = TierOptions::new(url);
+    t.local_retention_bytes = Some(2 * SEGMENT);
+    t
+}
 
 fn opts() -> Options {
     Options::default()
@@ -77,6 +86,10 @@ fn writer_process() {
     let opts = match what.as_str() {
         "own" => opts().clean_interval(Duration::ZERO),
         _ => opts(),
+    };
+    let opts = match std::env::var(TIER_ENV) {
+        Ok(url) => opts.tier(Some(tier_options(&url))),
+        Err(_) => opts,
     };
     let log = CommitLog::open(&dirs, opts).unwrap();
     let parts: Vec<&str> = what.split(':').collect();
@@ -138,6 +151,18 @@ fn writer_process() {
             log.move_segment(seg.start_offset, to).unwrap();
             unreachable!("the move pauses until the process is killed");
         }
+        ["ship"] => {
+            // The first open: it does the background work, so its thread ships the segments.
+            for i in 0..300 {
+                log.append(&tagged(0, i, 1000)).unwrap();
+            }
+            log.flush().unwrap();
+            println!("acked {}", log.max_offset().unwrap());
+            println!("shipping");
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
         ["own"] => {
             log.clean(false).unwrap(); // takes the background work
             println!("owning");
@@ -165,8 +190,13 @@ fn writer_process() {
 }
 
 fn spawn(dirs: &[PathBuf], what: &str) -> Child {
+    spawn_env(dirs, what, &[])
+}
+
+fn spawn_env(dirs: &[PathBuf], what: &str, env: &[(&str, &str)]) -> Child {
     let joined: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     Command::new(std::env::current_exe().unwrap())
+        .envs(env.iter().copied())
         .args([
             "--exact",
             "writer_process",
@@ -859,4 +889,98 @@ fn chaos_of_shared_opens() {
             "record {w}/{seq} at {at}"
         );
     }
+}
+
+/// A child process SIGKILLed and reaped when dropped: a failing test leaves none behind.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Polls `log`'s tier status until `done` holds (at most 60 s).
+fn wait_for_tier(log: &CommitLog, what: &str, done: impl Fn(&TierStatus) -> bool) -> TierStatus {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = log.tier_status().unwrap().expect("the log has a tier");
+        if done(&status) {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {status:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_tier_ships_from_one_open_and_moves_on_when_its_process_dies() {
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    let url = format!("file://{}", t.path().join("tier").display());
+    let tiered = || opts().tier(Some(tier_options(&url)));
+    // The first open ships: the child's. This open joins and ships nothing while it lives.
+    let mut shipper = Killed(spawn_env(&dirs, "ship", &[(TIER_ENV, url.as_str())]));
+    let first = read_until(&mut shipper.0, "shipping").unwrap();
+    let log = CommitLog::open(&dirs, tiered()).unwrap();
+    let mut acked: Vec<(u64, Vec<u8>)> = (0..300)
+        .map(|i| {
+            let body = tagged(1, i, 1000);
+            (log.append(&body).unwrap(), body)
+        })
+        .collect();
+    log.flush().unwrap();
+    // The shipper uploads the sealed segments of both processes and deletes local copies; this
+    // open reads those from the tier (a listing takes in the local copy of the manifest).
+    let remote_only = || {
+        log.segments()
+            .unwrap()
+            .iter()
+            .filter(|s| !s.local && s.remote)
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while remote_only() < 4 {
+        assert!(std::time::Instant::now() < deadline, "no local copies went");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Only the open doing the background work ships (two would refuse each other's manifest
+    // versions: upload errors).
+    let status = log.tier_status().unwrap().unwrap();
+    assert_eq!((status.uploads, status.upload_errors), (0, 0), "{status:?}");
+    assert_eq!(status.last_error, None);
+    // The child's records, the first 300, are in segments this open reads from the tier only.
+    let segs = log.segments().unwrap();
+    assert!(!segs[0].local && segs[0].start_offset < first, "{segs:?}");
+    check_store(&log);
+    drop(shipper); // SIGKILL: the background work, uploads included, moves here
+    for i in 300..600 {
+        let body = tagged(1, i, 1000);
+        acked.push((log.append(&body).unwrap(), body));
+    }
+    log.flush().unwrap();
+    let status = wait_for_tier(&log, "this open to ship", |s| {
+        s.uploads >= 3 && s.local_deleted >= 3 && s.pending_segments == 0
+    });
+    assert_eq!(status.last_error, None);
+    let check = |log: &CommitLog| {
+        for (at, body) in &acked {
+            assert_eq!(&*log.read(*at).unwrap(), body.as_slice(), "record at {at}");
+        }
+        let counts = check_store(log);
+        assert_eq!(counts.get(&0).copied(), Some(300));
+        assert_eq!(counts.get(&1).copied(), Some(600));
+    };
+    check(&log);
+    log.close().unwrap();
+    // An exclusive reopen: every record, from both tiers, and every object as the manifest says.
+    let log = CommitLog::open(&dirs, tiered().exclusive(true)).unwrap();
+    check(&log);
+    assert!(log.verify_remote_with(|_, _| {}).unwrap().is_empty());
+    let status = log.tier_status().unwrap().unwrap();
+    assert!(status.remote_segments >= 6, "{status:?}");
 }

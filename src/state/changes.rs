@@ -84,16 +84,21 @@ impl State {
             let reload = matches!(change, Change::Reload { .. });
             let applied = self.apply(&list, change);
             if !reload {
-                // Followers and shared writers list the store again before they read past their
-                // view.
-                let generation = self.control().bump_generation();
-                if let Some(shared) = &self.shared {
-                    shared.own_change(generation);
-                }
+                self.announce_change();
             }
             applied?;
         }
         Ok(out)
+    }
+
+    /// Tells followers and shared writers that the store's segments changed: they list it again
+    /// before they read past their view. Also after a file that left the list is deleted (a
+    /// view listed between the change and the deletion would otherwise keep the file).
+    pub fn announce_change(&self) {
+        let generation = self.control().bump_generation();
+        if let Some(shared) = &self.shared {
+            shared.own_change(generation);
+        }
     }
 
     fn check(&self, p: &Plan<'_>, change: &Change) -> std::result::Result<(), String> {

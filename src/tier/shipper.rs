@@ -42,6 +42,13 @@ pub(crate) fn start_shipper(state: &Arc<State>) -> Result<Periodic> {
             return Next::Continue;
         }
         let pass = catch_unwind(AssertUnwindSafe(|| {
+            // Shared writers: the open doing the background work ships. One that takes it over
+            // starts from the manifest in the store (its predecessor may have died between
+            // publishing a version and saving the local copy).
+            if !crate::shared::owns_background(&state)? {
+                checked_remote = false;
+                return Ok(());
+            }
             pass(&state, &tier, &mut checked_remote)
         }));
         match pass {
@@ -90,6 +97,7 @@ fn adopt_remote(state: &State, tier: &Tier) -> Result<()> {
         )));
     }
     if remote.version > local.version {
+        let _maintenance = crate::shared::maintenance(state)?;
         save(state, tier, remote)?;
     }
     let swept = tier.block_on(tier.sweep(&tier.manifest()))?;
@@ -100,6 +108,8 @@ fn adopt_remote(state: &State, tier: &Tier) -> Result<()> {
 /// Makes `next` current: published in the store, copied into the store's directories, recorded
 /// in the checkpoint. The older versions go last.
 fn commit(state: &State, tier: &Tier, mut next: Manifest) -> Result<()> {
+    // Shared writers: the checkpoint and the local copy change one open at a time.
+    let _maintenance = crate::shared::maintenance(state)?;
     next.min_offset = next.min_offset.max(state.min_offset());
     tier.block_on(manifest::publish(&tier.remote, &next))?;
     fail_point!("tier::published");
@@ -223,6 +233,7 @@ fn drop_one(
     seg: &Arc<Segment>,
     entry: &manifest::Entry,
 ) -> Result<bool> {
+    let _maintenance = crate::shared::maintenance(state)?;
     let _one_move = locked(&state.move_lock);
     let replaced = state.change(|p| {
         if !p.sealed().iter().any(|s| Arc::ptr_eq(s, seg)) {
@@ -240,6 +251,7 @@ fn drop_one(
     if replaced {
         fail_point!("tier::replaced");
         remove_durably(seg.path())?;
+        state.announce_change();
         Tier::count(&tier.stats.local_deleted, 1);
         log::info!(
             "{} deleted: its copy is {}",
