@@ -537,13 +537,12 @@ impl CommitLog {
             .map_err(|e| log::warn!("closing without the join lock: {e}"))
             .ok();
         let alone = join.is_some() && locked(&self.lock).as_ref().is_some_and(StoreLock::is_alone);
+        // As a maintenance call: a move its process died in is finished first, since the final
+        // checkpoint clears its intent.
         let caught_up = alone
-            && shared::catch_up(&self.state)
+            && shared::maintenance(&self.state)
                 .map_err(|e| log::warn!("no clean checkpoint at this close: {e}"))
                 .is_ok();
-        if caught_up {
-            shared::take_tier_manifest(&self.state);
-        }
         Some((join, caught_up))
     }
 }

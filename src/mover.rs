@@ -41,6 +41,41 @@ pub(crate) fn finish_interrupted_move(c: &mut Checkpoint, store: &Store) -> Resu
         );
         return Ok(());
     };
+    finish_move(m.start, from, to)
+}
+
+/// Shared writers: finishes the move a dead process left half done (its intent is in the newest
+/// checkpoint on disk, and no move runs: the caller holds the maintenance lock, which every move
+/// holds). Whether there was one; the caller then writes a checkpoint without the intent.
+pub(crate) fn finish_dead_move(state: &State) -> Result<bool> {
+    let paths = state.metadata_dirs();
+    let Some(m) = crate::checkpoint::read_newest(&paths)?.and_then(|c| c.moving) else {
+        return Ok(false);
+    };
+    let dir = |r: &DirRecord| {
+        state
+            .dirs
+            .iter()
+            .find(|d| r.is(d.id.as_deref(), &d.path))
+            .map(|d| d.path.as_path())
+    };
+    let (Some(from), Some(to)) = (dir(&m.from), dir(&m.to)) else {
+        return Ok(false); // not this store's directories: the next exclusive open decides
+    };
+    log::warn!(
+        "a shared writer died moving segment {} from {} to {}",
+        m.start,
+        from.display(),
+        to.display()
+    );
+    finish_move(m.start, from, to)?;
+    Ok(true)
+}
+
+/// Completes a move whose destination got its final name (the source goes), or rolls back one
+/// that did not (the partial copy goes).
+fn finish_move(start: u64, from: &Path, to: &Path) -> Result<()> {
+    let name = segment_name(start);
     let (src, dst) = (from.join(&name), to.join(&name));
     let _ = fs::remove_file(to.join(format!("{name}{TEMP_SUFFIX}")));
     if dst.exists() && src.exists() {

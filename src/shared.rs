@@ -83,6 +83,13 @@ pub(crate) fn maintenance(state: &State) -> Result<Option<MaintenanceGuard<'_>>>
     };
     let guard = shared.maintenance.hold()?;
     catch_up(state)?;
+    // A move's intent on disk while no move runs: its process died in it. Finished before any
+    // checkpoint of this open overwrites the intent (the listing needs it to pick a copy).
+    if crate::mover::finish_dead_move(state)? {
+        state.write_checkpoint()?;
+        state.control().bump_generation(); // every view lists the store again, this one too
+        catch_up(state)?;
+    }
     take_tier_manifest(state);
     Ok(Some(guard))
 }
@@ -90,7 +97,7 @@ pub(crate) fn maintenance(state: &State) -> Result<Option<MaintenanceGuard<'_>>>
 /// Takes the tier's manifest as the open doing the background work last published it (the
 /// local copy in the store's directories), so that this open's listings and checkpoints follow
 /// it. Nothing without a tier.
-pub(crate) fn take_tier_manifest(state: &State) {
+fn take_tier_manifest(state: &State) {
     if let Some(tier) = &state.tier {
         crate::tier::reload_local(tier, &state.metadata_dirs());
     }
@@ -182,8 +189,6 @@ fn take_end(state: &State, end: u64, ts: u64) -> bool {
 fn reload(state: &State, end: u64, ts: u64) -> Result<()> {
     let paths: Vec<_> = state.dirs.iter().map(|d| d.path.clone()).collect();
     let ids: Vec<_> = state.dirs.iter().map(|d| d.id.clone()).collect();
-    // A segment whose file the tier's shipper deleted is read from the tier.
-    take_tier_manifest(state);
     let view = listing::consistent(
         &paths,
         &ids,

@@ -580,6 +580,50 @@ fn a_move_its_process_died_in_is_finished_by_the_next_owner() {
 }
 
 #[test]
+fn a_move_a_joiner_died_in_is_finished_before_a_checkpoint_drops_its_intent() {
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    // This open does the background work (it writes the checkpoints); the mover joins.
+    let log = CommitLog::open(&dirs, opts()).unwrap();
+    let mut mover = Killed(spawn(&dirs, "move"));
+    let acked = read_until(&mut mover.0, "paused").unwrap();
+    drop(mover); // SIGKILL between the copy's rename and the switch: two copies, intent set
+    let name = format!("{:020}", SEGMENT);
+    let copies = || dirs.iter().filter(|d| d.join(&name).exists()).count();
+    assert_eq!(
+        copies(),
+        2,
+        "killed between the copy's rename and the switch"
+    );
+    let seq = *checkpoint_seqs(&dirs).iter().max().unwrap();
+    log.append(&tagged(1, 0, 100)).unwrap();
+    log.flush().unwrap();
+    // The owner's next checkpoint (it writes one a second once the flushed end moved) would drop
+    // the intent the listings need to pick a copy: the move is finished first.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while *checkpoint_seqs(&dirs).iter().max().unwrap() <= seq {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint written"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(copies(), 1, "the dead mover's move finished");
+    let check = |log: &CommitLog| {
+        let counts = check_store(log);
+        assert_eq!(counts.get(&0).copied(), Some(300));
+        assert_eq!(counts.get(&1).copied(), Some(1));
+        assert!(log.max_offset().unwrap() > acked);
+    };
+    check(&log);
+    log.close().unwrap();
+    let log = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+    check(&log);
+    assert!(log.verify().unwrap().is_empty());
+    assert!(!dirs.iter().any(|d| d.join(format!("{name}.tmp")).exists()));
+}
+
+#[test]
 fn background_work_moves_on_when_its_process_dies() {
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
