@@ -186,7 +186,7 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     };
     for tmp in &listing.temps {
         log::warn!(
-            "removing {} left by an interrupted segment creation",
+            "removing {} left by an interrupted segment creation or move",
             tmp.display()
         );
         remove_durably(tmp)?;

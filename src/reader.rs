@@ -376,6 +376,9 @@ pub struct Scan {
     done: bool,
     /// A following scan: how it follows, and the end of the range it was asked for.
     follow: Option<(Follow, u64)>,
+    /// A start not checked yet (it lay past the end when the scan began): no record there is
+    /// the caller's bad offset, not damage.
+    unchecked_start: Option<u64>,
 }
 
 impl Scan {
@@ -419,7 +422,8 @@ impl Scan {
         // `max_offset`, since sealed by a filler): the scan then goes on in the next segment. A
         // hole (accept_lost) is skipped by the scan.
         let lost = list.find(start).is_some_and(|s| s.is_lost());
-        if start < end && !lost {
+        let checked = start < end && !lost;
+        if checked {
             let (seg, map) = locate(&state, &mut list, start)?;
             let at = record_at(&seg, &map, start, max);
             if !matches!(at, At::EndOfSegment) {
@@ -429,6 +433,7 @@ impl Scan {
             }
         }
         let mut scan = Scan::over(state, list, start, end, max);
+        scan.unchecked_start = (!checked && !lost).then_some(start);
         scan.follow = follow.map(|f| (f, wanted));
         scan.done = scan.done && scan.follow.is_none_or(|(_, wanted)| start >= wanted);
         Ok(scan)
@@ -444,6 +449,7 @@ impl Scan {
             current: None,
             done: start >= end,
             follow: None,
+            unchecked_start: None,
         }
     }
 
@@ -535,6 +541,7 @@ impl Scan {
             let Some((seg, map)) = &self.current else {
                 return Err(Error::Internal("a scan lost its segment".into()));
             };
+            let scanning = self.unchecked_start.take() != Some(self.next);
             match record_at(seg, map, self.next, self.max) {
                 At::Record(r) => {
                     self.next = r.next_offset;
@@ -542,7 +549,7 @@ impl Scan {
                 }
                 At::EndOfSegment => self.next = seg.end(),
                 other => {
-                    return Err(unexpected(seg, self.next, &other, true)
+                    return Err(unexpected(seg, self.next, &other, scanning)
                         .unwrap_or(Error::Internal("a record read as no record".into())))
                 }
             }

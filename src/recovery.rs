@@ -166,11 +166,19 @@ pub(crate) fn recover(
     // Records past the published end were never acknowledged (the rest of a batch, or a record,
     // whose writer died before publishing it): cut, so a batch is all or nothing.
     if let Some(p) = published.filter(|p| (from..tail.end).contains(p)) {
-        log::warn!(
-            "records [{p}, {}) were written but never published (their writer died mid-append): \
-             cut",
-            tail.end
-        );
+        if writer {
+            log::warn!(
+                "records [{p}, {}) were written but never published (their writer died \
+                 mid-append): cut",
+                tail.end
+            );
+        } else {
+            // A reader: a live writer may be in the middle of appending them.
+            log::debug!(
+                "records [{p}, {}) are not published yet: not read",
+                tail.end
+            );
+        }
         tail.end = p;
         if let Some(seg) = list.find(p) {
             seg.set_written(p - seg.start());

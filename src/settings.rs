@@ -87,75 +87,66 @@ impl WriterSettings {
     }
 
     /// The store-wide policy fields where `other` (a shared writer joining) differs from these
-    /// (the writers open): segment size, placement, retention, disk limits, cleaning, the tier. Each
-    /// process keeps its own durability (`flush`, `flush_interval_ms`) and `max_message_size`.
+    /// (the writers open): segment size, placement, retention, disk limits, cleaning, the tier.
+    /// Each process keeps its own durability (`flush`, `flush_interval_ms`) and
+    /// `max_message_size`.
     pub fn policy_differences(&self, other: &WriterSettings) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut check = |name: &str, a: String, b: String| {
-            if a != b {
-                out.push(format!("{name} is {a} there, {b} here"));
+        self.policy()
+            .into_iter()
+            .zip(other.policy())
+            .filter(|((_, a), (_, b))| a != b)
+            .map(|((name, a), (_, b))| format!("{name} is {a} there, {b} here"))
+            .collect()
+    }
+
+    /// The store-wide policy as (option, value as a user would write it).
+    fn policy(&self) -> Vec<(&'static str, String)> {
+        fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+            v.map_or_else(|| "None".to_string(), |v| v.to_string())
+        }
+        let ratio = |default: Option<f64>, by_dir: &[(String, Option<f64>)]| {
+            let overrides: Vec<String> = by_dir
+                .iter()
+                .map(|(dir, r)| format!("{dir}: {}", opt(*r)))
+                .collect();
+            match overrides.is_empty() {
+                true => opt(default),
+                false => format!("{} ({})", opt(default), overrides.join(", ")),
             }
         };
-        check(
-            "segment_size",
-            self.segment_size.to_string(),
-            other.segment_size.to_string(),
-        );
-        check("strategy", self.strategy.clone(), other.strategy.clone());
-        check(
-            "retention_hours",
-            format!("{:?}", self.retention_hours),
-            format!("{:?}", other.retention_hours),
-        );
-        check(
-            "retention_bytes",
-            format!("{:?}", self.retention_bytes),
-            format!("{:?}", other.retention_bytes),
-        );
-        check(
-            "delete_hours",
-            format!("{:?}", self.delete_hours),
-            format!("{:?}", other.delete_hours),
-        );
-        check(
-            "max_used_ratio",
-            format!("{:?} {:?}", self.max_used_ratio, self.max_used_ratio_by_dir),
-            format!(
-                "{:?} {:?}",
-                other.max_used_ratio, other.max_used_ratio_by_dir
+        let tier = self.tier.as_ref();
+        vec![
+            ("segment_size", self.segment_size.to_string()),
+            ("strategy", self.strategy.clone()),
+            ("retention_hours", opt(self.retention_hours)),
+            ("retention_bytes", opt(self.retention_bytes)),
+            (
+                "delete_hours",
+                self.delete_hours
+                    .as_ref()
+                    .map_or_else(|| "None".into(), |h| format!("{h:?}")),
             ),
-        );
-        check(
-            "force_clean_ratio",
-            format!(
-                "{:?} {:?}",
-                self.force_clean_ratio, self.force_clean_ratio_by_dir
+            (
+                "max_used_ratio",
+                ratio(self.max_used_ratio, &self.max_used_ratio_by_dir),
             ),
-            format!(
-                "{:?} {:?}",
-                other.force_clean_ratio, other.force_clean_ratio_by_dir
+            (
+                "force_clean_ratio",
+                ratio(self.force_clean_ratio, &self.force_clean_ratio_by_dir),
             ),
-        );
-        check(
-            "min_free_bytes",
-            self.min_free_bytes.to_string(),
-            other.min_free_bytes.to_string(),
-        );
-        check(
-            "clean_interval_ms",
-            self.clean_interval_ms.to_string(),
-            other.clean_interval_ms.to_string(),
-        );
-        let tier = |t: &Option<TierPolicy>| match t {
-            None => "no tier".to_string(),
-            Some(t) => format!(
-                "tier_url {:?} (tier_after {} ms, local_retention {:?} ms, local_retention_bytes \
-                 {:?})",
-                t.url, t.after_ms, t.local_retention_ms, t.local_retention_bytes
+            ("min_free_bytes", self.min_free_bytes.to_string()),
+            ("clean_interval_ms", self.clean_interval_ms.to_string()),
+            ("tier_url", opt(tier.map(|t| &t.url))),
+            ("tier_after (ms)", opt(tier.map(|t| t.after_ms))),
+            (
+                "local_retention_hours (ms)",
+                opt(tier.and_then(|t| t.local_retention_ms)),
             ),
-        };
-        check("the tier", tier(&self.tier), tier(&other.tier));
-        out
+            (
+                "local_retention_bytes",
+                opt(tier.and_then(|t| t.local_retention_bytes)),
+            ),
+        ]
     }
 }
 

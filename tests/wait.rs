@@ -167,6 +167,23 @@ fn a_following_scan_yields_records_as_they_come_and_ends_when_idle() {
 }
 
 #[test]
+fn a_following_scan_from_past_the_end_reports_a_start_inside_a_record_as_a_bad_offset() {
+    let (_t, d) = dirs(2);
+    let log = CommitLog::open(&d, quiet()).unwrap();
+    let start = log.max_offset().unwrap() + 5; // inside the next record, once it comes
+    let follow = Follow {
+        idle_timeout: Some(Duration::from_secs(5)),
+        durable: false,
+    };
+    let mut scan = log.follow(Some(start), None, follow).unwrap();
+    log.append(&body(0, 200)).unwrap();
+    match scan.next() {
+        Some(Err(Error::InvalidOffset { offset, .. })) => assert_eq!(offset, start),
+        other => panic!("expected InvalidOffset at {start}, got {other:?}"),
+    }
+}
+
+#[test]
 fn a_following_scan_with_an_end_stops_there_and_one_ends_with_close() {
     let (_t, d) = dirs(1);
     let log = Arc::new(CommitLog::open(&d, quiet()).unwrap());
