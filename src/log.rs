@@ -427,9 +427,12 @@ impl CommitLog {
     }
 
     /// The remote tier's state: what is local, remote, both and waiting, the last error, the
-    /// counters. `None` without a tier.
+    /// counters (this open's: among shared writers, the open doing the background work ships).
+    /// `None` without a tier.
     pub fn tier_status(&self) -> Result<Option<TierStatus>> {
-        self.state.check_open()?;
+        // A shared writer not shipping: its view and the manifest as the shipping open left them.
+        self.current()?;
+        shared::take_tier_manifest(&self.state);
         Ok(self.state.tier_status())
     }
 

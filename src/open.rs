@@ -284,8 +284,7 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     };
     checkpoint.dirs = dirs.iter().filter(|d| !d.read_only).map(record).collect();
     checkpoint.read_only_dirs = dirs.iter().filter(|d| d.read_only).map(record).collect();
-    let recorded_tier = tier.as_ref().map(|t| t.remote.url.as_str());
-    checkpoint.writer = Some(WriterSettings::of(&opts).with_recorded_tier(recorded_tier));
+    checkpoint.writer = Some(WriterSettings::of(&opts));
     checkpoint.lost_dirs = lost_dirs;
     let mut sizes: BTreeSet<u64> = checkpoint.segment_sizes.iter().copied().collect();
     sizes.insert(opts.segment_size);
@@ -414,9 +413,7 @@ fn join_shared(
     // sizes is written by one of them only), and whichever open does the background work
     // applies the same retention.
     if let Some(w) = &ckpt.writer {
-        let recorded_tier = ckpt.tier.as_ref().map(|t| t.url.as_str());
-        let ours = WriterSettings::of(&opts).with_recorded_tier(recorded_tier);
-        let differences = w.policy_differences(&ours);
+        let differences = w.policy_differences(&WriterSettings::of(&opts));
         if !differences.is_empty() {
             return Err(Error::config(format!(
                 "shared writers open a store with the same options; against the writers open on \

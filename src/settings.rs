@@ -4,7 +4,6 @@
 use serde::{Deserialize, Serialize};
 
 use crate::options::Options;
-use crate::remote::TierOptions;
 
 /// The options of the writer that last opened the store. `max_used_ratio` and
 /// `force_clean_ratio` are the values for directories without an override; the overrides are in
@@ -75,17 +74,6 @@ impl WriterSettings {
 }
 
 impl WriterSettings {
-    /// These settings for a writer that gave no tier options on a store whose checkpoint records
-    /// the tier `url`: it uses that tier, with the default policy.
-    #[must_use]
-    pub fn with_recorded_tier(mut self, url: Option<&str>) -> WriterSettings {
-        if let (None, Some(url)) = (&self.tier, url) {
-            let defaults = Options::default().tier(Some(TierOptions::new(url)));
-            self.tier = WriterSettings::of(&defaults).tier;
-        }
-        self
-    }
-
     /// The store-wide policy fields where `other` (a shared writer joining) differs from these
     /// (the writers open): segment size, placement, retention, disk limits, cleaning, the tier.
     /// Each process keeps its own durability (`flush`, `flush_interval_ms`) and

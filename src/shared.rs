@@ -97,7 +97,7 @@ pub(crate) fn maintenance(state: &State) -> Result<Option<MaintenanceGuard<'_>>>
 /// Takes the tier's manifest as the open doing the background work last published it (the
 /// local copy in the store's directories), so that this open's listings and checkpoints follow
 /// it. Nothing without a tier.
-fn take_tier_manifest(state: &State) {
+pub(crate) fn take_tier_manifest(state: &State) {
     if let Some(tier) = &state.tier {
         crate::tier::reload_local(tier, &state.metadata_dirs());
     }

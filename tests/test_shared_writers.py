@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from rmqlog import CommitLog, StoreLockedError
+from rmqlog import CommitLog, ConfigurationError, StoreLockedError
 
 SEGMENT = 64 * 1024
 PRODUCERS = 3
@@ -81,12 +81,17 @@ def test_exclusive_is_the_default_and_excludes_shared_writers(tmp_path):
             assert bytes(a.read(y)) == b"from b"
 
 
-def test_shared_writers_refuse_what_they_cannot_share(tmp_path):
+def test_shared_writers_refuse_a_bad_exclusive_and_a_strategy_unlike_theirs(tmp_path):
     d = str(tmp_path / "s")
-    with pytest.raises(ValueError, match="exclusive=True"):
-        CommitLog(d, exclusive=False, strategy=lambda dirs, start: 0)
     with pytest.raises(TypeError, match="exclusive"):
         CommitLog(d, exclusive="no")
+    # A custom strategy is shared (each process calls its own); a joiner must give one too.
+    with CommitLog(d, exclusive=False, strategy=lambda dirs, start: 0) as log:
+        log.append(b"x")
+        with pytest.raises(ConfigurationError, match="strategy is custom there, round_robin"):
+            CommitLog(d, exclusive=False)
+        with CommitLog(d, exclusive=False, strategy=lambda dirs, start: 0) as joiner:
+            assert bytes(joiner.read(0)) == b"x"
 
 
 def test_a_producer_killed_mid_stream_loses_nothing_it_was_told(tmp_path):

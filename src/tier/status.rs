@@ -75,7 +75,9 @@ impl State {
             cache_bytes: tier.cache_bytes(),
         };
         for (i, s) in list.as_slice().iter().enumerate() {
-            match (s.is_local(), s.remote_copy().is_some()) {
+            // The manifest counts too: among shared writers another open may have shipped it.
+            let remote = s.remote_copy().is_some() || m.get(s.start()).is_some();
+            match (s.is_local(), remote) {
                 (true, true) => st.both_segments += 1,
                 (true, false) => {
                     st.local_segments += 1;
