@@ -27,6 +27,7 @@ ROW_FIELDS = ("items", "ours_median_s", "baseline_median_s")
 # None: reported only, no target.
 TARGETS: dict[str, tuple[str, float | None]] = {
     "py_append_100": (">=", 3),
+    "py_append_100_shared": (">=", 3),
     "py_append_batch_100": (">=", 12),
     "py_append_1k": (">=", 3),
     "py_read_100": (">=", 1.5),

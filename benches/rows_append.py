@@ -1,5 +1,7 @@
-"""Rows py_append_100, py_append_batch_100, py_append_1k: rmqlog appends against the pure-Python
-framed log (benches/pylog.py), a fresh log per repetition, open and close outside the clock."""
+"""Rows py_append_100, py_append_100_shared, py_append_batch_100, py_append_1k: rmqlog appends
+against the pure-Python framed log (benches/pylog.py), a fresh log per repetition, open and close
+outside the clock. ``py_append_100_shared`` is a lone shared writer (``exclusive=False``): the
+append lock and the catch-up through the control page, uncontended."""
 
 from __future__ import annotations
 
@@ -21,16 +23,17 @@ from harness import (
 )
 from pylog import PyLog
 
-NAMES = ("py_append_100", "py_append_batch_100", "py_append_1k")
+NAMES = ("py_append_100", "py_append_100_shared", "py_append_batch_100", "py_append_1k")
 
 
 def run(s: Sizes, wd: Workdir) -> list[Row]:
     from rmqlog import CommitLog
 
-    def ours_single(body: bytes, n: int) -> Callable[[], float]:
+    def ours_single(body: bytes, n: int, exclusive: bool = True) -> Callable[[], float]:
         def run() -> float:
             d = wd.new()
-            log = CommitLog(os.path.join(d, "log"), segment_size=SEGMENT)  # flush="async" (default)
+            # flush="async" (the default)
+            log = CommitLog(os.path.join(d, "log"), segment_size=SEGMENT, exclusive=exclusive)
             append = log.append
 
             def go() -> None:
@@ -107,6 +110,22 @@ def run(s: Sizes, wd: Workdir) -> list[Row]:
             to,
             tb,
             ours_desc + ", 100 B",
+            "pure-Python framed log: struct header + zlib.crc32 + buffered write, 100 B",
+        )
+    )
+    say("appends (100 B, single, a lone shared writer)")
+    to, tb = alternate(
+        s.reps,
+        ours_single(BODY_100, s.records_100, exclusive=False),
+        base_single(BODY_100, s.records_100),
+    )
+    rows.append(
+        throughput(
+            "py_append_100_shared",
+            s.records_100,
+            to,
+            tb,
+            ours_desc + ", 100 B, exclusive=False (alone)",
             "pure-Python framed log: struct header + zlib.crc32 + buffered write, 100 B",
         )
     )

@@ -58,6 +58,10 @@ struct Cursor {
     /// The store's control page, where each publication goes for waiters in every process;
     /// `None` once the log closed.
     control: Option<Arc<Control>>,
+    /// A shared writer: the end and segment-list generation the page showed after this open's
+    /// last append. While the page still shows them, no other open appended or changed the
+    /// list since: the view and the cursor are the store's.
+    published: Option<(u64, u64)>,
 }
 
 impl Cursor {
@@ -108,6 +112,25 @@ impl Cursor {
         // what they warmed past it needs no more.
         let warmed = ctl.warmed().clamp(last.start(), last.end()) - last.start();
         self.file.raise_to(pos.max(warmed));
+        Ok(())
+    }
+
+    /// With the append lock held: brings a shared writer's view and cursor up to the page,
+    /// unless the page shows just what this open last published.
+    fn catch_up(
+        &mut self,
+        state: &State,
+        ctl: &Control,
+        page: &mut PageGuard<'_>,
+        sync: bool,
+    ) -> Result<()> {
+        let unchanged = self.published == Some((ctl.end(), ctl.generation()))
+            && !page.owner_died()
+            && ctl.reserved() <= ctl.end();
+        if !unchanged {
+            crate::shared::sync_locked(state, ctl, page)?;
+            self.adopt(state, ctl, sync)?;
+        }
         Ok(())
     }
 
@@ -211,6 +234,7 @@ impl Writer {
                 file,
                 tail,
                 control: Some(control),
+                published: None,
             }),
         }
     }
@@ -309,8 +333,7 @@ impl Writer {
         let _page = match &ctl {
             Some(ctl) => match ctl.try_lock_appends() {
                 Ok(Some(mut page)) => {
-                    crate::shared::sync_locked(state, ctl, &mut page)?;
-                    c.adopt(state, ctl, false)?;
+                    c.catch_up(state, ctl, &mut page, false)?;
                     Some(page)
                 }
                 Ok(None) => return Ok(None),
@@ -377,8 +400,7 @@ fn lock_page<'a>(state: &State, c: &mut Cursor, ctl: &'a Control) -> Result<Page
     let mut page = ctl
         .lock_appends()
         .map_err(|e| Error::io("taking the append lock", "rmqlog.ctl", e))?;
-    crate::shared::sync_locked(state, ctl, &mut page)?;
-    c.adopt(state, ctl, state.opts.flush.policy().each_append)?;
+    c.catch_up(state, ctl, &mut page, state.opts.flush.policy().each_append)?;
     Ok(page)
 }
 
@@ -471,6 +493,9 @@ fn write_batch<B: AsRef<[u8]>>(
     state.publish(end, ts);
     if let Some(control) = &c.control {
         control.publish_end(end, ts);
+    }
+    if let Some(ctl) = shared {
+        c.published = Some((ctl.end(), ctl.generation()));
     }
     if rolled {
         c.record_tail_hint(state, ts);
