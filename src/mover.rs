@@ -44,14 +44,10 @@ pub(crate) fn finish_interrupted_move(c: &mut Checkpoint, store: &Store) -> Resu
     finish_move(m.start, from, to)
 }
 
-/// Shared writers: finishes the move a dead process left half done (its intent is in the newest
-/// checkpoint on disk, and no move runs: the caller holds the maintenance lock, which every move
-/// holds). Whether there was one; the caller then writes a checkpoint without the intent.
-pub(crate) fn finish_dead_move(state: &State) -> Result<bool> {
-    let paths = state.metadata_dirs();
-    let Some(m) = crate::checkpoint::read_newest(&paths)?.and_then(|c| c.moving) else {
-        return Ok(false);
-    };
+/// Shared writers: finishes the move `m` a dead process left half done (its intent is in the
+/// newest checkpoint on disk, and no move runs: the caller holds the maintenance lock, which
+/// every move holds). Whether it did; the caller then writes a checkpoint without the intent.
+pub(crate) fn finish_dead_move(state: &State, m: &Move) -> Result<bool> {
     let dir = |r: &DirRecord| {
         state
             .dirs
@@ -204,6 +200,9 @@ pub(crate) fn move_segment(state: &State, start: u64, dest: &Path) -> Result<()>
     })?;
     let _one_move = locked(&state.move_lock);
     state.check_open()?; // closed while this move waited for the previous one
+                         // Shared writers: a listing of another thread of this open, taken while the previous move
+                         // had two copies, kept its source (as the intent says); that move's deletion announced it.
+    crate::shared::catch_up(state)?;
     let seg = movable(state, start, to)?;
     if to == seg.dir() {
         return Ok(());
@@ -262,9 +261,10 @@ fn copy_and_switch(state: &State, seg: &Arc<Segment>, to: usize) -> Result<()> {
         remove_durably(&dst)?;
         return Err(e);
     }
+    fail_point!("move::switched");
     // 5. The source goes.
     remove_durably(seg.path())?;
-    state.announce_change();
+    state.announce_file_gone();
     Ok(())
 }
 

@@ -83,15 +83,44 @@ pub(crate) fn maintenance(state: &State) -> Result<Option<MaintenanceGuard<'_>>>
     };
     let guard = shared.maintenance.hold()?;
     catch_up(state)?;
-    // A move's intent on disk while no move runs: its process died in it. Finished before any
-    // checkpoint of this open overwrites the intent (the listing needs it to pick a copy).
-    if crate::mover::finish_dead_move(state)? {
-        state.write_checkpoint()?;
-        state.control().bump_generation(); // every view lists the store again, this one too
-        catch_up(state)?;
-    }
+    finish_dead_maintenance(state)?;
     take_tier_manifest(state);
     Ok(Some(guard))
+}
+
+/// With the maintenance lock held (no change of the store's segments runs): finishes what a
+/// process that died changing them left, before any checkpoint of this open could undo it.
+/// - A move's intent on disk: its mover died in it (the listings need the intent to pick a
+///   copy). The move is finished, then a checkpoint without the intent written.
+/// - A head on disk above this view's: a deletion recorded it, then died before it announced
+///   the change (this view would record the old head again, above files gone). The view takes
+///   it, and what the deletion left below it goes.
+fn finish_dead_maintenance(state: &State) -> Result<()> {
+    let Some(on_disk) = crate::checkpoint::read_newest(&state.metadata_dirs())? else {
+        return Ok(());
+    };
+    let moved = match &on_disk.moving {
+        Some(m) => crate::mover::finish_dead_move(state, m)?,
+        None => false,
+    };
+    let deleted = on_disk.min_offset > state.min_offset();
+    if deleted {
+        log::warn!(
+            "a shared writer died deleting the log's head: taking the head it recorded, {}",
+            on_disk.min_offset
+        );
+    }
+    if moved || deleted {
+        state.announce_file_gone(); // every view lists the store again, this one too
+        catch_up(state)?;
+    }
+    if deleted {
+        sweep_leftovers(state);
+    }
+    if moved {
+        state.write_checkpoint()?;
+    }
+    Ok(())
 }
 
 /// Takes the tier's manifest as the open doing the background work last published it (the

@@ -163,6 +163,28 @@ fn writer_process() {
                 std::thread::sleep(Duration::from_secs(1));
             }
         }
+        ["truncate"] => {
+            // A joiner: it truncates and is killed after its files went, before it announced it.
+            for i in 0..300 {
+                log.append(&tagged(0, i, 1000)).unwrap();
+            }
+            log.flush().unwrap();
+            println!("acked {}", log.max_offset().unwrap());
+            // The parent's view takes these records in before the truncation.
+            let go = dirs[0].parent().unwrap().join("go");
+            while !go.exists() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            fail::cfg_callback("delete::unlinked", || {
+                println!("paused");
+                loop {
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            })
+            .unwrap();
+            log.truncate_before(SEGMENT * 3).unwrap();
+            unreachable!("the truncation pauses until the process is killed");
+        }
         ["own"] => {
             log.clean(false).unwrap(); // takes the background work
             println!("owning");
@@ -624,6 +646,64 @@ fn a_move_a_joiner_died_in_is_finished_before_a_checkpoint_drops_its_intent() {
 }
 
 #[test]
+fn a_deletion_a_joiner_died_in_is_taken_in_before_a_checkpoint_undoes_it() {
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    let log = CommitLog::open(&dirs, opts()).unwrap();
+    let mut truncating = Killed(spawn(&dirs, "truncate"));
+    // This view takes in the child's 300 records (and its rolls), so that nothing but the
+    // truncation is left for it to learn.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while log.segments().unwrap().len() < 5 || log.max_offset().unwrap() < 300 * 1032 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child's records never came"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::fs::write(t.path().join("go"), b"").unwrap();
+    let acked = read_until(&mut truncating.0, "paused").unwrap();
+    drop(truncating); // SIGKILL: the new head recorded, the files gone, no view told
+    let head = SEGMENT * 3;
+    assert_eq!(
+        checkpoint_field(&dirs, "min_offset").iter().max(),
+        Some(&head)
+    );
+    let seq = *checkpoint_seqs(&dirs).iter().max().unwrap();
+    log.append(&tagged(1, 0, 100)).unwrap();
+    log.flush().unwrap();
+    // The owner's next checkpoint, from a view that kept the old head, would record it again
+    // below files that are gone: the store would no longer open.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while *checkpoint_seqs(&dirs).iter().max().unwrap() <= seq {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint written"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(checkpoint_field(&dirs, "min_offset")
+        .iter()
+        .all(|&m| m == head));
+    let check = |log: &CommitLog| {
+        assert_eq!(log.min_offset().unwrap(), head);
+        let mut at = head;
+        for rec in log.scan(None, None).unwrap() {
+            let rec = rec.unwrap();
+            assert_eq!(rec.offset(), at, "offsets are dense from the head");
+            at = rec.next_offset();
+            untag(&rec);
+        }
+        assert!(at > acked);
+    };
+    check(&log);
+    log.close().unwrap();
+    let log = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+    check(&log);
+    assert!(log.verify().unwrap().is_empty());
+}
+
+#[test]
 fn background_work_moves_on_when_its_process_dies() {
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
@@ -804,6 +884,50 @@ fn a_listing_taken_before_a_deletion_never_brings_the_head_back() {
     let log = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
     assert_eq!(log.min_offset().unwrap(), head);
     assert!(log.verify().unwrap().is_empty());
+}
+
+#[test]
+fn a_listing_taken_between_a_moves_switch_and_its_unlink_is_listed_again() {
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    let o = opts().clean_interval(Duration::ZERO);
+    let a = Arc::new(CommitLog::open(&dirs, o.clone()).unwrap());
+    let b = CommitLog::open(&dirs, o).unwrap();
+    for i in 0..300 {
+        a.append(&tagged(1, i, 1000)).unwrap();
+    }
+    let seg = a.segments().unwrap()[1].clone();
+    let to = dirs
+        .iter()
+        .find(|d| !seg.path.starts_with(d))
+        .unwrap()
+        .clone();
+    let (switched, release) = pause_in("move::switched", "mover");
+    let mover = {
+        let (a, to) = (Arc::clone(&a), to.clone());
+        std::thread::Builder::new()
+            .name("mover".into())
+            .spawn(move || a.move_segment(seg.start_offset, &to).unwrap())
+            .unwrap()
+    };
+    switched.recv().unwrap(); // the list has the copy; the source and the intent are still there
+    for i in 0..70 {
+        b.append(&tagged(2, i, 1000)).unwrap(); // b rolls: a's next look lists the store
+    }
+    a.max_offset().unwrap(); // listed: two copies, and the intent names the source
+    release.send(()).unwrap();
+    mover.join().unwrap();
+    fail::remove("move::switched");
+    // The source is gone: a's view lists again and finds the copy (a move of it to where it is
+    // does nothing; from the source it would fail).
+    a.move_segment(seg.start_offset, &to).unwrap();
+    let now = a.segments().unwrap();
+    let moved = now
+        .iter()
+        .find(|s| s.start_offset == seg.start_offset)
+        .unwrap();
+    assert!(moved.path.starts_with(&to), "{moved:?}");
+    check_store(&a);
 }
 
 /// Randomized: three threads, each opening the store as a shared writer again and again (flush

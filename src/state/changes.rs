@@ -92,13 +92,19 @@ impl State {
     }
 
     /// Tells followers and shared writers that the store's segments changed: they list it again
-    /// before they read past their view. Also after a file that left the list is deleted (a
-    /// view listed between the change and the deletion would otherwise keep the file).
-    pub fn announce_change(&self) {
+    /// before they read past their view (this open's view is the change's).
+    fn announce_change(&self) {
         let generation = self.control().bump_generation();
         if let Some(shared) = &self.shared {
             shared.own_change(generation);
         }
+    }
+
+    /// After the file of a segment that left the list is deleted: every view lists the store
+    /// again, this open's too (another thread of it may have listed between the change and the
+    /// deletion, and kept the file).
+    pub fn announce_file_gone(&self) {
+        self.control().bump_generation();
     }
 
     fn check(&self, p: &Plan<'_>, change: &Change) -> std::result::Result<(), String> {
@@ -228,6 +234,7 @@ impl State {
             Stats::add(&self.stats.segments_deleted, 1);
             Stats::add(&self.stats.bytes_deleted, seg.size());
         }
+        fail_point!("delete::unlinked");
         Ok(())
     }
 }

@@ -251,7 +251,7 @@ fn drop_one(
     if replaced {
         fail_point!("tier::replaced");
         remove_durably(seg.path())?;
-        state.announce_change();
+        state.announce_file_gone();
         Tier::count(&tier.stats.local_deleted, 1);
         log::info!(
             "{} deleted: its copy is {}",
