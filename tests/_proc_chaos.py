@@ -15,6 +15,16 @@ returned (one ``os.write`` per call): ``OFFSET OP IDX N DIGEST KIND``, ``OP`` -1
 body, ``KIND`` how it was appended: ``s`` ``append``, ``e`` ``append`` of an empty body, ``b``
 ``append_batch`` of a list, ``i`` of an iterator, ``a`` of a pyarrow array.
 Other lines: ``O`` once the log is open, ``F FLUSHED`` after a ``flush()``, ``C`` once closed.
+Maintenance calls (``clean()``, ``truncate_before()``, ``move_segment()``, ``rebalance()`` in turn,
+``maint_every`` seconds apart on average) write three more kinds of line: ``M KIND ARGS``
+before the call (so a truncation a SIGKILL cut short is still known: ``M truncate TARGET``), then
+``m KIND WHO RESULT`` once it returned, or ``x KIND WHO ERROR WHY`` once it raised an error it may
+legitimately raise (anything else kills the producer, with the traceback on its stderr), each
+ending with `` @TIME`` (``time.time()``, to line them up with the producers' logs); ``WHO``
+is ``o`` if the producer held the store's background work (``rmqlog.owner``) after the call, else
+``n`` (then it did not hold it during the call either: an open keeps that lock until it closes).
+A ``rebalance`` line's result is the number of moves and each move, ``START:FROM>TO`` (indices
+into the directories given).
 The follower writes ``(offset, digest)`` of each record it is shown to a binary file, its position
 to a progress file (a thread, every 0.1 s, also while it waits), every problem it finds to a
 problems file as it finds it, and a JSON report when it reaches the stop record.
@@ -22,11 +32,14 @@ problems file as it finds it, and a JSON report when it reaches the stop record.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import logging
 import os
 import random
+import re
 import struct
 import sys
 import threading
@@ -40,6 +53,32 @@ MIN_BODY = HEAD.size + CHECK
 SEEN = struct.Struct("<Q8s")  # the follower's record of one record: offset, digest
 STOP = b"rmqlog-proc-chaos: stop"  # the sentinel the parent appends once everything stopped
 PROGRESS = struct.Struct("<QQQ")  # the follower's position, records seen, problems
+
+
+MAINT_KINDS = ("clean", "truncate", "move", "rebalance")
+MAINT_LINE = re.compile(rb"^[Mmx] [^\n]*$", re.M)  # the maintenance lines of an ack file
+
+
+def owner_pid(dirs) -> int | None:
+    """The pid holding the exclusive flock on ``rmqlog.owner`` (the background work), if any."""
+    files = set()
+    for d in dirs:
+        with contextlib.suppress(OSError):
+            st = os.stat(os.path.join(d, "rmqlog.owner"))
+            files.add((os.major(st.st_dev), os.minor(st.st_dev), st.st_ino))
+    inodes = {f[2] for f in files}
+    by_inode = None  # a lock on an inode of that number (a stacked filesystem may show another
+    # device than stat does)
+    with open("/proc/locks") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 6 and parts[1] == "FLOCK" and parts[3] == "WRITE":
+                major, minor, ino = parts[5].split(":")
+                if (int(major, 16), int(minor, 16), int(ino)) in files:
+                    return int(parts[4])
+                if int(ino) in inodes and by_inode is None:
+                    by_inode = int(parts[4])
+    return by_inode
 
 
 def digest(body: bytes) -> bytes:
@@ -181,14 +220,114 @@ def _ack_lines(kind: str, offsets, bodies, op: int) -> bytes:
     ).encode()
 
 
+MAX_TRUNCATE = 0.5  # a truncation deletes at most this fraction of the log, from its head
+
+
+def maintain(log, kind: str, rng: random.Random, args: dict, acks: int) -> None:
+    """One maintenance call of ``kind``, its arguments chosen with ``rng`` (the producer's second
+    generator: its appends stay the same whatever this one does), acknowledged with ``M`` before
+    and ``m`` (returned) or ``x`` (raised an error it may raise) after it.
+
+    - ``clean(force)``, ``force`` at random; ``rebalance(max_bytes)``, ``max_bytes`` None or a few
+      segments;
+    - ``truncate_before(target)``: where the run truncates (``args["truncate"]``), ``target`` is
+      the head plus up to ``MAX_TRUNCATE`` of the log (now and then a segment's start), so the
+      head never passes a target a producer chose; otherwise 0 (a call that deletes nothing);
+    - ``move_segment(start, dest)``: a sealed segment to another directory; one time in seven
+      (and when none is sealed) the active segment, which is refused.
+
+    The errors it may raise: a move of a segment deleted meanwhile (by retention or a truncation
+    of another process: ``OffsetOutOfRangeError``, and the head is then past it), a move of the
+    active segment (``InvalidOffsetError`` saying so), and a move to a directory without room for
+    the copy (``OSError`` ENOSPC: the tmpfs of the third directory may fill up). Anything else
+    propagates."""
+    from rmqlog import InvalidOffsetError, OffsetOutOfRangeError
+
+    dirs = args["dirs"]
+    start = -1
+    active = False
+    if kind == "clean":
+        force = rng.random() < 0.5
+        arg = str(int(force))
+
+        def call():
+            return log.clean(force)
+
+    elif kind == "truncate":
+        target = 0
+        if args["truncate"]:
+            low, end = log.min_offset, log.max_offset
+            target = low + int((end - low) * rng.uniform(0.0, MAX_TRUNCATE))
+            if rng.random() < 0.3:
+                target -= target % args["store"]["segment_size"]
+        arg = str(target)
+
+        def call():
+            return log.truncate_before(target)
+
+    elif kind == "move":
+        segs = log.segments()
+        sealed = [s for s in segs if s.sealed]
+        active = not sealed or rng.random() < 1 / 7
+        seg = segs[-1] if active else rng.choice(sealed)
+        start = seg.start_offset
+        here = os.path.normpath(os.path.dirname(seg.path))
+        to = rng.choice([i for i, d in enumerate(dirs) if os.path.normpath(d) != here])
+        arg = f"{start} {to} {'active' if active else 'sealed'}"
+
+        def call():
+            log.move_segment(start, dirs[to])
+            return "ok"
+
+    else:
+        max_bytes = rng.choice([None, 1 << 20, 4 << 20, 16 << 20])
+        arg = str(max_bytes)
+
+        def call():
+            moves = log.rebalance(max_bytes)
+            where = {os.path.normpath(d): i for i, d in enumerate(dirs)}
+            done = ",".join(
+                f"{s}:{where.get(os.path.normpath(f))}>{where.get(os.path.normpath(t))}"
+                for s, f, t in moves
+            )
+            return f"{len(moves)} {done or '-'}"
+
+    os.write(acks, f"M {kind} {arg} @{time.time():.3f}\n".encode())
+    try:
+        result = call()
+    except (OffsetOutOfRangeError, InvalidOffsetError, OSError) as e:
+        if kind != "move":
+            raise
+        if type(e) is OSError:
+            if e.errno != errno.ENOSPC:
+                raise
+            why = "ENOSPC"
+        elif isinstance(e, OffsetOutOfRangeError):
+            low = log.min_offset
+            if start >= low:
+                raise AssertionError(f"moving {start}: {e!r}, though the head is {low}") from e
+            why = "deleted"
+        elif active and "active segment" in str(e):
+            why = "active"
+        else:
+            raise
+        who = "o" if owner_pid(dirs) == os.getpid() else "n"
+        os.write(acks, f"x {kind} {who} {type(e).__name__} {why} @{time.time():.3f}\n".encode())
+        return
+    who = "o" if owner_pid(dirs) == os.getpid() else "n"
+    os.write(acks, f"m {kind} {who} {result} @{time.time():.3f}\n".encode())
+
+
 def producer(args: dict) -> None:
     """Appends at random until killed or told to stop (a stop file), acknowledging each record
-    once its call returned."""
+    once its call returned; every ``maint_every`` seconds on average, a maintenance call
+    (``maintain``)."""
     from rmqlog import CommitLog
 
     logging.basicConfig(
         level=logging.WARNING, format=f"%(asctime)s inc {args['inc']}: %(name)s: %(message)s"
     )
+    logging.getLogger("rmqlog").setLevel(logging.INFO)  # what each deletion took, and why
     slot, inc, seg = args["slot"], args["inc"], args["store"]["segment_size"]
     rng = random.Random(args["seed"])
     acks = os.open(args["acks"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -217,8 +356,19 @@ def producer(args: dict) -> None:
             return rng.randrange(0, 256)
         return rng.randrange(0, 4096)
 
+    # Maintenance: its own generator; the four kinds in turn, in an order of this producer's, so
+    # that a producer not doing the background work soon makes every kind of call.
+    mrng = random.Random(args["seed"] ^ 0x6D61696E74)
+    kinds = mrng.sample(MAINT_KINDS, len(MAINT_KINDS))
+    every = args["maint_every"]
+    next_maint = time.monotonic() + mrng.expovariate(1 / every)
     op = 0
     while not any(os.path.exists(s) for s in stops):
+        if time.monotonic() >= next_maint:
+            maintain(log, kinds[0], mrng, args, acks)
+            kinds.append(kinds.pop(0))
+            next_maint = time.monotonic() + mrng.expovariate(1 / every)
+            continue
         r = rng.random()
         if r < 0.02:
             flushed = log.flush()

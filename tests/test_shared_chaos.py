@@ -3,30 +3,45 @@ SIGKILLed at random and a follower process waiting for their records
 (docs/producers-consumers.md).
 
 Three or four producer processes append at random (single records, batches of 1 to 200, empty and
-large bodies, every flush mode, ``flush()`` now and then) to a store of 1 MiB segments, with or
-without retention deleting its head meanwhile; each acknowledges every record once its call
-returned (tests/_proc_chaos.py). The parent SIGKILLs producers at random (one, the one doing the
-store's background work, or all at once), lets one close now and then, and starts a new
-incarnation in each one's place. A follower process follows the store from offset 0 with
+large bodies, every flush mode, ``flush()`` now and then) to a store of 1 MiB segments in three
+directories (the third on a tmpfs of its own where this process may mount one, so that
+``rebalance()`` has used ratios to even out), with or without retention deleting its head
+meanwhile; each acknowledges every record once its call returned (tests/_proc_chaos.py). Every
+producer, the one doing the store's background work or not, also makes maintenance calls now and
+then: ``clean()``, ``truncate_before()`` (to a target it chose, up to half the log, in the runs
+whose seed turns truncation on; else to 0, deleting nothing), ``move_segment()`` (of a sealed
+segment, or of the active one, which is refused) and ``rebalance()``. The parent SIGKILLs
+producers at random (one, the one doing the store's background work, one in the middle of a
+maintenance call, or all at once), lets one close now and then, and starts a new incarnation in
+each one's place. A follower process follows the store from offset 0 with
 ``scan(follow=True)``, validating every record as it comes. At the end every producer stops
 (closing, or killed: the seed picks), the parent opens the store exclusively, appends a stop
 record the follower ends at, and checks:
 
 - the follower saw no invalid record and no error, and exactly the records of the store above
   its head;
-- nothing was deleted that retention did not allow: without retention the head stays at 0 (the
-  segment files are watched during the run too); with ``retention_bytes`` the log keeps at least
-  that much;
-- every acknowledged record reads back with its body at its offset (below the head, where
-  retention allowed its deletion: the follower saw it, or it was deleted before the follower got
-  there);
+- nothing was deleted that retention and the truncations did not allow: the head stays at or
+  below the furthest target a producer gave ``truncate_before`` (whether its call returned or a
+  SIGKILL cut it short), or, with ``retention_bytes``, where the log keeps at least that much;
+  without either it stays at 0 (the segment files are watched during the run too);
+- every acknowledged record reads back with its body at its offset, after every move and
+  rebalance (below the head, where retention or a truncation allowed its deletion: the follower
+  saw it, or it was deleted before the follower got there);
 - nothing that was never acknowledged appears, but the one call each killed producer may have
-  been in; batches are whole and contiguous; ``verify()`` is clean;
+  been in; batches are whole and contiguous; ``verify()`` is clean; each segment has one file,
+  in the directory the store says (a move a SIGKILL cut short leaves one copy);
+- maintenance calls raised nothing but what they may (a move of a segment deleted meanwhile, of
+  the active segment: the producer checks, and dies of anything else), and, in a run of at least
+  the CI length, processes that were not doing the background work made calls of every kind;
 - no producer, no follower and no handover of the background work stalled for 10 s (these fail
   at once; the rest is reported at the end, every kind of problem with its count).
 
 ``RMQLOG_PROC_CHAOS_SECS`` (default 15) sets the length, ``RMQLOG_PROC_CHAOS_SEED`` replays a run's
-choices (the seed is printed; kill timing depends on the machine, so a replay is not exact).
+choices (the seed is printed; kill timing, and when a maintenance call falls among a producer's
+appends, depend on the machine, so a replay is not exact). A failed run leaves its files where it
+says: each producer's acknowledgements (``work/acks.N``, maintenance calls timed) and log
+(``work/stderr.N``), the follower's, and ``work/events``, the parent's spawns and SIGKILLs, timed
+like the logs.
 """
 
 from __future__ import annotations
@@ -36,6 +51,7 @@ import heapq
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,6 +59,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import _mounts
 import _proc_chaos as pc
 
 from rmqlog import HEADER_LEN, CommitLog
@@ -50,6 +67,9 @@ from rmqlog import HEADER_LEN, CommitLog
 SECS = float(os.environ.get("RMQLOG_PROC_CHAOS_SECS", "15"))
 STUCK = 10.0  # seconds without progress that count as a stall
 SEGMENT = 1 << 20
+TMPFS = 256 << 20  # the third directory's filesystem, where one may be mounted
+COVERAGE_SECS = 15.0  # runs at least this long must show every kind of maintenance call made by
+# a process other than the one doing the background work (measured: 10 to 35 of each per 15 s run)
 CHILD = str(Path(__file__).with_name("_proc_chaos.py"))
 EMPTY = pc.digest(b"")
 MAX_SHOWN = 20  # problems shown in a failure
@@ -99,6 +119,26 @@ class Incarnation:
     killed: bool = False
     retiring: float | None = None  # when it was asked to close
     max_acked: int = -1  # the largest acknowledged offset so far (offsets grow in a process)
+    maint: str | None = None  # the maintenance call it is in (acknowledged ``M``, not yet done)
+
+
+@dataclass
+class Maint:
+    """The maintenance calls of one kind (tests/_proc_chaos.py ``maintain``)."""
+
+    calls: int = 0  # asked (``M`` lines)
+    returned: int = 0
+    by_other: int = 0  # returned or raised in a process not doing the background work
+    raised: dict[str, int] = field(default_factory=dict)  # "Error (why)" -> count
+    killed_in: int = 0  # the producer was SIGKILLed in the call
+    effect: int = 0  # segments deleted (clean), moved (move, rebalance), heads moved (truncate)
+
+    def __str__(self) -> str:
+        raised = f", raised {dict(sorted(self.raised.items()))}" if self.raised else ""
+        return (
+            f"{self.calls} ({self.returned} returned, {self.by_other} by non-owners"
+            f"{raised}, {self.killed_in} killed in, effect {self.effect})"
+        )
 
 
 @dataclass
@@ -113,21 +153,28 @@ class Counts:
     kinds: dict[str, int] = field(default_factory=dict)  # calls by kind (tests/_proc_chaos.py)
     records_acked: int = 0
     flushes: int = 0
+    maint: dict[str, Maint] = field(default_factory=lambda: {k: Maint() for k in pc.MAINT_KINDS})
+    maint_kills: int = 0  # SIGKILLs aimed at a producer in a maintenance call
 
 
 def proc_locks_owner(dirs: list[Path]) -> int | None:
     """The pid holding the exclusive flock on ``rmqlog.owner`` (the background work), if any."""
-    inodes = set()
+    return pc.owner_pid(dirs)
+
+
+def segment_files(dirs: list[Path]) -> tuple[dict[int, list[Path]], list[Path]]:
+    """The segment files in ``dirs``: start -> the directories holding one; and the copies of
+    segments being moved (``NAME.tmp``; not the metadata's temporary files)."""
+    files: dict[int, list[Path]] = {}
+    temps = []
     for d in dirs:
         with contextlib.suppress(OSError):
-            inodes.add(os.stat(d / "rmqlog.owner").st_ino)
-    with open("/proc/locks") as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) >= 6 and parts[1] == "FLOCK" and parts[3] == "WRITE":
-                if int(parts[5].rsplit(":", 1)[1]) in inodes:
-                    return int(parts[4])
-    return None
+            for n in os.listdir(d):
+                if len(n) == 20 and n.isdigit():
+                    files.setdefault(int(n), []).append(d)
+                elif len(n) == 24 and n.endswith(".tmp") and n[:20].isdigit():
+                    temps.append(d / n)
+    return files, temps
 
 
 def describe_process(pid: int) -> str:
@@ -156,12 +203,17 @@ class Chaos:
         self.seed = seed
         self.secs = secs
         self.rng = random.Random(seed)
-        self.dirs = [root / "d0", root / "d1"]
+        self.dirs = [root / "d0", root / "d1", root / "d2"]
+        self.tmpfs = False  # d2 is a tmpfs of its own (mount)
+        self.mounts = _mounts.Mounts(root)
         self.work = root / "work"
         self.work.mkdir()
         self.slots = self.rng.choice([3, 4])
         self.retention = self.rng.choice([None, 24 << 20, 64 << 20])
         self.end_mode = self.rng.choice(["close", "kill"])
+        self.truncate = self.rng.random() < 0.5  # truncate_before deletes (else it is given 0)
+        self.maint_every = self.rng.choice([0.05, 0.1, 0.15])  # s between a producer's calls
+        self.truncated_to = 0  # the furthest target of a truncate_before asked so far
         self.store = {
             "segment_size": SEGMENT,
             "retention_bytes": self.retention,
@@ -197,6 +249,8 @@ class Chaos:
             "flush": flush,
             "flush_interval_ms": self.rng.choice([20, 100, 500]),
             "arrow": self.rng.random() < 0.4,
+            "truncate": self.truncate,
+            "maint_every": self.maint_every,
             "acks": str(self.work / f"acks.{inc}"),
             "stop_all": str(self.stop_all),
             "stop_me": str(self.work / f"stop.{inc}"),
@@ -217,6 +271,12 @@ class Chaos:
         self.incs.append(i)
         self.live[slot] = i
         self.counts.incarnations += 1
+        self.event(f"spawned inc {inc} (slot {slot}, pid {proc.pid}, {flush})")
+
+    def event(self, what: str) -> None:
+        """A line of ``work/events``, timed like the producers' logs (``time.time()``)."""
+        with open(self.work / "events", "a") as f:
+            f.write(f"{time.time():.3f} {what}\n")
 
     def kill(self, i: Incarnation) -> None:
         i.killed = True
@@ -224,9 +284,31 @@ class Chaos:
             os.kill(i.proc.pid, signal.SIGKILL)
         i.proc.wait()
         self.counts.kills += 1
+        self.read_acks(i, time.monotonic())  # all of it: the maintenance call it was in
+        if i.maint is not None:
+            self.counts.maint[i.maint].killed_in += 1
+        owner = " (the owner)" if i.proc.pid == self.owner else ""
+        self.event(f"SIGKILLed inc {i.inc}{owner}" + (f" in {i.maint}" if i.maint else ""))
         del self.live[i.slot]
         delay = 0.0 if self.rng.random() < 0.8 else self.rng.uniform(0.0, 0.5)
         self.pending[i.slot] = time.monotonic() + delay
+
+    def mount(self) -> None:
+        """A tmpfs of its own for the third directory, where this process may mount one: with
+        every directory on one filesystem, ``rebalance()`` has no used ratios to even out."""
+        if _mounts.mount_unavailable() is None:
+            self.mounts.tmpfs(self.dirs[2].name, TMPFS)
+            self.tmpfs = True
+
+    def unmount(self, save: bool) -> None:
+        """Unmounts the tmpfs; first copies its files next to it (``d2.saved``) if ``save``."""
+        if not self.tmpfs:
+            return
+        if save:
+            with contextlib.suppress(OSError):
+                shutil.copytree(self.dirs[2], self.root / "d2.saved")
+        self.mounts.close()
+        self.tmpfs = False
 
     def kill_everything(self) -> None:
         for i in self.incs:
@@ -244,8 +326,8 @@ class Chaos:
         lines = [
             f"{what}",
             f"RMQLOG_PROC_CHAOS_SEED={self.seed} RMQLOG_PROC_CHAOS_SECS={self.secs:g} "
-            f"(slots {self.slots}, retention_bytes {self.retention}, end {self.end_mode}); "
-            f"files in {self.root}",
+            f"({self.config()}); files in {self.root}"
+            + (" (the tmpfs d2 copied to d2.saved)" if self.tmpfs else ""),
             f"counts: {self.counts}",
         ]
         for i in self.live.values():
@@ -285,6 +367,33 @@ class Chaos:
             if line[:1].isdigit():
                 i.max_acked = max(i.max_acked, int(line.split(b" ", 1)[0]))
                 break
+        for m in pc.MAINT_LINE.finditer(chunk, 0, end):
+            self.maintenance_line(i, m.group().decode().split(" "))
+
+    def maintenance_line(self, i: Incarnation, parts: list[str]) -> None:
+        """Counts one ``M``, ``m`` or ``x`` line of ``i`` (tests/_proc_chaos.py ``maintain``)."""
+        what, kind = parts[0], parts[1]
+        c = self.counts.maint[kind]
+        if what == "M":
+            i.maint = kind
+            c.calls += 1
+            if kind == "truncate":
+                self.truncated_to = max(self.truncated_to, int(parts[2]))
+            return
+        i.maint = None
+        if parts[2] == "n":
+            c.by_other += 1
+        if what == "x":
+            why = f"{parts[3]} ({parts[4]})"
+            c.raised[why] = c.raised.get(why, 0) + 1
+            return
+        c.returned += 1
+        if kind in ("clean", "rebalance"):
+            c.effect += int(parts[3])
+        elif kind == "move":
+            c.effect += 1
+        elif int(parts[3]) > 0:
+            c.effect += 1  # a truncation that returned a head above 0
 
     def check(self) -> None:
         """Everything that must hold at every moment: no child died of itself, none stalled."""
@@ -293,6 +402,7 @@ class Chaos:
             self.read_acks(i, now)
             rc = i.proc.poll()
             if rc is not None:
+                self.read_acks(i, now)  # what it wrote before it exited
                 if i.retiring is not None and rc == 0:
                     del self.live[slot]
                     self.pending[slot] = now
@@ -302,6 +412,8 @@ class Chaos:
                 self.fail(f"producer inc {i.inc} did not open the store in {STUCK} s")
             if now - i.last_progress > STUCK:
                 what = "close" if i.retiring is not None else "append"
+                if i.maint is not None:
+                    what = f"{i.maint} (maintenance call)"
                 self.fail(
                     f"producer inc {i.inc} stuck: no {what} returned for "
                     f"{now - i.last_progress:.1f} s\n{tail(i.err)}"
@@ -315,27 +427,36 @@ class Chaos:
         self.check_files(now)
 
     def check_files(self, now: float) -> None:
-        """The segment files: without retention none is ever deleted; with it, once any was, the
+        """The segment files: without retention none is ever deleted but by a truncation (the
+        first file starts at or below the furthest target asked); with it, once any was, the
         files span at least ``retention_bytes`` (the log keeps that much; 2 segments of slack
-        for a listing of the directories one after the other)."""
+        for a listing of the directories one after the other), or start at or below that target.
+
+        A segment moving from a directory listed later to one listed earlier can be missed by a
+        listing, and a truncation's ``M`` line may have been written after the acknowledgement
+        files were read: a file that seems gone is looked for again, after reading them again,
+        three times 20 ms apart, before it counts."""
         if self.bad_head is not None:
             return
-        starts = []
-        for d in self.dirs:
-            with contextlib.suppress(OSError):
-                starts += [int(n) for n in os.listdir(d) if len(n) == 20 and n.isdigit()]
-        if not starts or min(starts) == 0:
-            return
-        first, end = min(starts), max(starts) + SEGMENT
-        if self.retention is None:
-            why = f"segment 0 deleted (the files hold [{first}, {end}))"
-        elif end - first < self.retention - 2 * SEGMENT:
-            why = (
-                f"the files hold only [{first}, {end}), {end - first} bytes, "
-                f"less than retention_bytes {self.retention}"
-            )
-        else:
-            return
+        for attempt in range(4):
+            if attempt:
+                time.sleep(0.02)
+            starts = list(segment_files(self.dirs)[0])
+            for i in self.live.values():
+                self.read_acks(i, time.monotonic())  # the truncations asked before the listing
+            if not starts or min(starts) <= self.truncated_to:
+                return
+            first, end = min(starts), max(starts) + SEGMENT
+            if self.retention is None:
+                why = f"segment 0 deleted (the files hold [{first}, {end}))"
+            elif end - first < self.retention - 2 * SEGMENT:
+                why = (
+                    f"the files hold only [{first}, {end}), {end - first} bytes, "
+                    f"less than retention_bytes {self.retention}"
+                )
+            else:
+                return
+        why += f", and no truncation asked for more than {self.truncated_to}"
         self.bad_head = (now - self.t0, why)
         print(f"shared chaos: at {now - self.t0:.1f} s {why}", flush=True)
 
@@ -396,10 +517,17 @@ class Chaos:
 
     # --- the run -----------------------------------------------------------------------------
 
+    def config(self) -> str:
+        return (
+            f"slots {self.slots}, retention_bytes {self.retention}, end {self.end_mode}, "
+            f"truncation {'on' if self.truncate else 'off'}, maintenance every "
+            f"{self.maint_every:g} s, d2 {'a tmpfs' if self.tmpfs else 'on the same filesystem'}"
+        )
+
     def run(self) -> None:
+        self.mount()
         print(
-            f"shared chaos: {self.secs:g} s, RMQLOG_PROC_CHAOS_SEED={self.seed} "
-            f"(slots {self.slots}, retention_bytes {self.retention}, end {self.end_mode})",
+            f"shared chaos: {self.secs:g} s, RMQLOG_PROC_CHAOS_SEED={self.seed} ({self.config()})",
             flush=True,
         )
         t0 = self.t0 = time.monotonic()
@@ -443,6 +571,7 @@ class Chaos:
             self.kill(mine[0] if mine else min(live, key=lambda i: i.started))
             self.counts.owner_kills += 1
         elif r < 0.52:
+            self.event("SIGKILLing every producer")
             for i in live:
                 self.kill(i)
             self.counts.all_kills += 1
@@ -451,11 +580,28 @@ class Chaos:
             i.stop.touch()
             i.retiring = time.monotonic()
             self.counts.retires += 1
+            self.event(f"asked inc {i.inc} to close")
             if self.rng.random() < 0.3:  # and killed while it closes
                 time.sleep(self.rng.uniform(0.0, 0.05))
                 if i.proc.poll() is None:
                     self.kill(i)
                     self.counts.killed_closing += 1
+        elif r < 0.63:
+            self.kill_in_maintenance()
+
+    def kill_in_maintenance(self) -> None:
+        """SIGKILLs the first producer found in a maintenance call (its ``M`` line written, its
+        ``m`` or ``x`` not yet), looking every 2 ms for up to 0.5 s."""
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            for i in list(self.live.values()):
+                if i.retiring is None and i.proc.poll() is None:
+                    self.read_acks(i, time.monotonic())
+                    if i.maint is not None:
+                        self.kill(i)
+                        self.counts.maint_kills += 1
+                        return
+            time.sleep(0.002)
 
     def stop(self) -> None:
         self.stopping = True
@@ -477,6 +623,8 @@ class Chaos:
 
     def final(self) -> None:
         problems = Problems()
+        for i in self.incs:
+            self.read_acks(i, time.monotonic())  # every maintenance line
         with CommitLog(
             [str(d) for d in self.dirs], segment_size=SEGMENT, clean_interval_ms=0
         ) as log:
@@ -503,6 +651,8 @@ class Chaos:
             scan = self.check_scan(log, low, stop_at, problems)
             acks = self.check_acks(log, low, keep_from, report, problems)
             segments = len(log.segments())
+            self.check_segment_files(log, problems)
+        self.check_maintenance(problems)
         empties = {o for o, d in self.follower_seen() if d == EMPTY} | scan["empties"]
         unacked_empties = len(empties - acks["empties"])
         killed = sum(1 for i in self.incs if i.killed)
@@ -542,40 +692,90 @@ class Chaos:
             f"{scan['early_rolls'] + report['early_rolls']} early rolls",
             flush=True,
         )
+        m = c.maint
+        print(
+            f"shared chaos: maintenance calls (truncation {'on' if self.truncate else 'off'}, "
+            f"to {self.truncated_to} at most; d2 "
+            f"{'a tmpfs' if self.tmpfs else 'on the same filesystem: rebalance moves nothing'}): "
+            + "; ".join(f"{k} {m[k]}" for k in pc.MAINT_KINDS)
+            + f"; {c.maint_kills} SIGKILLs aimed at one",
+            flush=True,
+        )
         if problems:
             self.fail(f"problems at the end:\n{problems}")
 
     def check_head(self, low: int, end: int, report: dict, problems: Problems) -> int:
-        """Whether the head is where retention may have put it, and the offset from which every
-        record must still be there: 0 without retention; with it, the end less
-        ``retention_bytes`` (the oldest segments go while the log without them stays at or above
-        it, and the end only grows)."""
-        if self.bad_head is not None:
-            kind = (
-                "the head moved with no retention configured"
-                if self.retention is None
-                else "retention deleted more than retention_bytes allows"
-            )
-            problems.add(kind, f"at {self.bad_head[0]:.1f} s into the run: {self.bad_head[1]}")
+        """Whether the head is where retention and the truncations may have put it, and the
+        offset from which every record must still be there: the furthest target a producer gave
+        ``truncate_before`` (0 if none, or without truncation), or with retention, the end less
+        ``retention_bytes`` if that is further (the oldest segments go while the log without them
+        stays at or above it, and the end only grows)."""
+        t = self.truncated_to
+        keep_from = max(t, 0 if self.retention is None else end - self.retention, 0)
         if self.retention is None:
-            if report["skips"]:
-                problems.add(
-                    "the head moved with no retention configured",
-                    f"the follower found records deleted: skipped {report['skips'][:5]}",
-                )
-            if low != 0:
-                problems.add(
-                    "the head moved with no retention configured",
-                    f"min_offset is {low} at the end: every record below it was deleted",
-                )
-            return 0
-        if low > 0 and end - low < self.retention:
-            problems.add(
-                "retention deleted more than retention_bytes allows",
-                f"head {low}, end {end}: the log keeps {end - low} bytes, less than "
-                f"retention_bytes {self.retention}",
+            kind = "the head moved with no retention configured" + (
+                f" past the furthest truncation ({t})" if t else " (nor truncation)"
             )
-        return max(0, end - self.retention)
+        else:
+            kind = "retention deleted more than retention_bytes allows" + (
+                f" (and past the furthest truncation, {t})" if t else ""
+            )
+        if self.bad_head is not None:
+            problems.add(kind, f"at {self.bad_head[0]:.1f} s into the run: {self.bad_head[1]}")
+        for a, b in report["skips"]:
+            if b > keep_from:
+                problems.add(
+                    kind,
+                    f"the follower found records deleted: skipped [{a}, {b}), past {keep_from}",
+                )
+        if low > keep_from:
+            if self.retention is None:
+                problems.add(
+                    kind, f"min_offset is {low} at the end: every record below it was deleted"
+                )
+            else:
+                problems.add(
+                    kind,
+                    f"head {low}, end {end}: the log keeps {end - low} bytes, less than "
+                    f"retention_bytes {self.retention}",
+                )
+        return keep_from
+
+    def check_segment_files(self, log: CommitLog, problems: Problems) -> None:
+        """After the exclusive open: each segment of the store has one file, in the directory
+        the store says, and no other segment file or copy (``*.tmp``) is left, whatever moves
+        and deletions the SIGKILLs cut short."""
+        files, temps = segment_files(self.dirs)
+        listed = {s.start_offset: os.path.normpath(os.path.dirname(s.path)) for s in log.segments()}
+        for start, where in sorted(files.items()):
+            if len(where) > 1:
+                problems.add(
+                    "a segment has files in several directories",
+                    f"{start}: in {[str(d) for d in where]}",
+                )
+            elif start not in listed:
+                problems.add("segment files the store does not list", f"{start} in {where[0]}")
+            elif os.path.normpath(where[0]) != listed[start]:
+                problems.add(
+                    "a segment's file is not where the store says",
+                    f"{start}: in {where[0]}, the store says {listed[start]}",
+                )
+        for start in sorted(set(listed) - set(files)):
+            problems.add("segments without a file", f"{start} (the store says {listed[start]})")
+        for t in temps:
+            problems.add("copies left by moves (*.tmp) after the exclusive open", str(t))
+
+    def check_maintenance(self, problems: Problems) -> None:
+        """In a run of at least the CI length, a process not doing the background work made
+        (and finished) at least one maintenance call of each kind."""
+        if self.secs < COVERAGE_SECS:
+            return
+        for kind, m in self.counts.maint.items():
+            if m.by_other == 0:
+                problems.add(
+                    "maintenance calls of a kind never made by a non-owner process",
+                    f"{kind}: {m}",
+                )
 
     def follower_seen(self):
         with open(self.work / "seen", "rb") as f:
@@ -731,7 +931,10 @@ def test_validator_catches_what_it_is_for():
 def test_shared_writer_processes_killed_at_random_with_a_follower(tmp_path):
     seed = int(os.environ.get("RMQLOG_PROC_CHAOS_SEED", str(time.time_ns() % (1 << 32))))
     chaos = Chaos(tmp_path, seed, SECS)
+    failed = True
     try:
         chaos.run()
+        failed = False
     finally:
         chaos.kill_everything()
+        chaos.unmount(save=failed)
