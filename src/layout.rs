@@ -1,4 +1,5 @@
-//! Finding a store's segment files across its directories and checking that they form one log.
+//! Finding a store's segment files across its directories (and the remote tier's segments no
+//! local file holds) and checking that they form one log.
 //!
 //! Fails closed: a gap, an overlap, a file of an unknown length or the same segment in two
 //! directories is an error naming the files, never a guess (RocketMQ issue #8859).
@@ -342,6 +343,27 @@ pub fn check(segments: &[Found], sizes: &[u64], stop_at_gap: bool) -> Result<usi
         ));
     }
     Ok(segments.len())
+}
+
+/// `found` (a local listing, sorted) with the tier's segments from `min` on that no local file
+/// holds.
+pub(crate) fn with_remote(mut found: Vec<Found>, tier: &Tier, min: u64) -> Vec<Found> {
+    let m = tier.manifest();
+    for e in m.segments.iter().filter(|e| e.end() > min) {
+        if found.iter().any(|f| f.start == e.start) {
+            continue;
+        }
+        found.push(Found {
+            start: e.start,
+            len: e.size,
+            path: PathBuf::from(tier.object_url(e.start)),
+            dir: usize::MAX,
+            lost: false,
+            remote: Some(e.clone()),
+        });
+    }
+    found.sort_by_key(|f| f.start);
+    found
 }
 
 #[cfg(test)]

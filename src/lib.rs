@@ -47,6 +47,7 @@ mod follow;
 mod fs;
 mod futex;
 mod identity;
+mod interrupted_move;
 mod layout;
 mod listing;
 mod locate;

@@ -20,7 +20,6 @@ use crate::error::{Error, Result};
 use crate::failpoint::fail_point;
 use crate::layout::{self, Found};
 use crate::remote::Tier;
-use crate::tier::{reload_local, with_remote};
 
 /// Listings taken before giving up on a store that keeps changing under them.
 const ATTEMPTS: u32 = 12;
@@ -169,8 +168,8 @@ pub(crate) fn consistent(
             let mut segments = listing.segments;
             segments.retain(|f| f.end() > min);
             if let Some(t) = tier {
-                reload_local(t, paths);
-                segments = with_remote(segments, t, min);
+                t.take_newer_local_copy(paths);
+                segments = layout::with_remote(segments, t, min);
             }
             let lost = Checkpoint::lost_paths(after.as_ref(), accept_lost);
             let mut segments = with_holes(segments, &lost, after.as_ref(), segment_size);

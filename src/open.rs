@@ -12,12 +12,13 @@ use crate::error::{Error, Result};
 use crate::flusher::flush_data;
 use crate::fs::remove_durably;
 use crate::identity::{self, Identity};
+use crate::interrupted_move::finish_interrupted_move;
 use crate::layout;
+use crate::layout::with_remote;
 use crate::listing::{self, check_covers, known_sizes, with_holes};
 use crate::locate::{locate, Given, Store};
 use crate::lock::{Hold, JoinLock, StoreLock};
 use crate::missing::{check_accept_lost, check_left_out, lost_records, missing_dirs_error};
-use crate::mover::finish_interrupted_move;
 use crate::options::Options;
 use crate::paths::{absolute_overrides, check_paths, create_dir_durably};
 use crate::recovery::recover;
@@ -29,7 +30,7 @@ use crate::shared::Shared;
 use crate::state::{Parts, State};
 use crate::sync::locked;
 use crate::tail_hint::{self, TailHints};
-use crate::tier::{learn_head, open_tier, with_remote};
+use crate::tier::{learn_head, open_tier};
 use crate::writer::Writer;
 
 /// Listings (with their tail scans) a read-only open takes while a writer changes the store.

@@ -100,7 +100,7 @@ fn finish_dead_maintenance(state: &State) -> Result<()> {
         return Ok(());
     };
     let moved = match &on_disk.moving {
-        Some(m) => crate::mover::finish_dead_move(state, m)?,
+        Some(m) => crate::interrupted_move::finish_dead_move(state, m)?,
         None => false,
     };
     let deleted = on_disk.min_offset > state.min_offset();
@@ -128,7 +128,7 @@ fn finish_dead_maintenance(state: &State) -> Result<()> {
 /// it. Nothing without a tier.
 pub(crate) fn take_tier_manifest(state: &State) {
     if let Some(tier) = &state.tier {
-        crate::tier::reload_local(tier, &state.metadata_dirs());
+        tier.take_newer_local_copy(&state.metadata_dirs());
     }
 }
 

@@ -359,6 +359,18 @@ fn checkpoint_field(dirs: &[PathBuf], name: &str) -> Vec<u64> {
         .collect()
 }
 
+/// Waits (at most 20 s) until a checkpoint newer than sequence number `seq` is written.
+fn wait_for_checkpoint_after(dirs: &[PathBuf], seq: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while *checkpoint_seqs(dirs).iter().max().unwrap() <= seq {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint written"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn checkpoint_seqs(dirs: &[PathBuf]) -> Vec<u64> {
     checkpoint_field(dirs, "seq")
 }
@@ -622,14 +634,7 @@ fn a_move_a_joiner_died_in_is_finished_before_a_checkpoint_drops_its_intent() {
     log.flush().unwrap();
     // The owner's next checkpoint (it writes one a second once the flushed end moved) would drop
     // the intent the listings need to pick a copy: the move is finished first.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while *checkpoint_seqs(&dirs).iter().max().unwrap() <= seq {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no checkpoint written"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_checkpoint_after(&dirs, seq);
     assert_eq!(copies(), 1, "the dead mover's move finished");
     let check = |log: &CommitLog| {
         let counts = check_store(log);
@@ -674,14 +679,7 @@ fn a_deletion_a_joiner_died_in_is_taken_in_before_a_checkpoint_undoes_it() {
     log.flush().unwrap();
     // The owner's next checkpoint, from a view that kept the old head, would record it again
     // below files that are gone: the store would no longer open.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while *checkpoint_seqs(&dirs).iter().max().unwrap() <= seq {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no checkpoint written"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_checkpoint_after(&dirs, seq);
     assert!(checkpoint_field(&dirs, "min_offset")
         .iter()
         .all(|&m| m == head));

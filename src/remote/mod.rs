@@ -188,6 +188,17 @@ impl Tier {
         *locked(&self.manifest) = Arc::new(m);
     }
 
+    /// Takes a newer copy of the manifest from the store's directories (what the writer doing
+    /// the uploads saved since this one was read).
+    pub(crate) fn take_newer_local_copy(&self, dirs: &[PathBuf]) {
+        if let Some(m) = manifest::load_local(dirs) {
+            let current = self.manifest();
+            if m.version > current.version && m.store_id == current.store_id {
+                self.set_manifest(m);
+            }
+        }
+    }
+
     /// Reads the current manifest from the store.
     pub fn load_remote_manifest(&self) -> Result<Option<Manifest>> {
         self.block_on(manifest::load(&self.remote))

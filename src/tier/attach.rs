@@ -1,12 +1,12 @@
-//! Joining a store and its tier at open and at each listing: which tier (given or recorded),
-//! which manifest, and the remote segments no local file holds.
+//! Joining a store and its tier at open: which tier (given or recorded), which manifest, and
+//! where the log starts when only the tier knows. (A listing's remote segments:
+//! `layout::with_remote`.)
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
-use crate::layout::Found;
 use crate::options::Options;
 use crate::remote::manifest::{self, Manifest};
 use crate::remote::{Tier, TierOptions};
@@ -92,34 +92,4 @@ pub(crate) fn learn_head(tier: &Tier, store_id: &str) -> Result<()> {
         }
         _ => Ok(()),
     }
-}
-
-/// Takes a newer local copy of the manifest (a follower, after the writer published).
-pub(crate) fn reload_local(tier: &Tier, dirs: &[PathBuf]) {
-    if let Some(m) = manifest::load_local(dirs) {
-        if m.version > tier.manifest().version && m.store_id == tier.manifest().store_id {
-            tier.set_manifest(m);
-        }
-    }
-}
-
-/// `found` (a local listing, sorted) with the tier's segments from `min` on that no local file
-/// holds.
-pub(crate) fn with_remote(mut found: Vec<Found>, tier: &Tier, min: u64) -> Vec<Found> {
-    let m = tier.manifest();
-    for e in m.segments.iter().filter(|e| e.end() > min) {
-        if found.iter().any(|f| f.start == e.start) {
-            continue;
-        }
-        found.push(Found {
-            start: e.start,
-            len: e.size,
-            path: PathBuf::from(tier.object_url(e.start)),
-            dir: usize::MAX,
-            lost: false,
-            remote: Some(e.clone()),
-        });
-    }
-    found.sort_by_key(|f| f.start);
-    found
 }
