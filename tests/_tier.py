@@ -107,6 +107,19 @@ def objects(tier) -> list[str]:
     return [k for k in tier.keys() if not k.startswith(MANIFEST) and "#" not in k]
 
 
+def exists(tier, name: str) -> bool:
+    """Whether the object ``name`` is there (one request)."""
+    if tier.kind == "file":
+        return (tier.path / name).exists()
+    try:
+        tier.client.head_object(Bucket=tier.bucket, Key=f"{tier.prefix}/{name}")
+    except Exception as e:  # botocore's ClientError, 404
+        if "404" not in str(e):
+            raise
+        return False
+    return True
+
+
 def manifest(tier) -> dict:
     """The manifest ``manifest/CURRENT`` points at, parsed."""
     version = int(tier.read(MANIFEST + "CURRENT").decode().strip())

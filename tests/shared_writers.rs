@@ -116,13 +116,7 @@ fn writer_process() {
                 log.append(&tagged(9, i, 100)).unwrap();
             }
             println!("acked {}", log.max_offset().unwrap());
-            fail::cfg_callback("append::before_publish", || {
-                println!("paused");
-                loop {
-                    std::thread::sleep(Duration::from_secs(1));
-                }
-            })
-            .unwrap();
+            pause_forever_at("append::before_publish");
             if *kind == "batch" {
                 // About 1.5 segments: the batch rolls into a new segment before the pause.
                 let bodies: Vec<Vec<u8>> = (50..140).map(|i| tagged(9, i, 1000)).collect();
@@ -134,18 +128,8 @@ fn writer_process() {
         }
         ["move"] => {
             // The first open: it does the background work, and is killed in the middle of a move.
-            for i in 0..300 {
-                log.append(&tagged(0, i, 1000)).unwrap();
-            }
-            log.flush().unwrap();
-            println!("acked {}", log.max_offset().unwrap());
-            fail::cfg_callback("move::copied", || {
-                println!("paused");
-                loop {
-                    std::thread::sleep(Duration::from_secs(1));
-                }
-            })
-            .unwrap();
+            append_300_and_say_acked(&log);
+            pause_forever_at("move::copied");
             let seg = &log.segments().unwrap()[1];
             let to = dirs.iter().find(|d| !seg.path.starts_with(d)).unwrap();
             log.move_segment(seg.start_offset, to).unwrap();
@@ -153,11 +137,7 @@ fn writer_process() {
         }
         ["ship"] => {
             // The first open: it does the background work, so its thread ships the segments.
-            for i in 0..300 {
-                log.append(&tagged(0, i, 1000)).unwrap();
-            }
-            log.flush().unwrap();
-            println!("acked {}", log.max_offset().unwrap());
+            append_300_and_say_acked(&log);
             println!("shipping");
             loop {
                 std::thread::sleep(Duration::from_secs(1));
@@ -165,23 +145,13 @@ fn writer_process() {
         }
         ["truncate"] => {
             // A joiner: it truncates and is killed after its files went, before it announced it.
-            for i in 0..300 {
-                log.append(&tagged(0, i, 1000)).unwrap();
-            }
-            log.flush().unwrap();
-            println!("acked {}", log.max_offset().unwrap());
+            append_300_and_say_acked(&log);
             // The parent's view takes these records in before the truncation.
             let go = dirs[0].parent().unwrap().join("go");
             while !go.exists() {
                 std::thread::sleep(Duration::from_millis(5));
             }
-            fail::cfg_callback("delete::unlinked", || {
-                println!("paused");
-                loop {
-                    std::thread::sleep(Duration::from_secs(1));
-                }
-            })
-            .unwrap();
+            pause_forever_at("delete::unlinked");
             log.truncate_before(SEGMENT * 3).unwrap();
             unreachable!("the truncation pauses until the process is killed");
         }
@@ -208,6 +178,37 @@ fn writer_process() {
             }
         }
         other => panic!("unknown child task {other:?}"),
+    }
+}
+
+/// A child's preamble: 300 records of 1000 B from writer 0, flushed, and their end said.
+fn append_300_and_say_acked(log: &CommitLog) {
+    for i in 0..300 {
+        log.append(&tagged(0, i, 1000)).unwrap();
+    }
+    log.flush().unwrap();
+    println!("acked {}", log.max_offset().unwrap());
+}
+
+/// Makes fail point `name` say "paused" and hold its thread until the process is killed.
+fn pause_forever_at(name: &str) {
+    fail::cfg_callback(name, || {
+        println!("paused");
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    })
+    .unwrap();
+}
+
+/// Every record `acked[i]` (writer `writer`'s record `i`, 1000 B) at or above `head` reads back.
+fn assert_reads_back_from(log: &CommitLog, writer: u32, acked: &[u64], head: u64) {
+    for (i, &at) in acked.iter().enumerate().filter(|(_, &at)| at >= head) {
+        assert_eq!(
+            &*log.read(at).unwrap(),
+            tagged(writer, i as u32, 1000),
+            "record {i}"
+        );
     }
 }
 
@@ -718,19 +719,7 @@ fn background_work_moves_on_when_its_process_dies() {
     owner.wait().unwrap();
     assert_eq!(log.truncate_before(SEGMENT * 2).unwrap(), SEGMENT * 2);
     // Every acknowledged record above the new head reads back, here and after a reopen.
-    let check = |log: &CommitLog| {
-        for (i, &at) in acked
-            .iter()
-            .enumerate()
-            .filter(|(_, &at)| at >= SEGMENT * 2)
-        {
-            assert_eq!(
-                &*log.read(at).unwrap(),
-                tagged(0, i as u32, 1000),
-                "record {i}"
-            );
-        }
-    };
+    let check = |log: &CommitLog| assert_reads_back_from(log, 0, &acked, SEGMENT * 2);
     check(&log);
     drop(log);
     let reopened = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
@@ -812,19 +801,7 @@ fn maintenance_runs_in_any_open_one_at_a_time() {
     other.move_segment(seg.start_offset, to).unwrap();
     other.rebalance(None).unwrap();
     assert_eq!(other.clean(true).unwrap(), 0);
-    let check = |log: &CommitLog| {
-        for (i, &at) in acked
-            .iter()
-            .enumerate()
-            .filter(|(_, &at)| at >= SEGMENT * 3)
-        {
-            assert_eq!(
-                &*log.read(at).unwrap(),
-                tagged(2, i as u32, 1000),
-                "record {i}"
-            );
-        }
-    };
+    let check = |log: &CommitLog| assert_reads_back_from(log, 2, &acked, SEGMENT * 3);
     check(&owner);
     check(&other);
     drop(owner);

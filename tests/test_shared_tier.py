@@ -45,6 +45,7 @@ from typing import Any
 
 from _proc_chaos import owner_pid
 from _tier import (
+    exists,
     listed,
     manifest,
     object_name,
@@ -403,19 +404,6 @@ def unlisted(tier) -> set[str]:
     found = set(objects(tier))
     m = current(tier)
     return found - {object_name(e["start"]) for e in (m["segments"] if m else [])}
-
-
-def exists(tier, name: str) -> bool:
-    """Whether the object ``name`` is there (one request)."""
-    if tier.kind == "file":
-        return (tier.path / name).exists()
-    try:
-        tier.client.head_object(Bucket=tier.bucket, Key=f"{tier.prefix}/{name}")
-    except Exception as e:  # botocore's ClientError, 404
-        if "404" not in str(e):
-            raise
-        return False
-    return True
 
 
 def kill_the_owner(

@@ -23,6 +23,7 @@ from _tier import (
     SEGMENT,
     append_records,
     check_reads,
+    exists,
     flip_byte,
     listed,
     object_name,
@@ -261,18 +262,6 @@ class Child:
         assert self.proc.wait(timeout=30) == -signal.SIGKILL
         self.thread.join(timeout=30)
         return [tuple(map(int, x.split())) for x in self.out if x.endswith("\n")]
-
-
-def exists(tier, name: str) -> bool:
-    if tier.kind == "file":
-        return (tier.path / name).exists()
-    try:
-        tier.client.head_object(Bucket=tier.bucket, Key=f"{tier.prefix}/{name}")
-    except Exception as e:  # botocore's ClientError, 404
-        if "404" not in str(e):
-            raise
-        return False
-    return True
 
 
 def unlisted_objects(tier) -> set[str]:
