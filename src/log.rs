@@ -322,6 +322,8 @@ impl CommitLog {
         let list = self.state.segments();
         let end = self.state.max_offset();
         let sealed = list.sealed(end).len();
+        // Read after the list: a segment shipped since the list was taken shows as remote.
+        let manifest = self.state.tier.as_ref().map(|t| t.manifest());
         Ok(list
             .as_slice()
             .iter()
@@ -336,7 +338,7 @@ impl CommitLog {
                 written: s.written().min(end.saturating_sub(s.start())),
                 sealed: i < sealed,
                 local: s.is_local(),
-                remote: s.remote_copy().is_some(),
+                remote: s.is_remote_in(manifest.as_deref()),
             })
             .collect())
     }

@@ -16,7 +16,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::error::{Error, IoContext, Result};
 pub use crate::mapping::Mapping;
-use crate::remote::{Entry, Tier};
+use crate::remote::{Entry, Manifest, Tier};
 
 /// The largest offset a log holds: `i64::MAX`. Offsets are unsigned in the file format, but signed
 /// 64-bit integers in Arrow, Spark and Java, so no segment may end past this; a store whose files
@@ -104,6 +104,12 @@ impl Segment {
     /// The segment's verified copy in the remote tier, if it has one.
     pub(crate) fn remote_copy(&self) -> Option<&Entry> {
         self.remote.get()
+    }
+
+    /// Whether the tier holds a copy: this open's own record of one, or the tier's manifest `m`
+    /// (which another open of the store may have shipped to first).
+    pub(crate) fn is_remote_in(&self, m: Option<&Manifest>) -> bool {
+        self.remote_copy().is_some() || m.is_some_and(|m| m.get(self.start()).is_some())
     }
 
     /// Records that `entry` in the tier is a verified copy of this (local) segment.

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use common::{assert_readable, body, check_body, dirs, quiet};
+use common::{assert_readable, body, check_body, dirs, fill, quiet};
 use rmqlog::{CommitLog, Error, FlushMode, Options};
 
 /// Pauses the first thread that reaches fail point `name`, until released.
@@ -661,4 +661,50 @@ fn a_follower_paused_in_its_catch_up_while_the_writer_rolls_and_truncates() {
             Some(i as u64 + 10)
         );
     }
+}
+
+/// What `tier_status()` and `segments()` say while the tier thread is paused between the steps
+/// of shipping a segment: each agrees with the other and with its own counters, at every step.
+#[test]
+fn the_tier_status_and_the_segments_agree_in_the_middle_of_shipping() {
+    let (_root, d) = dirs(1);
+    let tier = tempfile::tempdir().unwrap();
+    let mut t = rmqlog::TierOptions::new(format!("file://{}", tier.path().display()));
+    t.local_retention_bytes = Some(0);
+    let opts = quiet().segment_size(64 * 1024).tier(Some(t));
+    let seen = |log: &CommitLog| (log.tier_status().unwrap().unwrap(), log.segments().unwrap());
+
+    let committed = Pause::at("tier::committed");
+    let log = CommitLog::open(&d, opts).unwrap();
+    let acked = fill(&log, 700, 200);
+    log.flush().unwrap();
+    // The first segment's manifest entry is published and saved; this open has not yet noted
+    // the copy on the segment.
+    committed.wait();
+    let at_committed = seen(&log);
+    let replaced = Pause::at("tier::replaced");
+    committed.release();
+    // The remote copy replaced the local one in the list; the file is not yet deleted.
+    replaced.wait();
+    let at_replaced = seen(&log);
+    replaced.release();
+    // Checked with the thread released: a failed check must not leave close() waiting for it.
+    for (step, (st, segs)) in [("committed", at_committed), ("replaced", at_replaced)] {
+        let shown = |f: fn(&rmqlog::SegmentInfo) -> bool| segs.iter().filter(|s| f(s)).count();
+        let what = format!("{step}: {st:?} {segs:?}");
+        assert_eq!(
+            st.remote_segments + st.both_segments,
+            shown(|s| s.remote),
+            "{what}"
+        );
+        assert_eq!(st.remote_segments, shown(|s| !s.local), "{what}");
+        let count = |n: usize| n as u64;
+        assert_eq!(
+            st.uploads,
+            count(st.remote_segments + st.both_segments),
+            "{what}"
+        );
+        assert_eq!(st.local_deleted, count(st.remote_segments), "{what}");
+    }
+    assert_readable(&log, &acked);
 }

@@ -179,9 +179,11 @@ fn upload_one(state: &State, tier: &Tier) -> Result<bool> {
         }
         let entry = tier.upload(seg.start(), seg.written(), seg.map()?, modified)?;
         fail_point!("tier::uploaded");
-        commit(state, tier, m.with(entry.clone()))?;
+        // Counted before the manifest shows it, so a status that sees it shipped counts it.
         Tier::count(&tier.stats.uploads, 1);
         Tier::count(&tier.stats.uploaded_bytes, entry.size);
+        commit(state, tier, m.with(entry.clone()))?;
+        fail_point!("tier::committed");
         seg.set_remote_copy(entry);
         return Ok(true);
     }
@@ -240,6 +242,8 @@ fn drop_one(
             return Ok((None, false));
         }
         let new = Arc::new(Segment::remote(entry.clone(), Arc::clone(tier)));
+        // Counted before the list shows it, so a status that sees it remote-only counts it.
+        Tier::count(&tier.stats.local_deleted, 1);
         Ok((
             Some(Change::Replace {
                 old: Arc::clone(seg),
@@ -252,7 +256,6 @@ fn drop_one(
         fail_point!("tier::replaced");
         remove_durably(seg.path())?;
         state.announce_file_gone();
-        Tier::count(&tier.stats.local_deleted, 1);
         log::info!(
             "{} deleted: its copy is {}",
             seg.path().display(),

@@ -75,9 +75,7 @@ impl State {
             cache_bytes: tier.cache_bytes(),
         };
         for (i, s) in list.as_slice().iter().enumerate() {
-            // The manifest counts too: among shared writers another open may have shipped it.
-            let remote = s.remote_copy().is_some() || m.get(s.start()).is_some();
-            match (s.is_local(), remote) {
+            match (s.is_local(), s.is_remote_in(Some(&m))) {
                 (true, true) => st.both_segments += 1,
                 (true, false) => {
                     st.local_segments += 1;
