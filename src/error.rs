@@ -92,6 +92,25 @@ pub enum Error {
         reason: String,
     },
 
+    /// Records a consumer had not committed were deleted (retention, a disk limit,
+    /// `truncate_before`) before it read them.
+    #[error(
+        "consumer {consumer:?} lost records [{from}, {to}): they were deleted before it read them; \
+         seek to go on (to the earliest record left, {to}, or elsewhere)"
+    )]
+    DataLoss {
+        consumer: String,
+        from: u64,
+        to: u64,
+    },
+
+    /// Another open, in this process or another, holds the consumer name.
+    #[error(
+        "consumer {name:?} is open elsewhere (in this process or another); a name has one \
+         consumer at a time: close that one, or use another name"
+    )]
+    ConsumerBusy { name: String },
+
     /// An operating-system error, with the file it concerned.
     #[error("{op} {path}: {source}")]
     Io {

@@ -36,6 +36,7 @@ pub mod arrow;
 mod background;
 mod checkpoint;
 mod cleaner;
+mod consumers;
 mod control;
 mod crc_line;
 mod dirs;
@@ -83,6 +84,9 @@ mod writer;
 #[cfg(feature = "python")]
 mod python;
 
+pub use crate::consumers::{
+    Consumer, ConsumerInfo, ConsumerOptions, Lag, OnLoss, Start, MAX_NAME_LEN, POSITIONS_FILE,
+};
 pub use crate::dirs::{DirEvent, DirInfo, DirState};
 pub use crate::error::{Error, Result};
 pub use crate::log::{CommitLog, SegmentInfo};

@@ -2,7 +2,8 @@
 //! (`exclusive=True`), shared for shared writers, which a child process forked from a writer gives
 //! up at once. Shared writers serialise their opens and closes on `rmqlog.join`, hand the
 //! background work over through `rmqlog.owner`, and take turns changing segments and the
-//! checkpoint on `rmqlog.maint`.
+//! checkpoint on `rmqlog.maint`. Consumer names are created and dropped under `rmqlog.names`, and
+//! held open by a byte lock each.
 //!
 //! `flock` locks belong to the open file description, which `fork` shares with the child: a child
 //! that kept its copy of the descriptor would keep the store locked after the writer exits. A
@@ -110,6 +111,30 @@ impl Held {
     }
 }
 
+impl Held {
+    /// An open-file-description lock of kind `kind` on byte `at`: `F_OFD_SETLK` takes it (false
+    /// if another description holds it), `F_OFD_GETLK` tests it (false if one does).
+    fn byte_lock(&self, at: u64, cmd: i32, kind: i32) -> std::io::Result<bool> {
+        // SAFETY: `flock` is plain old data; all-zero is a valid value, then filled in.
+        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+        fl.l_type = kind as libc::c_short;
+        fl.l_whence = libc::SEEK_SET as libc::c_short;
+        fl.l_start = i64::try_from(at).unwrap_or(i64::MAX);
+        fl.l_len = 1;
+        // SAFETY: `fd` is open and owned by `self`; `fl` is a valid, initialised `flock` that
+        // fcntl(2) reads (SETLK) or overwrites (GETLK) and does not keep.
+        let r = unsafe { libc::fcntl(self.fd, cmd, &mut fl) };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN | libc::EACCES) => Ok(false),
+                _ => Err(e),
+            };
+        }
+        Ok(cmd != libc::F_OFD_GETLK || fl.l_type == libc::F_UNLCK as libc::c_short)
+    }
+}
+
 impl Drop for Held {
     fn drop(&mut self) {
         if self.generation != fork_generation() {
@@ -208,11 +233,7 @@ impl JoinLock {
     /// Waits for the join lock of the store whose first directory (by path order: the same for
     /// every writer whatever order it gives them in) is `dir`.
     pub fn take(dir: &Path) -> Result<JoinLock> {
-        let path = dir.join(JOIN_FILE);
-        let held = Held::new(open_lock_file(&path)?);
-        held.wait()
-            .map_err(|e| Error::io("taking the join lock", &path, e))?;
-        Ok(JoinLock(held))
+        wait_for(&dir.join(JOIN_FILE), "taking the join lock").map(JoinLock)
     }
 }
 
@@ -318,6 +339,90 @@ impl OwnerLock {
     pub fn release(&self) {
         self.owned.store(false, Ordering::Release);
         crate::sync::locked(&self.held).take();
+    }
+}
+
+/// Name of the file under whose `flock` consumer names are created and dropped.
+pub const NAMES_FILE: &str = "rmqlog.names";
+
+/// Held while a consumer name is looked up and created, or dropped: one change of the names at a
+/// time, across processes.
+#[derive(Debug)]
+pub struct NamesLock(#[allow(dead_code)] Held);
+
+impl NamesLock {
+    /// Waits for the names lock of the store whose first directory (by path) is `dir`.
+    pub fn take(dir: &Path) -> Result<NamesLock> {
+        wait_for(&dir.join(NAMES_FILE), "taking the consumer names lock").map(NamesLock)
+    }
+}
+
+/// Waits for an exclusive `flock` on `path`, held until the result drops.
+fn wait_for(path: &Path, what: &'static str) -> Result<Held> {
+    let held = Held::new(open_lock_file(path)?);
+    held.wait().map_err(|e| Error::io(what, path, e))?;
+    Ok(held)
+}
+
+/// Open-file-description locks (`F_OFD_SETLK`) on single bytes of one file: a consumer's hold
+/// on its name, its member slot, and the short lock around its name's claims. Two descriptions
+/// conflict whether they are in one process or two; the kernel lets go when the holder closes
+/// the file or dies. The bytes need not exist in the file.
+#[derive(Debug)]
+pub struct ByteLocks {
+    held: Held,
+    path: std::path::PathBuf,
+}
+
+impl ByteLocks {
+    pub fn open(path: &Path) -> Result<ByteLocks> {
+        Ok(ByteLocks {
+            held: Held::new(open_lock_file(path)?),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Takes byte `at` (shared or exclusive) if no other description's lock is in the way.
+    pub fn try_lock(&self, at: u64, exclusive: bool) -> Result<bool> {
+        let kind = if exclusive {
+            libc::F_WRLCK
+        } else {
+            libc::F_RDLCK
+        };
+        self.held
+            .byte_lock(at, libc::F_OFD_SETLK, kind)
+            .ctx("locking a consumer byte", &self.path)
+    }
+
+    /// Waits for byte `at`, exclusively.
+    pub fn lock(&self, at: u64) -> Result<()> {
+        loop {
+            match self.held.byte_lock(at, libc::F_OFD_SETLKW, libc::F_WRLCK) {
+                Ok(true) => return Ok(()),
+                Ok(false) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::io("waiting for a consumer lock", &self.path, e)),
+            }
+        }
+    }
+
+    pub fn unlock(&self, at: u64) {
+        let _ = self.held.byte_lock(at, libc::F_OFD_SETLK, libc::F_UNLCK);
+    }
+
+    /// Whether another description holds byte `at` (any lock; with `writers_only`, an
+    /// exclusive one).
+    pub fn held_elsewhere(&self, at: u64, writers_only: bool) -> Result<bool> {
+        let kind = if writers_only {
+            libc::F_RDLCK
+        } else {
+            libc::F_WRLCK
+        };
+        let free = self
+            .held
+            .byte_lock(at, libc::F_OFD_GETLK, kind)
+            .ctx("testing a consumer lock", &self.path)?;
+        Ok(!free)
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::background::Periodic;
 use crate::cleaner::{clean_pass, start_cleaner, truncate_before};
+use crate::consumers::{self, Consumer, ConsumerInfo, ConsumerOptions};
 use crate::dirs::DirInfo;
 use crate::error::{Error, Result};
 use crate::flusher::{flush_data, start_flusher};
@@ -197,6 +198,24 @@ impl CommitLog {
     pub fn follow(&self, start: Option<u64>, end: Option<u64>, follow: Follow) -> Result<Scan> {
         self.current()?;
         Scan::following(Arc::clone(&self.state), start, end, follow)
+    }
+
+    /// Opens the consumer `name`: at its committed position if the store knows the name,
+    /// otherwise created (durably) at `opts.start`. One open holds a name at a time
+    /// ([`Error::ConsumerBusy`] otherwise); a read-only open may consume too (positions are kept
+    /// in the store's writable directories).
+    pub fn consumer(&self, name: &str, opts: ConsumerOptions) -> Result<Consumer> {
+        Consumer::open(&self.state, name, opts)
+    }
+
+    /// Every consumer name the store keeps, by name.
+    pub fn consumers(&self) -> Result<Vec<ConsumerInfo>> {
+        consumers::list(&self.state)
+    }
+
+    /// Forgets consumer `name` (its position is gone); refused while an open holds it.
+    pub fn drop_consumer(&self, name: &str) -> Result<()> {
+        consumers::drop_name(&self.state, name)
     }
 
     /// Blocks until the log's end (`max_offset`) passes `offset`, whichever process appended,

@@ -57,7 +57,10 @@ fn to_pyarrow_array<'py>(py: Python<'py>, array: &dyn Array) -> PyResult<Bound<'
 }
 
 /// A record batch exported through the C data interface, as `pyarrow.RecordBatch`.
-fn to_pyarrow_batch<'py>(py: Python<'py>, batch: RecordBatch) -> PyResult<Bound<'py, PyAny>> {
+pub(super) fn to_pyarrow_batch<'py>(
+    py: Python<'py>,
+    batch: RecordBatch,
+) -> PyResult<Bound<'py, PyAny>> {
     let pa = pyarrow(py, "scan_batches")?;
     let (array, schema) = to_ffi(&StructArray::from(batch).to_data()).map_err(arrow_error)?;
     let schema = PyCapsule::new_with_value(py, schema, SCHEMA)?;

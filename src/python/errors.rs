@@ -21,6 +21,8 @@ struct Tree {
     closed: Py<PyType>,
     poisoned: Py<PyType>,
     tier: Py<PyType>,
+    data_loss: Py<PyType>,
+    consumer_busy: Py<PyType>,
 }
 
 static TREE: PyOnceLock<Tree> = PyOnceLock::new();
@@ -114,6 +116,18 @@ fn build(py: Python<'_>) -> PyResult<Tree> {
             &[b(), exc("OSError")?],
             "The remote tier's object store failed a request (unreachable, refused).",
         )?,
+        data_loss: make(
+            py,
+            "DataLossError",
+            &[b()],
+            "Records a consumer had not read were deleted before it read them; seek to go on.",
+        )?,
+        consumer_busy: make(
+            py,
+            "ConsumerBusyError",
+            &[b()],
+            "Another open, in this process or another, holds the consumer name.",
+        )?,
         base,
     })
 }
@@ -136,6 +150,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         &t.closed,
         &t.poisoned,
         &t.tier,
+        &t.data_loss,
+        &t.consumer_busy,
     ] {
         let ty = ty.bind(py);
         m.add(ty.name()?, ty)?;
@@ -191,6 +207,8 @@ fn to_py(e: Error) -> PyErr {
             Error::Closed => &t.closed,
             Error::WriterPoisoned { .. } => &t.poisoned,
             Error::Tier { .. } => &t.tier,
+            Error::DataLoss { .. } => &t.data_loss,
+            Error::ConsumerBusy { .. } => &t.consumer_busy,
             Error::CleanerFailed { .. }
             | Error::Unsupported(_)
             | Error::OffsetLimit { .. }

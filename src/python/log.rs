@@ -11,6 +11,7 @@ use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyMemoryView, PyString, PyTupl
 use super::args::{self, Arg};
 use super::arrow;
 use super::buffer::SegmentBuffer;
+use super::consumer::{self, PyConsumer};
 use super::dirs::PyDirInfo;
 use super::errors;
 use super::ints;
@@ -442,6 +443,53 @@ impl PyCommitLog {
             Waited::Passed(end) | Waited::TimedOut(end) => Ok(end),
             Waited::Interrupted => Ok(self.log.max_offset()?),
         }
+    }
+
+    /// The consumer `name`: at its committed position if the store knows it, otherwise
+    /// created at `start` ("earliest", "latest", an offset or an aware datetime).
+    #[pyo3(signature = (name, /, *, start = None, on_loss = None, exclusive = false, redelivery_timeout = None))]
+    fn consumer(
+        slf: &Bound<'_, Self>,
+        name: &Bound<'_, PyAny>,
+        start: Option<&Bound<'_, PyAny>>,
+        on_loss: Option<&Bound<'_, PyAny>>,
+        exclusive: bool,
+        redelivery_timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyConsumer> {
+        let name = args::string(name, "name")?;
+        let mut opts = crate::ConsumerOptions {
+            start: start
+                .map(|s| consumer::start(s, "start"))
+                .transpose()?
+                .unwrap_or_default(),
+            on_loss: consumer::on_loss(on_loss)?,
+            exclusive,
+            ..Default::default()
+        };
+        if let Some(t) = redelivery_timeout {
+            opts.redelivery_timeout = args::seconds(t, "redelivery_timeout")?;
+        }
+        let this = slf.get();
+        let c = slf.py().detach(|| this.log.consumer(&name, opts))?;
+        Ok(PyConsumer::new(slf.clone().unbind(), c))
+    }
+
+    /// Every consumer name the store keeps: a dict each (name, position, lag_bytes,
+    /// committed_ms, created_ms, open), by name.
+    fn consumers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let list = py.detach(|| self.log.consumers())?;
+        let out = PyList::empty(py);
+        for c in &list {
+            out.append(consumer::info(py, c)?)?;
+        }
+        Ok(out)
+    }
+
+    /// Forgets consumer `name` (its position is gone); refused while an open holds it.
+    #[pyo3(signature = (name, /))]
+    fn drop_consumer(&self, py: Python<'_>, name: &Bound<'_, PyAny>) -> PyResult<()> {
+        let name = args::string(name, "name")?;
+        Ok(py.detach(|| self.log.drop_consumer(&name))?)
     }
 
     fn __iter__(slf: &Bound<'_, Self>) -> PyResult<PyScan> {

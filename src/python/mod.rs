@@ -6,6 +6,7 @@
 mod args;
 mod arrow;
 mod buffer;
+mod consumer;
 mod dirs;
 mod errors;
 mod ints;
@@ -29,6 +30,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<record::PyRecord>()?;
     m.add_class::<record::PySegment>()?;
     m.add_class::<scan::PyScan>()?;
+    m.add_class::<consumer::PyConsumer>()?;
     m.add_class::<arrow::PyBatchScan>()?;
     m.add_class::<buffer::SegmentBuffer>()?;
     m.add_class::<dirs::PyDirInfo>()?;

@@ -18,8 +18,17 @@ pub(super) fn wait(
     durable: bool,
     deadline: Option<Instant>,
 ) -> PyResult<Waited> {
+    until(py, || log.wait_interruptible(offset, durable, deadline))
+}
+
+/// Runs `wait` (one wait that a signal may end) with the GIL released until it ends otherwise,
+/// running Python's signal handlers after each signal.
+pub(super) fn until(
+    py: Python<'_>,
+    wait: impl Fn() -> crate::Result<Waited> + Sync,
+) -> PyResult<Waited> {
     loop {
-        match py.detach(|| log.wait_interruptible(offset, durable, deadline))? {
+        match py.detach(&wait)? {
             Waited::Interrupted => py.check_signals()?,
             done => return Ok(done),
         }

@@ -1,0 +1,303 @@
+//! The Python `Consumer` class: a named consumer of a log (see `crate::consumers`).
+
+use std::sync::{Arc, Mutex};
+
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::gc::{PyTraverseError, PyVisit};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString};
+
+use super::args;
+use super::arrow;
+use super::buffer::SegmentBuffer;
+use super::ints;
+use super::log::PyCommitLog;
+use super::wait;
+use crate::sync::try_locked;
+use crate::wait::Waited;
+use crate::{Consumer, ConsumerInfo, Error, OnLoss, Start};
+
+/// Records a `poll()` returns at most by default.
+const POLL_RECORDS: usize = 500;
+
+/// A named consumer: a position in the log the store keeps for its name.
+#[pyclass(name = "Consumer", module = "rmqlog", frozen)]
+pub struct PyConsumer {
+    log: Py<PyCommitLog>,
+    name: String,
+    /// `None` once closed.
+    inner: Mutex<Option<Consumer>>,
+}
+
+impl PyConsumer {
+    pub(super) fn new(log: Py<PyCommitLog>, consumer: Consumer) -> PyConsumer {
+        PyConsumer {
+            log,
+            name: consumer.name().to_owned(),
+            inner: Mutex::new(Some(consumer)),
+        }
+    }
+
+    /// Runs `f` on the open consumer; one thread at a time.
+    fn with<T>(&self, f: impl FnOnce(&mut Consumer) -> PyResult<T>) -> PyResult<T> {
+        let mut inner = try_locked(&self.inner).ok_or_else(|| {
+            PyRuntimeError::new_err(format!(
+                "consumer {:?} is in use by another thread (a consumer is polled from one \
+                 thread at a time)",
+                self.name
+            ))
+        })?;
+        match inner.as_mut() {
+            Some(c) => f(c),
+            None => Err(Error::Unsupported(format!("consumer {:?} is closed", self.name)).into()),
+        }
+    }
+}
+
+#[pymethods]
+impl PyConsumer {
+    /// Up to `max_records` records from the position as `(offset, memoryview)` pairs, waiting
+    /// up to `timeout` seconds (None: as long as it takes) for the first; `[]` if none came.
+    #[pyo3(signature = (max_records = None, *, timeout = None))]
+    fn poll<'py>(
+        &self,
+        py: Python<'py>,
+        max_records: Option<&Bound<'py, PyAny>>,
+        timeout: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let max = max_records.map_or(Ok(POLL_RECORDS), |m| count(m, "max_records"))?;
+        let deadline = wait::deadline(timeout)?;
+        let log = self.log.get();
+        let records = self.with(|c| loop {
+            let records = py.detach(|| c.take(max))?;
+            if !records.is_empty() {
+                return Ok(records);
+            }
+            let c = &*c;
+            if let Waited::TimedOut(_) = wait::until(py, || c.wait(deadline, true))? {
+                return Ok(records);
+            }
+        })?;
+        let out = PyList::empty(py);
+        let mut view: Option<(usize, Bound<'py, SegmentBuffer>)> = None;
+        for rec in &records {
+            let (map, range) = rec.mapping();
+            let id = Arc::as_ptr(map) as usize;
+            let exporter = match &view {
+                Some((at, v)) if *at == id => v.clone(),
+                _ => {
+                    let v = log.exporter(py, rec)?;
+                    view = Some((id, v.clone()));
+                    v
+                }
+            };
+            out.append(ints::pair(
+                py,
+                rec.offset(),
+                SegmentBuffer::view(&exporter, range)?,
+            ))?;
+        }
+        Ok(out)
+    }
+
+    /// As `poll`, one `pyarrow.RecordBatch` of up to `max_records` records (and `max_bytes` of
+    /// bodies) in a list; `[]` if none came within `timeout`.
+    #[pyo3(signature = (max_records = None, *, timeout = None, columns = None, body = None, max_bytes = None))]
+    fn poll_batches<'py>(
+        &self,
+        py: Python<'py>,
+        max_records: Option<&Bound<'py, PyAny>>,
+        timeout: Option<&Bound<'py, PyAny>>,
+        columns: Option<&Bound<'py, PyAny>>,
+        body: Option<&Bound<'py, PyAny>>,
+        max_bytes: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        arrow::pyarrow(py, "poll_batches")?;
+        let opts = arrow::batch_options(columns, body, max_records, max_bytes)?;
+        let deadline = wait::deadline(timeout)?;
+        let batch = self.with(|c| loop {
+            if let Some(b) = py.detach(|| c.take_batch(&opts))? {
+                return Ok(Some(b));
+            }
+            let c = &*c;
+            if let Waited::TimedOut(_) = wait::until(py, || c.wait(deadline, true))? {
+                return Ok(None);
+            }
+        })?;
+        let out = PyList::empty(py);
+        if let Some(b) = batch {
+            out.append(arrow::to_pyarrow_batch(py, b)?)?;
+        }
+        Ok(out)
+    }
+
+    /// Records durably that every record below `offset` (default: the position, everything
+    /// polled so far) is done. Returns the committed position.
+    #[pyo3(signature = (offset = None))]
+    fn commit(&self, py: Python<'_>, offset: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
+        let offset = offset.map(|o| in_u64(o, "offset")).transpose()?;
+        self.with(|c| Ok(py.detach(|| c.commit(offset))?))
+    }
+
+    /// Moves the position (the next commit moves the committed one): "earliest", "latest", an
+    /// offset, or an aware `datetime` (the first record at or after it).
+    fn seek(&self, py: Python<'_>, to: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let to = start(to, "seek()")?;
+        self.with(|c| Ok(py.detach(|| c.seek(to))?))
+    }
+
+    /// `{"records": n, "bytes": n}` between the committed position and the log's end. Counting
+    /// the records scans them.
+    #[getter]
+    fn lag<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let lag = self.with(|c| Ok(py.detach(|| c.lag())?))?;
+        let d = PyDict::new(py);
+        d.set_item("records", lag.records)?;
+        d.set_item("bytes", lag.bytes)?;
+        Ok(d)
+    }
+
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The next record a poll delivers.
+    #[getter]
+    fn position(&self) -> PyResult<u64> {
+        self.with(|c| Ok(c.position()))
+    }
+
+    /// The committed position: every record below it is done.
+    #[getter]
+    fn committed(&self) -> PyResult<u64> {
+        self.with(|c| Ok(c.committed()))
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        try_locked(&self.inner).is_some_and(|c| c.is_none())
+    }
+
+    /// Lets the name go (another open may take it); the committed position stays in the store.
+    fn close(&self) -> PyResult<()> {
+        let mut inner = try_locked(&self.inner).ok_or_else(|| {
+            PyRuntimeError::new_err(format!(
+                "consumer {:?} is in use by another thread",
+                self.name
+            ))
+        })?;
+        inner.take();
+        Ok(())
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close()?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        match try_locked(&self.inner).as_deref() {
+            Some(Some(c)) => format!(
+                "Consumer(name={:?}, position={}, committed={})",
+                self.name,
+                c.position(),
+                c.committed()
+            ),
+            Some(None) => format!("Consumer(name={:?}, closed)", self.name),
+            None => format!("Consumer(name={:?}, polling)", self.name),
+        }
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.log)
+    }
+}
+
+/// A `start=` or `seek()` argument.
+pub(super) fn start(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Start> {
+    if let Ok(s) = obj.cast::<PyString>() {
+        return match s.to_str()? {
+            "earliest" => Ok(Start::Earliest),
+            "latest" => Ok(Start::Latest),
+            other => Err(PyValueError::new_err(format!(
+                "{what}: {other:?} is not a position; give \"earliest\", \"latest\", an offset \
+                 (int) or an aware datetime"
+            ))),
+        };
+    }
+    if obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<PyBool>() {
+        return Ok(Start::Offset(in_u64(obj, what)?));
+    }
+    let datetime = obj.py().import("datetime")?.getattr("datetime")?;
+    if obj.is_instance(&datetime)? {
+        if obj.call_method0("utcoffset")?.is_none() {
+            return Err(PyValueError::new_err(format!(
+                "{what}: a naive datetime is ambiguous; give one with a timezone (e.g. \
+                 datetime.now(timezone.utc))"
+            )));
+        }
+        let secs: f64 = obj.call_method0("timestamp")?.extract()?;
+        return Ok(Start::Timestamp((secs * 1000.0).max(0.0) as u64));
+    }
+    Err(PyTypeError::new_err(format!(
+        "{what} must be \"earliest\", \"latest\", an offset (int) or an aware datetime, got {}",
+        args::type_of(obj)
+    )))
+}
+
+/// `on_loss=`: "raise" or "skip".
+pub(super) fn on_loss(obj: Option<&Bound<'_, PyAny>>) -> PyResult<OnLoss> {
+    match obj
+        .map(|o| args::string(o, "on_loss"))
+        .transpose()?
+        .as_deref()
+    {
+        None | Some("raise") => Ok(OnLoss::Raise),
+        Some("skip") => Ok(OnLoss::Skip),
+        Some(other) => Err(PyValueError::new_err(format!(
+            "on_loss must be \"raise\" (DataLossError at each poll until seek) or \"skip\" (a \
+             warning, then on from the earliest record left), got {other:?}"
+        ))),
+    }
+}
+
+/// A consumer as `CommitLog.consumers()` lists it.
+pub(super) fn info<'py>(py: Python<'py>, c: &ConsumerInfo) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("name", &c.name)?;
+    d.set_item("position", c.position)?;
+    d.set_item("lag_bytes", c.lag_bytes)?;
+    d.set_item("committed_ms", c.committed_ms)?;
+    d.set_item("created_ms", c.created_ms)?;
+    d.set_item("open", c.open)?;
+    Ok(d)
+}
+
+fn in_u64(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
+    let v = args::offset(obj, what)?;
+    u64::try_from(v).map_err(|_| {
+        PyValueError::new_err(format!(
+            "{what} must be an offset from 0 to 2**64-1, got {v}"
+        ))
+    })
+}
+
+fn count(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
+    let refuse = || PyValueError::new_err(format!("{what} must be a positive int, got {obj}"));
+    if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be a positive int, got {}",
+            args::type_of(obj)
+        )));
+    }
+    match obj.extract::<u64>() {
+        Ok(n) if n > 0 => Ok(usize::try_from(n).unwrap_or(usize::MAX)),
+        _ => Err(refuse()),
+    }
+}
