@@ -667,6 +667,7 @@ fn a_follower_paused_in_its_catch_up_while_the_writer_rolls_and_truncates() {
 /// of shipping a segment: each agrees with the other and with its own counters, at every step.
 #[test]
 fn the_tier_status_and_the_segments_agree_in_the_middle_of_shipping() {
+    let _scenario = fail::FailScenario::setup();
     let (_root, d) = dirs(1);
     let tier = tempfile::tempdir().unwrap();
     let mut t = rmqlog::TierOptions::new(format!("file://{}", tier.path().display()));
