@@ -42,6 +42,8 @@ pub enum Reason {
 pub struct Candidate {
     /// File size.
     pub size: u64,
+    /// Offset past its end.
+    pub end: u64,
     /// Directory index.
     pub dir: usize,
     /// Time since the file was last modified (`None` when unknown: never expires).
@@ -90,6 +92,7 @@ pub fn plan(
     hour: u32,
     force: bool,
     total_bytes: u64,
+    hold: Option<u64>,
 ) -> Vec<Reason> {
     let over_max = dirs.iter().any(DirUsage::over_max);
     let delete_hour = opts
@@ -132,11 +135,16 @@ pub fn plan(
     let mut left = total_bytes;
     let mut out = Vec::new();
     for c in cands.iter().take(opts.max_deletes_per_pass) {
-        let expired = expire_now && retention.zip(c.age).is_some_and(|(r, age)| age >= r);
+        // Records a consumer has not committed wait for it, unless a disk is over its limits.
+        let unconsumed = hold.is_some_and(|h| c.end > h);
+        let expired = expire_now
+            && retention.zip(c.age).is_some_and(|(r, age)| age >= r)
+            && (!unconsumed || over_max);
         let forced = need.iter().zip(&held).any(|(&n, &h)| n > 0 && h > 0);
-        let sized = opts
-            .retention_bytes
-            .is_some_and(|keep| left.saturating_sub(c.size) >= keep);
+        let sized = !unconsumed
+            && opts
+                .retention_bytes
+                .is_some_and(|keep| left.saturating_sub(c.size) >= keep);
         let reason = if expired {
             Reason::Expired
         } else if forced {
@@ -173,6 +181,10 @@ pub(crate) fn clean_pass(state: &State, force: bool) -> Result<usize> {
         *locked(&state.stats.clean_last_error) = None;
         return Ok(0);
     }
+    let hold = match state.opts.retain_unconsumed {
+        true => crate::consumers::retention_holder(state)?.map(|c| c.position),
+        false => None,
+    };
     let mut ctx = None;
     let result = delete_head(state, |p| {
         let now = SystemTime::now();
@@ -182,6 +194,7 @@ pub(crate) fn clean_pass(state: &State, force: bool) -> Result<usize> {
             .map(|s| Candidate {
                 // A remote segment counts for the log's size; its directory (none) for no disk.
                 size: if s.is_lost() { 0 } else { s.size() },
+                end: s.end(),
                 dir: s.dir(),
                 // A hole left by a lost directory is as old as anything.
                 age: if s.is_lost() {
@@ -214,7 +227,7 @@ pub(crate) fn clean_pass(state: &State, force: bool) -> Result<usize> {
             .first()
             .map_or(0, |f| p.end.saturating_sub(f.start()));
         let hour = chrono::Local::now().hour();
-        let reasons = plan(&cands, &dirs, &state.opts, hour, force, total);
+        let reasons = plan(&cands, &dirs, &state.opts, hour, force, total, hold);
         ctx = Some(PassContext { dirs, hour, total });
         reasons
     });
@@ -417,8 +430,10 @@ mod tests {
     fn cands(ages_h: &[u64]) -> Vec<Candidate> {
         ages_h
             .iter()
-            .map(|&h| Candidate {
+            .enumerate()
+            .map(|(i, &h)| Candidate {
                 size: 100,
+                end: 100 * (i as u64 + 1),
                 dir: 0,
                 age: Some(Duration::from_secs(h * 3600)),
             })
@@ -438,6 +453,50 @@ mod tests {
     }
 
     #[test]
+    fn unconsumed_records_wait_for_their_consumer_unless_a_disk_is_over_its_limits() {
+        let mut opts = Options::default().retention_hours(Some(1.0));
+        opts.retention_bytes = Some(100);
+        let low = [dir(10, 90, Some(0.9))];
+        // Every segment is expired and over retention_bytes; a consumer is at offset 250.
+        assert_eq!(
+            plan(&cands(&[9; 5]), &low, &opts, 4, false, 500, None).len(),
+            5
+        );
+        assert_eq!(
+            plan(&cands(&[9; 5]), &low, &opts, 4, false, 500, Some(250)).len(),
+            2
+        );
+        assert_eq!(
+            plan(&cands(&[9; 5]), &low, &opts, 4, false, 500, Some(0)).len(),
+            0
+        );
+        opts.retention_hours = None; // size alone
+        assert_eq!(
+            plan(&cands(&[0; 5]), &low, &opts, 4, false, 500, Some(200)).len(),
+            2
+        );
+        // A disk over max_used_ratio lets expired segments go; over force_clean_ratio, any.
+        opts.retention_hours = Some(1.0);
+        let mut over_max = dir(80, 20, Some(0.9));
+        over_max.max_ratio = Some(0.5);
+        assert_eq!(
+            plan(&cands(&[9; 5]), &[over_max], &opts, 4, false, 500, Some(0)).len(),
+            5
+        );
+        let over_force = dir(95, 5, Some(0.9));
+        assert!(!plan(
+            &cands(&[0; 5]),
+            &[over_force],
+            &opts,
+            4,
+            false,
+            500,
+            Some(0)
+        )
+        .is_empty());
+    }
+
+    #[test]
     fn only_an_expired_prefix_goes_and_only_at_a_delete_hour() {
         // RocketMQ's scenario: 0-4 and 21-49 aged; the middle stops the pass.
         let ages: Vec<u64> = (0..50)
@@ -445,14 +504,29 @@ mod tests {
             .collect();
         let opts = Options::broker().max_deletes_per_pass(100);
         let low = [dir(10, 90, None)];
-        assert_eq!(plan(&cands(&ages), &low, &opts, 4, false, 5000).len(), 5);
-        assert_eq!(plan(&cands(&ages), &low, &opts, 5, false, 5000).len(), 0);
-        assert_eq!(plan(&cands(&ages), &low, &opts, 5, true, 5000).len(), 5);
+        assert_eq!(
+            plan(&cands(&ages), &low, &opts, 4, false, 5000, None).len(),
+            5
+        );
+        assert_eq!(
+            plan(&cands(&ages), &low, &opts, 5, false, 5000, None).len(),
+            0
+        );
+        assert_eq!(
+            plan(&cands(&ages), &low, &opts, 5, true, 5000, None).len(),
+            5
+        );
         // Any disk over its max ratio: expired segments go at any hour (RIP-7: any disk).
         let busy = [dir(10, 90, None), dir(80, 20, None)];
-        assert_eq!(plan(&cands(&ages), &busy, &opts, 5, false, 5000).len(), 5);
+        assert_eq!(
+            plan(&cands(&ages), &busy, &opts, 5, false, 5000, None).len(),
+            5
+        );
         let opts = opts.max_deletes_per_pass(3);
-        assert_eq!(plan(&cands(&ages), &low, &opts, 4, false, 5000).len(), 3);
+        assert_eq!(
+            plan(&cands(&ages), &low, &opts, 4, false, 5000, None).len(),
+            3
+        );
     }
 
     #[test]
@@ -461,10 +535,10 @@ mod tests {
         let opts = Options::default().max_deletes_per_pass(100);
         // 90 % used of 1000 bytes; back to 75 % needs 150 bytes: two segments of 100.
         let d = [dir(900, 100, Some(0.85))];
-        let r = plan(&young, &d, &opts, 5, false, 2000);
+        let r = plan(&young, &d, &opts, 5, false, 2000, None);
         assert_eq!(r, vec![Reason::DiskUsage; 2]);
         let off = [dir(900, 100, None)];
-        assert!(plan(&young, &off, &opts, 5, false, 2000).is_empty());
+        assert!(plan(&young, &off, &opts, 5, false, 2000, None).is_empty());
     }
 
     #[test]
@@ -475,7 +549,7 @@ mod tests {
         let opts = Options::default().max_deletes_per_pass(100);
         let d = [dir(850, 150, Some(0.85))];
         assert_eq!(
-            plan(&young, &d, &opts, 5, false, 2000),
+            plan(&young, &d, &opts, 5, false, 2000, None),
             vec![Reason::DiskUsage; 1]
         );
     }
@@ -487,16 +561,16 @@ mod tests {
         let young = cands(&[0; 5]);
         let opts = Options::default().max_deletes_per_pass(100);
         let d = [dir(100, 900, Some(0.85)), dir(950, 50, Some(0.85))];
-        assert!(plan(&young, &d, &opts, 5, false, 500).is_empty());
+        assert!(plan(&young, &d, &opts, 5, false, 500, None).is_empty());
         // One segment there (100 bytes) cannot bring it under 0.85 (100 bytes over): nothing.
         let mut one = cands(&[0; 5]);
         one[2].dir = 1;
-        assert!(plan(&one, &d, &opts, 5, false, 500).is_empty());
+        assert!(plan(&one, &d, &opts, 5, false, 500, None).is_empty());
         // Two can: the oldest go up to its last one there (back to 0.75 needs 200), no further.
         let mut two = one.clone();
         two[1].dir = 1;
         assert_eq!(
-            plan(&two, &d, &opts, 5, false, 500),
+            plan(&two, &d, &opts, 5, false, 500, None),
             vec![Reason::DiskUsage; 3]
         );
     }
@@ -510,7 +584,7 @@ mod tests {
         full.max_ratio = opts.max_used_ratio.default;
         for force in [false, true] {
             for hour in [0, 4, 23] {
-                assert!(plan(&old, &[full], &opts, hour, force, 2000).is_empty());
+                assert!(plan(&old, &[full], &opts, hour, force, 2000, None).is_empty());
             }
         }
     }
@@ -523,7 +597,7 @@ mod tests {
         let mut d = dir(900, 100, Some(0.85));
         d.max_ratio = None;
         assert_eq!(
-            plan(&young, &[d], &opts, 5, false, 2000),
+            plan(&young, &[d], &opts, 5, false, 2000, None),
             vec![Reason::DiskUsage; 1]
         );
     }
@@ -538,9 +612,9 @@ mod tests {
             force_ratio: Some(0.2),
         };
         // Not a delete hour: only usage could make old segments go now, and it is unknown.
-        assert!(plan(&old, &[unknown], &opts, 5, false, 500).is_empty());
+        assert!(plan(&old, &[unknown], &opts, 5, false, 500, None).is_empty());
         let young = cands(&[0; 5]);
-        assert!(plan(&young, &[unknown], &opts, 4, true, 500).is_empty());
+        assert!(plan(&young, &[unknown], &opts, 4, true, 500, None).is_empty());
     }
 
     #[test]
@@ -548,7 +622,15 @@ mod tests {
         let opts = Options::default()
             .retention_hours(None)
             .retention_bytes(Some(450));
-        let r = plan(&cands(&[0; 10]), &[dir(1, 99, None)], &opts, 4, false, 1000);
+        let r = plan(
+            &cands(&[0; 10]),
+            &[dir(1, 99, None)],
+            &opts,
+            4,
+            false,
+            1000,
+            None,
+        );
         assert_eq!(r.len(), 5); // 1000 -> 500 >= 450; one more would leave 400
     }
 }

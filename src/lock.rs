@@ -382,6 +382,19 @@ impl ByteLocks {
         })
     }
 
+    /// [`ByteLocks::open`] of a file that exists (for a look that must create nothing); `None`
+    /// if it does not.
+    pub fn open_existing(path: &Path) -> Result<Option<ByteLocks>> {
+        match OpenOptions::new().read(true).write(true).open(path) {
+            Ok(f) => Ok(Some(ByteLocks {
+                held: Held::new(f),
+                path: path.to_path_buf(),
+            })),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io("opening", path, e)),
+        }
+    }
+
     /// Takes byte `at` (shared or exclusive) if no other description's lock is in the way.
     pub fn try_lock(&self, at: u64, exclusive: bool) -> Result<bool> {
         let kind = if exclusive {

@@ -213,6 +213,12 @@ impl CommitLog {
         consumers::list(&self.state)
     }
 
+    /// The consumer holding the log's head from retention (`retain_unconsumed`): the one with the
+    /// lowest committed position among those that hold it; `None` if none does.
+    pub fn retention_holder(&self) -> Result<Option<ConsumerInfo>> {
+        consumers::retention_holder(&self.state)
+    }
+
     /// Forgets consumer `name` (its position is gone); refused while an open holds it.
     pub fn drop_consumer(&self, name: &str) -> Result<()> {
         consumers::drop_name(&self.state, name)

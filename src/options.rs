@@ -228,6 +228,14 @@ pub struct Options {
     /// Oldest sealed segments are deleted while the log without them stays at or above this size
     /// (Kafka `retention.bytes`). Defaults to off.
     pub retention_bytes: Option<u64>,
+    /// The cleaner keeps every segment that holds records a named consumer of the store has not
+    /// committed (`retention_hours` and `retention_bytes` wait for it); the disk limits
+    /// (`max_used_ratio`, `force_clean_ratio`) still win, and the consumer learns of the loss at
+    /// its next poll. Defaults to off.
+    pub retain_unconsumed: bool,
+    /// With `retain_unconsumed`: a consumer that no open holds and that has not committed for
+    /// this long stops holding retention; `None`: it holds until dropped. Defaults to 24 hours.
+    pub consumer_idle_hours: Option<f64>,
     /// At most this many segments are deleted in one pass (RocketMQ `deleteFileBatchMax`).
     /// Defaults to 10.
     pub max_deletes_per_pass: usize,
@@ -263,6 +271,8 @@ impl fmt::Debug for Options {
             .field("retention_hours", &self.retention_hours)
             .field("delete_hours", &self.delete_hours)
             .field("retention_bytes", &self.retention_bytes)
+            .field("retain_unconsumed", &self.retain_unconsumed)
+            .field("consumer_idle_hours", &self.consumer_idle_hours)
             .field("max_deletes_per_pass", &self.max_deletes_per_pass)
             .field("clean_interval", &self.clean_interval)
             .field("file_mode", &format_args!("{:o}", self.file_mode))
@@ -291,6 +301,8 @@ impl Default for Options {
             retention_hours: None,
             delete_hours: None,
             retention_bytes: None,
+            retain_unconsumed: false,
+            consumer_idle_hours: Some(24.0),
             max_deletes_per_pass: 10,
             clean_interval: Duration::from_secs(10),
             file_mode: 0o640,
@@ -466,6 +478,20 @@ impl Options {
         self
     }
 
+    /// Sets [`Options::retain_unconsumed`].
+    #[must_use]
+    pub fn retain_unconsumed(mut self, on: bool) -> Self {
+        self.retain_unconsumed = on;
+        self
+    }
+
+    /// Sets [`Options::consumer_idle_hours`].
+    #[must_use]
+    pub fn consumer_idle_hours(mut self, hours: Option<f64>) -> Self {
+        self.consumer_idle_hours = hours;
+        self
+    }
+
     /// Sets [`Options::max_deletes_per_pass`].
     #[must_use]
     pub fn max_deletes_per_pass(mut self, n: usize) -> Self {
@@ -536,6 +562,13 @@ impl Options {
             if !(h >= 0.0 && h.is_finite()) {
                 return Err(Error::invalid(format!(
                     "retention_hours must be a non-negative number or None, got {h}"
+                )));
+            }
+        }
+        if let Some(h) = self.consumer_idle_hours {
+            if !(h >= 0.0 && h.is_finite()) {
+                return Err(Error::invalid(format!(
+                    "consumer_idle_hours must be a non-negative number or None, got {h}"
                 )));
             }
         }

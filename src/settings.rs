@@ -21,6 +21,10 @@ pub struct WriterSettings {
     pub max_message_size: u32,
     pub retention_hours: Option<f64>,
     pub retention_bytes: Option<u64>,
+    #[serde(default)]
+    pub retain_unconsumed: bool,
+    #[serde(default)]
+    pub consumer_idle_hours: Option<f64>,
     pub delete_hours: Option<Vec<u32>>,
     pub max_used_ratio: Option<f64>,
     #[serde(default)]
@@ -56,6 +60,8 @@ impl WriterSettings {
             max_message_size: opts.max_message_size,
             retention_hours: opts.retention_hours,
             retention_bytes: opts.retention_bytes,
+            retain_unconsumed: opts.retain_unconsumed,
+            consumer_idle_hours: opts.consumer_idle_hours,
             delete_hours: opts.delete_hours.clone(),
             max_used_ratio: opts.max_used_ratio.default,
             max_used_ratio_by_dir: by_dir(&opts.max_used_ratio.overrides),
@@ -108,6 +114,16 @@ impl WriterSettings {
             ("strategy", self.strategy.clone()),
             ("retention_hours", opt(self.retention_hours)),
             ("retention_bytes", opt(self.retention_bytes)),
+            (
+                "retain_unconsumed",
+                if self.retain_unconsumed {
+                    "True"
+                } else {
+                    "False"
+                }
+                .into(),
+            ),
+            ("consumer_idle_hours", opt(self.consumer_idle_hours)),
             (
                 "delete_hours",
                 self.delete_hours

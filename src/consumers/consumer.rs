@@ -86,6 +86,9 @@ pub struct ConsumerInfo {
     pub lag_bytes: u64,
     /// Whether an open (in any process) holds the name now.
     pub open: bool,
+    /// Whether it keeps its records from retention (`retain_unconsumed`: it is open, or it
+    /// committed within `consumer_idle_hours`).
+    pub holds_retention: bool,
 }
 
 /// How far a consumer's committed position is behind the log's end.
@@ -588,14 +591,24 @@ impl Consumer {
 }
 
 /// Every consumer name the store keeps, with its committed position.
-pub(crate) fn list(state: &Arc<State>) -> Result<Vec<ConsumerInfo>> {
+pub(crate) fn list(state: &State) -> Result<Vec<ConsumerInfo>> {
     state.check_open()?;
     shared::catch_up(state)?;
     let dirs = positions_dirs(state)?;
     let positions = Positions::open_existing(&dirs)?;
     let end = state.max_offset();
-    // Held names show through their locks; a store this open cannot write shows none.
-    let locks = ByteLocks::open(&dirs[0].join(claims::FILE)).ok();
+    // Held names show through their locks (no claims file: no name was ever opened); a store
+    // this open cannot write shows none.
+    let locks = ByteLocks::open_existing(&dirs[0].join(claims::FILE))
+        .ok()
+        .flatten();
+    // A writer's own options; a read-only open's, those the store's writer recorded.
+    let (retain, idle_hours) = match (state.read_only, state.recorded_settings()) {
+        (true, Some(w)) => (w.retain_unconsumed, w.consumer_idle_hours),
+        _ => (state.opts.retain_unconsumed, state.opts.consumer_idle_hours),
+    };
+    let idle_ms = idle_hours.map(|h| (h * 3_600_000.0) as u64);
+    let now = now_ms();
     let mut out = Vec::new();
     for (pair, s) in positions.read()?.into_iter().enumerate() {
         let Some(s) = s.filter(|s| !s.dropped) else {
@@ -604,7 +617,9 @@ pub(crate) fn list(state: &Arc<State>) -> Result<Vec<ConsumerInfo>> {
         let open = locks
             .as_ref()
             .is_some_and(|l| l.held_elsewhere(name_byte(pair), false).unwrap_or(false));
+        let recent = idle_ms.is_none_or(|idle| now.saturating_sub(s.committed_ms) < idle);
         out.push(ConsumerInfo {
+            holds_retention: retain && (open || recent),
             lag_bytes: end.saturating_sub(s.position),
             name: s.name,
             position: s.position,
@@ -615,6 +630,15 @@ pub(crate) fn list(state: &Arc<State>) -> Result<Vec<ConsumerInfo>> {
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
+}
+
+/// The consumer that holds the log's head (`retain_unconsumed`): the lowest committed position
+/// among those that hold retention.
+pub(crate) fn retention_holder(state: &State) -> Result<Option<ConsumerInfo>> {
+    Ok(list(state)?
+        .into_iter()
+        .filter(|c| c.holds_retention)
+        .min_by_key(|c| c.position))
 }
 
 /// Forgets `name`: its position is gone from the store. Refused while an open holds it.

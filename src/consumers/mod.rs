@@ -8,7 +8,7 @@ mod consumer;
 mod positions;
 mod slot;
 
-pub(crate) use consumer::{drop_name, list};
+pub(crate) use consumer::{drop_name, list, retention_holder};
 pub use consumer::{Consumer, ConsumerInfo, ConsumerOptions, Lag, OnLoss, Start};
 pub use positions::FILE as POSITIONS_FILE;
 pub use slot::MAX_NAME_LEN;

@@ -276,6 +276,7 @@ pub(super) fn info<'py>(py: Python<'py>, c: &ConsumerInfo) -> PyResult<Bound<'py
     d.set_item("committed_ms", c.committed_ms)?;
     d.set_item("created_ms", c.created_ms)?;
     d.set_item("open", c.open)?;
+    d.set_item("holds_retention", c.holds_retention)?;
     Ok(d)
 }
 

@@ -171,7 +171,7 @@ impl PyCommitLog {
         exclusive=..., flush=..., flush_interval_ms=..., max_message_size=..., read_only_paths=..., accept_lost=..., \
         max_used_ratio=..., force_clean_ratio=..., min_free_bytes=..., warm_ahead=..., \
         on_dir_event=..., retention_hours=..., delete_hours=..., retention_bytes=..., \
-        max_deletes_per_pass=..., clean_interval_ms=..., file_mode=..., tier_url=..., \
+        retain_unconsumed=..., consumer_idle_hours=..., max_deletes_per_pass=..., clean_interval_ms=..., file_mode=..., tier_url=..., \
         tier_options=..., tier_after=..., local_retention_hours=..., local_retention_bytes=..., \
         tier_cache_bytes=..., tier_cache_dir=...)"
     )]
@@ -199,6 +199,8 @@ impl PyCommitLog {
         retention_hours = Arg::NotGiven,
         delete_hours = Arg::NotGiven,
         retention_bytes = Arg::NotGiven,
+        retain_unconsumed = None,
+        consumer_idle_hours = Arg::NotGiven,
         max_deletes_per_pass = None,
         clean_interval_ms = None,
         file_mode = None,
@@ -232,6 +234,8 @@ impl PyCommitLog {
         retention_hours: Arg<'py>,
         delete_hours: Arg<'py>,
         retention_bytes: Arg<'py>,
+        retain_unconsumed: Option<&Bound<'py, PyAny>>,
+        consumer_idle_hours: Arg<'py>,
         max_deletes_per_pass: Option<&Bound<'py, PyAny>>,
         clean_interval_ms: Option<&Bound<'py, PyAny>>,
         file_mode: Option<&Bound<'py, PyAny>>,
@@ -270,6 +274,8 @@ impl PyCommitLog {
             retention_hours: retention_hours.given(),
             delete_hours: delete_hours.given(),
             retention_bytes: retention_bytes.given(),
+            retain_unconsumed,
+            consumer_idle_hours: consumer_idle_hours.given(),
             max_deletes_per_pass,
             clean_interval_ms,
             file_mode,
@@ -571,6 +577,14 @@ impl PyCommitLog {
         d.set_item("bytes_deleted", s.bytes_deleted)?;
         d.set_item("clean_last_error", s.clean_last_error)?;
         d.set_item("fallback_lookups", self.log.fallback_lookups())?;
+        let consumers = self.log.consumers()?;
+        d.set_item("consumers", consumers.len())?;
+        let holder = consumers
+            .iter()
+            .filter(|c| c.holds_retention)
+            .min_by_key(|c| c.position);
+        d.set_item("head_held_by", holder.map(|c| c.name.as_str()))?;
+        d.set_item("head_held_at", holder.map(|c| c.position))?;
         if let Some(t) = self.log.tier_status()? {
             d.set_item("tier_uploads", t.uploads)?;
             d.set_item("tier_upload_errors", t.upload_errors)?;
@@ -630,6 +644,8 @@ impl PyCommitLog {
         d.set_item("max_message_size", w.max_message_size)?;
         d.set_item("retention_hours", w.retention_hours)?;
         d.set_item("retention_bytes", w.retention_bytes)?;
+        d.set_item("retain_unconsumed", w.retain_unconsumed)?;
+        d.set_item("consumer_idle_hours", w.consumer_idle_hours)?;
         let hours = w.delete_hours.map(|h| PyTuple::new(py, h)).transpose()?;
         d.set_item("delete_hours", hours)?;
         d.set_item("max_used_ratio", w.max_used_ratio)?;

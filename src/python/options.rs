@@ -36,6 +36,8 @@ pub struct Kwargs<'a, 'py> {
     pub retention_hours: Option<&'a Bound<'py, PyAny>>,
     pub delete_hours: Option<&'a Bound<'py, PyAny>>,
     pub retention_bytes: Option<&'a Bound<'py, PyAny>>,
+    pub retain_unconsumed: Option<&'a Bound<'py, PyAny>>,
+    pub consumer_idle_hours: Option<&'a Bound<'py, PyAny>>,
     pub max_deletes_per_pass: Option<&'a Bound<'py, PyAny>>,
     pub clean_interval_ms: Option<&'a Bound<'py, PyAny>>,
     pub file_mode: Option<&'a Bound<'py, PyAny>>,
@@ -160,6 +162,8 @@ fn option_values<'py>(
         .transpose()?;
     d.set_item("delete_hours", hours)?;
     d.set_item("retention_bytes", o.retention_bytes)?;
+    d.set_item("retain_unconsumed", o.retain_unconsumed)?;
+    d.set_item("consumer_idle_hours", o.consumer_idle_hours)?;
     d.set_item("max_deletes_per_pass", o.max_deletes_per_pass)?;
     d.set_item("clean_interval_ms", ms(o.clean_interval))?;
     d.set_item("file_mode", o.file_mode)?;
@@ -300,6 +304,12 @@ pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
     }
     if let Some(v) = off_or(k.retention_bytes) {
         o.retention_bytes = v.map(|v| args::uint(v, "retention_bytes")).transpose()?;
+    }
+    if let Some(v) = k.retain_unconsumed {
+        o.retain_unconsumed = args::boolean(v, "retain_unconsumed")?;
+    }
+    if let Some(v) = off_or(k.consumer_idle_hours) {
+        o.consumer_idle_hours = v.map(|v| number(v, "consumer_idle_hours")).transpose()?;
     }
     if let Some(v) = k.max_deletes_per_pass {
         o.max_deletes_per_pass = args::uint(v, "max_deletes_per_pass")? as usize;

@@ -11,6 +11,7 @@ from rmqlog import __version__
 from rmqlog._sizes import SIZE_FORMS, format_size, parse_size
 from rmqlog.cli.bench import cmd_bench
 from rmqlog.cli.common import PROG, UsageError
+from rmqlog.cli.consumers import cmd_consumers
 from rmqlog.cli.demo import cmd_demo
 from rmqlog.cli.dump import cmd_dump
 from rmqlog.cli.move import cmd_move, cmd_rebalance
@@ -190,6 +191,27 @@ def build_parser() -> argparse.ArgumentParser:
         "and disk usage, and the settings its writer recorded, if any. Counters and options of "
         "the stat process itself are not the store's and are not shown.",
     )
+
+    sp = sub.add_parser(
+        "consumers",
+        help="named consumers: position, lag, last commit; --drop NAME",
+        description="Lists the store's named consumers (CommitLog.consumer): each one's committed "
+        "position, lag behind the end, last commit time, whether an open holds it now and "
+        "whether it holds the log's head from retention (retain_unconsumed); or drops one.",
+    )
+    sp.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATHS",
+        help=f"the store's directories (several, or joined by {os.pathsep!r})",
+    )
+    json_arg(sp)
+    sp.add_argument(
+        "--drop",
+        metavar="NAME",
+        help="forget consumer NAME (its position is gone; refused while it is open)",
+    )
+    sp.set_defaults(func=cmd_consumers)
 
     sp = sub.add_parser(
         "dump",

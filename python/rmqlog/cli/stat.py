@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 from rmqlog import CommitLog
 from rmqlog.cli.common import EXIT_OK, _emit_json, human_bytes, open_read_only, plural
+from rmqlog.cli.consumers import consumer_rows, render_consumers
 from rmqlog.cli.tier import tier_summary, where
 
 
@@ -105,6 +106,7 @@ def stat_info(clog: CommitLog) -> dict[str, Any]:
         "segments": seg_rows,
         "tier": _tier(clog, remote_only),
         "settings": recorded_settings(clog),
+        "consumers": consumer_rows(clog),
     }
 
 
@@ -167,6 +169,8 @@ def print_stat(info: dict[str, Any], out: TextIO) -> None:
         p(f"{counts}; remote bytes {tier['remote_bytes']} ({human_bytes(tier['remote_bytes'])})")
         for s in tier["segments"]:
             p(_segment_line(s))
+    for line in render_consumers(info.get("consumers")):
+        p(line)
     for line in render_recorded_settings(info["settings"]):
         p(line)
 
