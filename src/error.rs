@@ -96,12 +96,19 @@ pub enum Error {
     /// `truncate_before`) before it read them.
     #[error(
         "consumer {consumer:?} lost records [{from}, {to}): they were deleted before it read them; \
-         seek to go on (to the earliest record left, {to}, or elsewhere)"
+         {}",
+        if *moved_on {
+            format!("the name goes on from {to}, the earliest record left")
+        } else {
+            format!("seek to go on (\"earliest\" is {to}, the earliest record left)")
+        }
     )]
     DataLoss {
         consumer: String,
         from: u64,
         to: u64,
+        /// A shared name moved on past the loss; an exclusive consumer stays until it seeks.
+        moved_on: bool,
     },
 
     /// Another open, in this process or another, holds the consumer name.

@@ -370,16 +370,29 @@ fn wait_for(path: &Path, what: &'static str) -> Result<Held> {
 /// the file or dies. The bytes need not exist in the file.
 #[derive(Debug)]
 pub struct ByteLocks {
-    held: Held,
+    /// `None` once released: every lock of this description let go.
+    held: std::sync::Mutex<Option<Held>>,
     path: std::path::PathBuf,
 }
 
 impl ByteLocks {
     pub fn open(path: &Path) -> Result<ByteLocks> {
         Ok(ByteLocks {
-            held: Held::new(open_lock_file(path)?),
+            held: std::sync::Mutex::new(Some(Held::new(open_lock_file(path)?))),
             path: path.to_path_buf(),
         })
+    }
+
+    /// Lets every lock go (closes the description); later calls fail.
+    pub fn release(&self) {
+        crate::sync::locked(&self.held).take();
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&Held) -> std::io::Result<T>) -> std::io::Result<T> {
+        match crate::sync::locked(&self.held).as_ref() {
+            Some(h) => f(h),
+            None => Err(std::io::Error::other("the consumer's locks were released")),
+        }
     }
 
     /// [`ByteLocks::open`] of a file that exists (for a look that must create nothing); `None`
@@ -387,7 +400,7 @@ impl ByteLocks {
     pub fn open_existing(path: &Path) -> Result<Option<ByteLocks>> {
         match OpenOptions::new().read(true).write(true).open(path) {
             Ok(f) => Ok(Some(ByteLocks {
-                held: Held::new(f),
+                held: std::sync::Mutex::new(Some(Held::new(f))),
                 path: path.to_path_buf(),
             })),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -402,15 +415,14 @@ impl ByteLocks {
         } else {
             libc::F_RDLCK
         };
-        self.held
-            .byte_lock(at, libc::F_OFD_SETLK, kind)
+        self.with(|h| h.byte_lock(at, libc::F_OFD_SETLK, kind))
             .ctx("locking a consumer byte", &self.path)
     }
 
     /// Waits for byte `at`, exclusively.
     pub fn lock(&self, at: u64) -> Result<()> {
         loop {
-            match self.held.byte_lock(at, libc::F_OFD_SETLKW, libc::F_WRLCK) {
+            match self.with(|h| h.byte_lock(at, libc::F_OFD_SETLKW, libc::F_WRLCK)) {
                 Ok(true) => return Ok(()),
                 Ok(false) => continue,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -420,7 +432,7 @@ impl ByteLocks {
     }
 
     pub fn unlock(&self, at: u64) {
-        let _ = self.held.byte_lock(at, libc::F_OFD_SETLK, libc::F_UNLCK);
+        let _ = self.with(|h| h.byte_lock(at, libc::F_OFD_SETLK, libc::F_UNLCK));
     }
 
     /// Whether another description holds byte `at` (any lock; with `writers_only`, an
@@ -432,8 +444,7 @@ impl ByteLocks {
             libc::F_WRLCK
         };
         let free = self
-            .held
-            .byte_lock(at, libc::F_OFD_GETLK, kind)
+            .with(|h| h.byte_lock(at, libc::F_OFD_GETLK, kind))
             .ctx("testing a consumer lock", &self.path)?;
         Ok(!free)
     }

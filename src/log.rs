@@ -11,7 +11,7 @@ use crate::dirs::DirInfo;
 use crate::error::{Error, Result};
 use crate::flusher::{flush_data, start_flusher};
 use crate::follow;
-use crate::lock::{JoinLock, MaintenanceGuard, StoreLock};
+use crate::lock::{ByteLocks, JoinLock, MaintenanceGuard, StoreLock};
 use crate::mover::{self, Moved};
 use crate::open::{open, Opened};
 use crate::options::Options;
@@ -38,6 +38,8 @@ pub struct CommitLog {
     writer: Option<Writer>,
     lock: Mutex<Option<StoreLock>>,
     threads: Mutex<Threads>,
+    /// The names this open's consumers hold, let go at close.
+    consumer_locks: Mutex<Vec<std::sync::Weak<ByteLocks>>>,
 }
 
 /// The background threads of a writer, stopped and joined on drop.
@@ -87,6 +89,7 @@ impl CommitLog {
             writer,
             lock: Mutex::new(lock),
             threads: Mutex::new(Threads::default()),
+            consumer_locks: Mutex::new(Vec::new()),
         };
         if log.writer.is_some() {
             log.start_threads()?;
@@ -205,7 +208,11 @@ impl CommitLog {
     /// ([`Error::ConsumerBusy`] otherwise); a read-only open may consume too (positions are kept
     /// in the store's writable directories).
     pub fn consumer(&self, name: &str, opts: ConsumerOptions) -> Result<Consumer> {
-        Consumer::open(&self.state, name, opts)
+        let (consumer, locks) = Consumer::open(&self.state, name, opts)?;
+        let mut held = locked(&self.consumer_locks);
+        held.retain(|l| l.strong_count() > 0);
+        held.push(Arc::downgrade(&locks));
+        Ok(consumer)
     }
 
     /// Every consumer name the store keeps, by name.
@@ -508,6 +515,11 @@ impl CommitLog {
             return Ok(());
         }
         self.state.wake_waiting(); // waits in this process end (`Error::Closed`)
+        for locks in locked(&self.consumer_locks).drain(..) {
+            if let Some(l) = locks.upgrade() {
+                l.release(); // its consumer's calls fail with `Error::Closed`
+            }
+        }
         if let Some(tier) = &self.state.tier {
             tier.close(); // a request in flight (a hung store) must not hold up the close
         }

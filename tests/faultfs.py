@@ -214,7 +214,7 @@ class Pending:
 
 def _locked(method: Callable[..., Any]) -> Callable[..., Any]:
     def locked(self: FaultFS, *args: Any) -> Any:
-        with self.lock:
+        with self.mutex:
             return method(self, *args)
 
     locked.__name__ = method.__name__
@@ -223,13 +223,15 @@ def _locked(method: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class FaultFS(fuse.Operations):
-    """The operations; every one runs under ``self.lock`` (the control thread takes it too)."""
+    """The operations; every one runs under ``self.mutex`` (the control thread takes it too; not
+    ``self.lock``, which mfusepy would take for the FUSE ``lock`` operation and then fail every
+    fcntl lock on the mount)."""
 
     use_ns = True
 
     def __init__(self, backing: str) -> None:
         self.root = os.path.realpath(backing)
-        self.lock = threading.RLock()
+        self.mutex = threading.RLock()
         self.rules: list[Rule] = []
         self.next_rule = 1
         self.ops: defaultdict[str, Counter[str]] = defaultdict(Counter)
@@ -311,7 +313,7 @@ class FaultFS(fuse.Operations):
 
     def control(self, req: dict[str, Any]) -> dict[str, Any]:
         cmd = req.get("cmd")
-        with self.lock:
+        with self.mutex:
             if cmd == "ping":
                 return {"ok": True}
             if cmd == "fail":

@@ -29,7 +29,17 @@ from rmqlog import cli as rmqlog_cli
 from rmqlog.cli import UsageError
 
 SEG = 4096
-SUBCOMMANDS = ["demo", "stat", "dump", "verify", "tier", "bench", "move", "rebalance"]
+SUBCOMMANDS = [
+    "demo",
+    "stat",
+    "consumers",
+    "dump",
+    "verify",
+    "tier",
+    "bench",
+    "move",
+    "rebalance",
+]
 BIN = Path(sys.executable).parent
 SPECIAL = (
     "tab\there, nl\n, quote' \" back\\slash, é ü 日本, nul\x00 bell\x07".encode() + b"\xff\xfe"

@@ -11,11 +11,11 @@ import gc
 import logging
 import os
 import threading
-import time
 from pathlib import Path
 
 import _mounts
 import pytest
+from _procs import wait_for
 
 from rmqlog import CommitLog, DirInfo, DiskFullError
 
@@ -60,16 +60,6 @@ def assert_intact(log: CommitLog, written: dict[int, bytes]) -> None:
 def info(log: CommitLog, path: Path) -> DirInfo:
     (d,) = [d for d in log.dirs() if d.path == str(path)]
     return d
-
-
-def wait_for(pred, timeout: float = 5.0) -> bool:
-    """Polls ``pred`` until it holds (events and log records are delivered by other threads)."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def logged(caplog, text: str) -> bool:

@@ -11,6 +11,7 @@ import textwrap
 import time
 
 import pytest
+from _procs import sleeps_in_futex
 
 from rmqlog import CommitLog
 
@@ -145,15 +146,6 @@ try:
 except KeyboardInterrupt:
     print("interrupted", flush=True)
 """
-
-
-def sleeps_in_futex(pid: int) -> bool:
-    """Whether the main thread of ``pid`` is blocked in futex(2) (x86-64: system call 202)."""
-    try:
-        with open(f"/proc/{pid}/syscall") as f:
-            return f.read().split()[0] == "202"
-    except (OSError, IndexError):
-        return False
 
 
 @pytest.mark.parametrize("how", ["wait", "scan", "batches"])

@@ -1,5 +1,6 @@
 """Type stubs for the native half of rmqlog."""
 
+import datetime
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
@@ -18,7 +19,10 @@ __all__ = [
     "CommitLog",
     "CommitLogError",
     "ConfigurationError",
+    "Consumer",
+    "ConsumerBusyError",
     "CorruptionError",
+    "DataLossError",
     "DirInfo",
     "DiskFullError",
     "InvalidOffsetError",
@@ -90,6 +94,12 @@ class ClosedError(CommitLogError, ValueError):
 
 class WriterPoisonedError(CommitLogError):
     """An append after a failed sync; reads keep working."""
+
+class DataLossError(CommitLogError):
+    """Records a consumer had not read were deleted before it read them; seek to go on."""
+
+class ConsumerBusyError(CommitLogError):
+    """Another open, in this process or another, holds the consumer name."""
 
 class TierError(CommitLogError, OSError):
     """The remote tier's object store failed a request (unreachable, refused)."""
@@ -211,6 +221,61 @@ class BatchScan(Iterator[pa.RecordBatch]):
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
         """An ``arrow_array_stream`` capsule over the batches from :attr:`position` on."""
 
+_Start = Literal["earliest", "latest"] | int | datetime.datetime
+
+@final
+class Consumer:
+    """A named consumer of a log (``CommitLog.consumer``): a position the store keeps."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def position(self) -> int:
+        """The next record a poll delivers (shared: the first no open had claimed, as of this
+        open's last poll)."""
+    @property
+    def committed(self) -> int:
+        """The committed position: every record below it is done."""
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def lag(self) -> dict[str, int]:
+        """``{"records": n, "bytes": n}`` between the committed position and the log's end;
+        counting the records scans them."""
+    def poll(
+        self, max_records: int | None = None, *, timeout: float | None = None
+    ) -> list[tuple[int, memoryview]]:
+        """Up to ``max_records`` (default 500) records as ``(offset, body)``, waiting up to
+        ``timeout`` seconds (None: as long as it takes) for the first; ``[]`` if none came.
+        Waits release the GIL; Ctrl-C interrupts them."""
+    def poll_batches(
+        self,
+        max_records: int | None = None,
+        *,
+        timeout: float | None = None,
+        columns: Sequence[str] | None = None,
+        body: Literal["view", "binary"] | None = None,
+        max_bytes: int | None = None,
+    ) -> list[pa.RecordBatch]:
+        """As :meth:`poll`, one Arrow batch in a list (``[]`` if none came); the options are
+        :meth:`CommitLog.scan_batches`'."""
+    def commit(self, offset: int | None = None) -> int:
+        """Records durably that records are done; returns the name's committed position.
+        Exclusive: every record below ``offset`` (default: the position). Shared: this open's
+        claims ending at or below ``offset`` (default: all of them)."""
+    def seek(self, to: _Start, /) -> int:
+        """Moves the position (exclusive consumers only); the next commit moves the committed
+        one."""
+    def close(self) -> None:
+        """Lets the name go; the committed position stays in the store."""
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
+
 @final
 class SegmentBuffer:
     """Read-only buffer over one segment's map; memoryviews over it keep the map alive."""
@@ -251,6 +316,8 @@ class CommitLog:
         retention_hours: float | None = ...,
         delete_hours: Sequence[int] | None = ...,
         retention_bytes: int | None = ...,
+        retain_unconsumed: bool = ...,
+        consumer_idle_hours: float | None = ...,
         max_deletes_per_pass: int = ...,
         clean_interval_ms: int = ...,
         file_mode: int = ...,
@@ -340,6 +407,33 @@ class CommitLog:
         CPU while waiting; releases the GIL; Ctrl-C interrupts; ``ClosedError`` if the log is
         closed meanwhile. See docs/producers-consumers.md.
         """
+    def consumer(
+        self,
+        name: str,
+        /,
+        *,
+        start: _Start | None = None,
+        on_loss: Literal["raise", "skip"] | None = None,
+        exclusive: bool = False,
+        redelivery_timeout: float | None = None,
+    ) -> Consumer:
+        """The named consumer ``name``: at its committed position if the store knows the name,
+        otherwise created (durably) at ``start`` (default ``"earliest"``).
+
+        ``exclusive=True`` holds the name alone (``ConsumerBusyError`` while any other open has
+        it); otherwise the opens of the name, in any process, share its records: each poll
+        claims the next ones, and claims not committed within ``redelivery_timeout`` seconds
+        (default 30), or whose open closed or died, are delivered again. ``on_loss``: what a poll
+        does when records it had not read were deleted (``"raise"``: ``DataLossError``;
+        ``"skip"``: a warning, then on from ``min_offset``). See docs/producers-consumers.md.
+        """
+    def consumers(self) -> list[dict[str, object]]:
+        """Every consumer name the store keeps, by name: ``name``, ``position`` (committed),
+        ``lag_bytes``, ``committed_ms``, ``created_ms``, ``open`` (an open holds it now, in any
+        process), ``holds_retention``."""
+    def drop_consumer(self, name: str, /) -> None:
+        """Forgets consumer ``name`` (its position is gone); ``ConsumerBusyError`` while it is
+        open anywhere."""
     def __iter__(self) -> ScanIterator: ...
     def offset_for_timestamp(self, ts_ms: int, /) -> int:
         """Offset of the first record with ``timestamp_ms >= ts_ms``, else ``max_offset``."""

@@ -22,6 +22,9 @@ pub const FILE: &str = "rmqlog.claims";
 pub(crate) const MAX_CLAIMS: usize = 120;
 /// Opens of one name at most.
 pub(crate) const MAX_MEMBERS: u64 = 64;
+/// The member of a claim no open holds (its open died, or it is the rest of a claim split at a
+/// redelivery): the next poll takes it.
+pub(crate) const NOBODY: u16 = u16::MAX;
 
 const COPY: u64 = 4096;
 const HEAD: usize = 40;
@@ -82,8 +85,17 @@ impl Table {
         }
     }
 
+    /// Drops every claim: nothing claimed from `base` on. The sequence goes on, so the copy
+    /// written next is the newest.
+    pub fn reset(&mut self, base: u64) {
+        self.base = base;
+        self.next = base;
+        self.claims.clear();
+    }
+
     /// Moves `base` over the done claims that start at it; whether it moved. The claims cover
-    /// `[base, next)` whole, so `base` stops at the first one not done.
+    /// `[base, next)` whole, so `base` stops at the first one not done. Done claims behind it
+    /// that touch are merged: the table holds about two entries per claim not done.
     pub fn advance(&mut self) -> bool {
         let before = self.base;
         self.claims.sort_by_key(|c| c.from);
@@ -95,7 +107,19 @@ impl Table {
             self.base = c.to;
             self.claims.remove(0);
         }
+        self.claims.dedup_by(|later, earlier| {
+            let merge = earlier.done && later.done && earlier.to == later.from;
+            if merge {
+                earlier.to = later.to;
+            }
+            merge
+        });
         self.base != before
+    }
+
+    /// Claims not yet committed.
+    pub fn pending(&self) -> usize {
+        self.claims.iter().filter(|c| !c.done).count()
     }
 
     fn encode(&self) -> Vec<u8> {
@@ -274,6 +298,12 @@ mod tests {
             claim(200, 300, true),
         ];
         assert!(!t.advance());
+        assert_eq!(
+            t.claims.len(),
+            2,
+            "the two done claims behind (0, 100) merge"
+        );
+        assert_eq!((t.claims[1].from, t.claims[1].to), (100, 300));
         t.claims[0].done = true; // sorted: (0, 100) first
         assert!(t.advance());
         assert_eq!((t.base, t.claims.len()), (300, 0));

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::claims::{self, member_byte, name_byte, table_byte, Claim, Claims, Table};
+use super::claims::{self, member_byte, name_byte, table_byte, Claim, Claims, Table, NOBODY};
 use super::positions::Positions;
 use super::slot::{check_name, Slot};
 use crate::error::{Error, Result};
@@ -104,14 +104,18 @@ pub struct Consumer {
     state: Arc<State>,
     positions: Positions,
     claims: Claims,
-    /// The hold on the name, the member slot, the table lock (see [`super::claims`]).
-    locks: ByteLocks,
+    /// The hold on the name, the member slot, the table lock (see [`super::claims`]); shared
+    /// with the log, which lets them go at its close.
+    locks: Arc<ByteLocks>,
     pair: usize,
     /// The name's state as last written or read by this open: its committed position.
     slot: Slot,
-    /// Exclusive: the next record a poll delivers. Shared: the first record no open had
-    /// claimed, as of this open's last poll.
+    /// The next record a poll delivers; shared, the offset after the last record this open's
+    /// polls delivered.
     position: u64,
+    /// Shared: the first record no open had claimed, as of this open's last look (a poll waits
+    /// for the log to pass it).
+    unclaimed: u64,
     on_loss: OnLoss,
     /// `None` for an exclusive consumer.
     member: Option<Member>,
@@ -128,7 +132,11 @@ impl Consumer {
     /// Opens `name`, creating it at `opts.start` if the store does not know it; refused with
     /// [`Error::ConsumerBusy`] while another open holds it exclusively (or, for an exclusive
     /// open, at all).
-    pub(crate) fn open(state: &Arc<State>, name: &str, opts: ConsumerOptions) -> Result<Consumer> {
+    pub(crate) fn open(
+        state: &Arc<State>,
+        name: &str,
+        opts: ConsumerOptions,
+    ) -> Result<(Consumer, Arc<ByteLocks>)> {
         check_name(name)?;
         state.check_open()?;
         shared::catch_up(state)?;
@@ -158,7 +166,7 @@ impl Consumer {
             }
         };
         let claims = Claims::open(dirs[0])?;
-        let locks = ByteLocks::open(claims.path())?;
+        let locks = Arc::new(ByteLocks::open(claims.path())?);
         let busy = || Error::ConsumerBusy {
             name: name.to_owned(),
         };
@@ -188,6 +196,7 @@ impl Consumer {
             locks,
             pair,
             position: slot.position,
+            unclaimed: slot.position,
             slot,
             on_loss: opts.on_loss,
             member,
@@ -195,20 +204,23 @@ impl Consumer {
         c.with_table(|c, t| {
             if created || c.member.is_none() {
                 // A new name, or one held alone: no claims carry over.
-                *t = Table::fresh(c.slot.position);
+                t.reset(c.slot.position);
             } else if let Some(m) = &c.member {
-                // Claims left by a dead open that had this member number go at once.
+                // Claims left by a dead open that had this member number go to the next poll.
                 for cl in t
                     .claims
                     .iter_mut()
                     .filter(|cl| cl.member == m.k && !cl.done)
                 {
+                    cl.member = NOBODY;
                     cl.claimed_ms = 0;
                 }
+                c.unclaimed = t.next;
             }
             Ok((true, ()))
         })?;
-        Ok(c)
+        let locks = Arc::clone(&c.locks);
+        Ok((c, locks))
     }
 
     pub fn name(&self) -> &str {
@@ -328,18 +340,23 @@ impl Consumer {
         };
         let min = self.state.min_offset();
         if t.base < min {
-            // Records no open had committed are gone: every claim goes with them.
+            // Records no open had committed are gone: every claim goes with them, and the
+            // name goes on from the first record left (this open says so, once).
             let from = t.base;
-            *t = Table::fresh(min);
+            t.reset(min);
             self.write_slot(min)?;
             if let Err(e) = self.lost(from, min) {
                 return Ok((true, Err(e)));
             }
         }
+        if t.advance() {
+            self.write_slot(t.base)?; // not expected: commits advance what they finish
+        }
         let now = now_ms();
         let lapsed = t.claims.iter().position(|c| {
             !c.done
-                && (now >= c.claimed_ms.saturating_add(redelivery)
+                && (c.member == NOBODY
+                    || now >= c.claimed_ms.saturating_add(redelivery)
                     || (c.member != me && !self.is_alive(c.member)))
         });
         if let Some(i) = lapsed {
@@ -356,17 +373,20 @@ impl Consumer {
                 self.check_room(t)?;
                 t.claims.push(Claim {
                     from: end,
+                    to,
+                    member: NOBODY,
+                    done: false,
                     claimed_ms: 0,
-                    ..t.claims[i]
                 });
                 t.claims[i].to = end;
             }
             t.claims[i].member = me;
             t.claims[i].claimed_ms = now;
-            self.position = t.next;
+            self.position = end;
+            self.unclaimed = t.next;
             return Ok((true, Ok(Some(r))));
         }
-        self.position = t.next;
+        self.unclaimed = t.next;
         if t.next >= self.state.max_offset() {
             return Ok((false, Ok(None)));
         }
@@ -384,9 +404,12 @@ impl Consumer {
         });
         t.next = end;
         self.position = end;
+        self.unclaimed = end;
         Ok((true, Ok(Some(r))))
     }
 
+    /// Room in the table for one more claim (its entries are the claims not done and the
+    /// runs of done ones between them).
     fn check_room(&self, t: &Table) -> Result<()> {
         if t.claims.len() < claims::MAX_CLAIMS {
             return Ok(());
@@ -395,7 +418,7 @@ impl Consumer {
             "consumer {:?} has {} polls not committed, the most a name keeps: commit before \
              polling more",
             self.slot.name,
-            t.claims.len()
+            t.pending()
         )))
     }
 
@@ -439,6 +462,9 @@ impl Consumer {
             t.claims.retain(|c| c.from >= committed);
             t.base = committed;
             t.next = t.next.max(committed);
+        } else if t.base > committed {
+            // An exclusive open committed back to an earlier record: nothing is claimed there.
+            t.reset(committed);
         }
         let (changed, out) = f(self, &mut t)?;
         if changed {
@@ -458,7 +484,7 @@ impl Consumer {
         let until = deadline.map_or(slice, |d| d.min(slice));
         match wait::wait(
             &self.state,
-            self.position,
+            self.unclaimed,
             false,
             Some(until),
             interruptible,
@@ -482,6 +508,9 @@ impl Consumer {
         if let Some(m) = &self.member {
             let (me, upto) = (m.k, offset.unwrap_or(u64::MAX));
             return self.with_table(|c, t| {
+                if let Some(o) = offset {
+                    c.check_shared_commit(t, me, o)?;
+                }
                 let mut marked = false;
                 for cl in t.claims.iter_mut() {
                     if cl.member == me && !cl.done && cl.to <= upto {
@@ -508,6 +537,24 @@ impl Consumer {
         }
         self.write_slot(target)?;
         Ok(target)
+    }
+
+    /// A shared open's `commit(offset)`: at or below the end of its own claims, at a record
+    /// boundary.
+    fn check_shared_commit(&self, t: &Table, me: u16, offset: u64) -> Result<()> {
+        let mine = || t.claims.iter().filter(|c| c.member == me && !c.done);
+        let received = mine().map(|c| c.to).max().unwrap_or(t.base);
+        if offset > received {
+            return Err(Error::invalid(format!(
+                "commit(offset={offset}) of consumer {:?} is past the records it received \
+                 (this open, not committed yet): they end at {received}",
+                self.slot.name
+            )));
+        }
+        if offset != t.base && !mine().any(|c| c.to == offset) {
+            reader::read(&self.state, offset)?; // a record starts there
+        }
+        Ok(())
     }
 
     /// Writes the name's committed position, durably.
@@ -578,6 +625,7 @@ impl Consumer {
                 consumer: name.clone(),
                 from,
                 to,
+                moved_on: self.member.is_some(),
             }),
             OnLoss::Skip => {
                 log::warn!(

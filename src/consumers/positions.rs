@@ -29,11 +29,16 @@ impl Positions {
     /// otherwise a directory without one is left out.
     pub fn open(dirs: &[&Path], create: bool) -> Result<Positions> {
         let mut files = Vec::with_capacity(dirs.len());
+        let mut created = Vec::with_capacity(dirs.len());
         for dir in dirs {
             let path = dir.join(FILE);
             let file = match OpenOptions::new().read(true).write(true).open(&path) {
-                Ok(f) => f,
+                Ok(f) => {
+                    created.push(false);
+                    f
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
+                    created.push(true);
                     create_file(dir, &path)?
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -41,7 +46,36 @@ impl Positions {
             };
             files.push((path, file));
         }
-        Ok(Positions { files })
+        let p = Positions { files };
+        if created.iter().any(|&c| c) && created.iter().any(|&c| !c) {
+            p.fill_created(&created)?;
+        }
+        Ok(p)
+    }
+
+    /// Gives files created just now (their directory had lost its file) every name's newest
+    /// slot from the others, durably: each directory again holds every position.
+    fn fill_created(&self, created: &[bool]) -> Result<()> {
+        let older = Positions {
+            files: self
+                .files
+                .iter()
+                .zip(created)
+                .filter(|(_, &c)| !c)
+                .map(|((p, f), _)| f.try_clone().map(|f| (p.clone(), f)).ctx("opening", p))
+                .collect::<Result<_>>()?,
+        };
+        for (pair, slot) in older.read()?.iter().enumerate() {
+            let Some(slot) = slot else { continue };
+            for ((path, file), _) in self.files.iter().zip(created).filter(|(_, &c)| c) {
+                file.write_all_at(&slot.encode(), slot.at(pair))
+                    .ctx("writing", path)?;
+            }
+        }
+        for ((path, file), _) in self.files.iter().zip(created).filter(|(_, &c)| c) {
+            file.sync_data().ctx("syncing", path)?;
+        }
+        Ok(())
     }
 
     /// Opens the files for reading only (a read-only listing): those that exist.
@@ -81,12 +115,14 @@ impl Positions {
     /// The newest intact slot of pair `pair` across the directories.
     pub fn read_pair(&self, pair: usize) -> Result<Option<Slot>> {
         let mut best: Option<Slot> = None;
-        let mut b = [0u8; PAIR as usize];
         for (path, file) in &self.files {
-            match file.read_exact_at(&mut b, HEADER + pair as u64 * PAIR) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => continue,
-                Err(e) => return Err(Error::io("reading", path, e)),
+            let mut b = [0u8; PAIR as usize];
+            // A file may end inside the pair (its second slot never written): zeros after.
+            let n = file
+                .read_at(&mut b, HEADER + pair as u64 * PAIR)
+                .ctx("reading", path)?;
+            if n == 0 {
+                continue;
             }
             if let Some(s) = newest(&b) {
                 if best.as_ref().is_none_or(|old| s.seq > old.seq) {

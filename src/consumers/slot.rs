@@ -85,8 +85,9 @@ impl Slot {
 
 /// The newest intact slot of a pair's bytes.
 pub(crate) fn newest(pair: &[u8]) -> Option<Slot> {
-    let a = Slot::decode(pair.get(..SLOT)?);
-    let b = Slot::decode(pair.get(SLOT..2 * SLOT)?);
+    // A file may end after the first slot of its last pair.
+    let a = pair.get(..SLOT).and_then(Slot::decode);
+    let b = pair.get(SLOT..2 * SLOT).and_then(Slot::decode);
     match (a, b) {
         (Some(a), Some(b)) => Some(if a.seq >= b.seq { a } else { b }),
         (a, b) => a.or(b),

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString};
+use pyo3::types::{IntoPyDict, PyBool, PyDict, PyInt, PyList, PyString};
 
 use super::args;
 use super::arrow;
@@ -141,6 +141,7 @@ impl PyConsumer {
 
     /// Moves the position (the next commit moves the committed one): "earliest", "latest", an
     /// offset, or an aware `datetime` (the first record at or after it).
+    #[pyo3(signature = (to, /))]
     fn seek(&self, py: Python<'_>, to: &Bound<'_, PyAny>) -> PyResult<u64> {
         let to = start(to, "seek()")?;
         self.with(|c| Ok(py.detach(|| c.seek(to))?))
@@ -242,8 +243,22 @@ pub(super) fn start(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Start> {
                  datetime.now(timezone.utc))"
             )));
         }
-        let secs: f64 = obj.call_method0("timestamp")?.extract()?;
-        return Ok(Start::Timestamp((secs * 1000.0).max(0.0) as u64));
+        // Whole microseconds since the epoch, exactly; a start inside a millisecond begins at
+        // the next one (the first record at or after it).
+        let epoch = datetime.call_method1("fromtimestamp", (0, obj.getattr("tzinfo")?))?;
+        let us: i128 = obj
+            .call_method1("__sub__", (epoch,))?
+            .call_method1(
+                "__floordiv__",
+                (obj.py()
+                    .import("datetime")?
+                    .getattr("timedelta")?
+                    .call((), Some(&[("microseconds", 1)].into_py_dict(obj.py())?))?,),
+            )?
+            .extract()?;
+        return Ok(Start::Timestamp(
+            u64::try_from((us.max(0) + 999) / 1000).unwrap_or(u64::MAX),
+        ));
     }
     Err(PyTypeError::new_err(format!(
         "{what} must be \"earliest\", \"latest\", an offset (int) or an aware datetime, got {}",

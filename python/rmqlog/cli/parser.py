@@ -209,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--drop",
         metavar="NAME",
-        help="forget consumer NAME (its position is gone; refused while it is open)",
+        help="forget consumer NAME: its position is gone; refused while it is open (default: "
+        "list them)",
     )
     sp.set_defaults(func=cmd_consumers)
 
