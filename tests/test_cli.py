@@ -1020,3 +1020,30 @@ def test_dump_follow_prints_records_as_they_are_appended_until_ctrl_c(store):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_consumers_lists_and_drops(run, tmp_path):
+    """``rmqlog consumers``: each name with its position, lag and last commit (text and JSON);
+    ``--drop`` forgets one, and is refused while the name is open."""
+    store = tmp_path / "store"
+    with CommitLog(str(store), segment_size=65536, retain_unconsumed=True) as log:
+        offs = log.append_batch([b"x" * 100] * 10)
+        with log.consumer("billing") as c:
+            c.poll(4)
+            c.commit()
+        held = log.consumer("audit")
+        proc = run("consumers", store)
+        assert proc.returncode == 0, proc.stderr
+        lag = log.max_offset - offs[4]
+        assert re.search(rf"billing\s+position {offs[4]}\s+lag {lag} ", proc.stdout)
+        assert re.search(r"audit\s+position 0 .*\[open, holds retention\]", proc.stdout)
+        assert "held by consumer 'audit'" in proc.stdout
+        info = json.loads(run("consumers", store, "--json").stdout)
+        assert [c["name"] for c in info["consumers"]] == ["audit", "billing"]
+        assert info["head_held_by"] == "audit"
+        refused = run("consumers", store, "--drop", "audit")
+        assert refused.returncode == 2 and "open elsewhere" in refused.stderr
+        held.close()
+        assert run("consumers", store, "--drop", "audit").returncode == 0
+        assert [c["name"] for c in log.consumers()] == ["billing"]
+        assert "consumers (1):" in run("stat", store).stdout

@@ -1336,3 +1336,19 @@ def test_poll_batches_waits_for_an_append(log, pa, exclusive):
     later.join()
     # One append_batch: all three or none, so the woken poll gets the three.
     assert [bytes(x) for x in b.column("body").to_pylist()] == [rec(i) for i in range(50, 53)]
+
+
+def test_closing_the_log_lets_its_consumers_names_go(make_log, dirs):
+    """A consumer left open past its log's close holds its name no more: the next open of the
+    store takes the name, and the stale consumer's calls fail with ClosedError."""
+    log = make_log(segment_size=SEGMENT)
+    offs = fill(log, 5)
+    stale = log.consumer("held", exclusive=True)
+    stale.poll(2)
+    stale.commit()
+    log.close()
+    again = make_log(segment_size=SEGMENT)
+    with again.consumer("held", exclusive=True) as c:
+        assert c.position == offs[2]
+    with pytest.raises(ClosedError):
+        stale.poll(timeout=0)

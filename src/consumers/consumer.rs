@@ -16,6 +16,7 @@ use super::claims::{self, member_byte, name_byte, table_byte, Claim, Claims, Tab
 use super::positions::Positions;
 use super::slot::{check_name, Slot};
 use crate::error::{Error, Result};
+use crate::failpoint::fail_point;
 use crate::lock::{ByteLocks, NamesLock};
 use crate::reader::{self, RecordRef, Scan};
 use crate::shared;
@@ -447,6 +448,7 @@ impl Consumer {
         &mut self,
         f: impl FnOnce(&mut Consumer, &mut Table) -> Result<(bool, T)>,
     ) -> Result<T> {
+        fail_point!("consumer::table_locked");
         if let Some(d) = self.positions.read_pair(self.pair)? {
             if d.seq > self.slot.seq && !d.dropped && d.name == self.slot.name {
                 self.slot = d; // another open committed
@@ -519,7 +521,9 @@ impl Consumer {
                     }
                 }
                 if t.advance() {
+                    fail_point!("consumer::committing");
                     c.write_slot(t.base)?;
+                    fail_point!("consumer::slot_written");
                 }
                 Ok((marked, t.base))
             });

@@ -1,0 +1,173 @@
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is the failure report
+//! Named consumers sharing a name across processes, with a process SIGKILLed at chosen steps
+//! (fail points that pause it until it is killed): holding the name's table lock, between its
+//! commit's write to the store and its write of the claims table, and before that write.
+#![cfg(feature = "failpoints")]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{dirs, fill};
+use rmqlog::{CommitLog, ConsumerOptions, FlushMode, Options};
+
+/// Set in a child: the store's directories, joined by ':'.
+const DIRS_ENV: &str = "RMQLOG_CONSUMER_DIRS";
+/// Set in a child: the fail point where it pauses (until killed), and what it does first.
+const WHAT_ENV: &str = "RMQLOG_CONSUMER_WHAT";
+
+fn opts() -> Options {
+    Options::default()
+        .segment_size(64 * 1024)
+        .flush(FlushMode::Async)
+        .exclusive(false)
+        .clean_interval(Duration::ZERO)
+}
+
+fn shared() -> ConsumerOptions {
+    ConsumerOptions::default()
+}
+
+/// A child process: opens consumer "x" shared, polls 10 records, says where they end, then
+/// commits with fail point `WHAT_ENV` pausing it (or, for `consumer::table_locked`, polls).
+#[test]
+fn consumer_process() {
+    let (Ok(dirs), Ok(point)) = (std::env::var(DIRS_ENV), std::env::var(WHAT_ENV)) else {
+        return; // run by the tests below
+    };
+    let dirs: Vec<PathBuf> = dirs.split(':').map(PathBuf::from).collect();
+    let log = CommitLog::open(&dirs, opts()).unwrap();
+    let mut c = log.consumer("x", shared()).unwrap();
+    let got = c.poll(10, None).unwrap();
+    println!("polled {}", got.last().unwrap().next_offset());
+    fail::cfg_callback(&point, || {
+        println!("paused");
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    })
+    .unwrap();
+    match point.as_str() {
+        "consumer::table_locked" => drop(c.poll(10, None)),
+        _ => drop(c.commit(None)),
+    }
+    unreachable!("paused until killed");
+}
+
+/// A child SIGKILLed and reaped when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs a child pausing at `point`; returns it (paused) and the end of the records it polled.
+fn paused_child(dirs: &[PathBuf], point: &str) -> (Killed, u64) {
+    let joined: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    let mut child = Killed(
+        Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "consumer_process",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(DIRS_ENV, joined.join(":"))
+            .env(WHAT_ENV, point)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut polled = None;
+    for line in BufReader::new(child.0.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        // The harness may print its "test ... " before the child's first line.
+        if let Some((_, end)) = line.split_once("polled ") {
+            polled = Some(end.trim().parse().unwrap());
+        }
+        if line.ends_with("paused") {
+            return (child, polled.expect("it polled first"));
+        }
+    }
+    panic!("the child ended before it paused at {point}");
+}
+
+/// The offsets of the records the next polls of `log`'s consumer "x" get, to the log's end.
+fn drain(log: &CommitLog) -> Vec<u64> {
+    let mut c = log.consumer("x", shared()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut got = Vec::new();
+    while let Some(r) = Some(c.poll(1000, Some(Instant::now() + Duration::from_millis(300))))
+        .map(Result::unwrap)
+        .filter(|r| !r.is_empty())
+    {
+        got.extend(r.iter().map(|r| r.offset()));
+        assert!(Instant::now() < deadline, "records keep coming: {got:?}");
+    }
+    c.commit(None).unwrap();
+    got.sort_unstable();
+    got
+}
+
+#[test]
+fn a_commit_killed_after_its_write_to_the_store_counts_and_nothing_is_delivered_again() {
+    let (_root, d) = dirs(2);
+    let log = CommitLog::open(&d, opts()).unwrap();
+    let offs: Vec<u64> = fill(&log, 100, 200).into_iter().map(|(o, _)| o).collect();
+    let (child, end) = paused_child(&d, "consumer::slot_written");
+    drop(child);
+    let listed = log.consumers().unwrap();
+    assert_eq!(listed[0].position, end, "the commit reached the store");
+    // The claims table still shows the dead open's claim: the store's position wins.
+    let rest = drain(&log);
+    assert_eq!(rest, offs[10..].to_vec(), "nothing below the commit again");
+}
+
+#[test]
+fn a_commit_killed_before_its_write_to_the_store_has_its_records_delivered_again() {
+    let (_root, d) = dirs(2);
+    let log = CommitLog::open(&d, opts()).unwrap();
+    let offs: Vec<u64> = fill(&log, 100, 200).into_iter().map(|(o, _)| o).collect();
+    let (child, _) = paused_child(&d, "consumer::committing");
+    drop(child);
+    assert_eq!(log.consumers().unwrap()[0].position, 0, "nothing committed");
+    assert_eq!(
+        drain(&log),
+        offs,
+        "the dead open's claim again, then the rest"
+    );
+}
+
+#[test]
+fn an_open_killed_holding_the_names_table_lock_blocks_no_other() {
+    let (_root, d) = dirs(2);
+    let log = CommitLog::open(&d, opts()).unwrap();
+    let offs: Vec<u64> = fill(&log, 100, 200).into_iter().map(|(o, _)| o).collect();
+    let (child, _) = paused_child(&d, "consumer::table_locked");
+    // While it holds the lock, another open's poll waits for it ...
+    let waiting = std::thread::spawn({
+        let d = d.clone();
+        move || {
+            let log = CommitLog::open(&d, opts()).unwrap();
+            let started = Instant::now();
+            let got = drain(&log);
+            (got, started.elapsed())
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!waiting.is_finished(), "the table lock is held");
+    drop(child); // ... and the kernel lets it go with the process
+    let (got, took) = waiting.join().unwrap();
+    assert_eq!(got, offs, "its uncommitted claim again, then the rest");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(
+        log.consumers().unwrap()[0].position,
+        log.max_offset().unwrap()
+    );
+}
