@@ -103,10 +103,13 @@ fn drain(log: &CommitLog) -> Vec<u64> {
     let mut c = log.consumer("x", shared()).unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut got = Vec::new();
-    while let Some(r) = Some(c.poll(1000, Some(Instant::now() + Duration::from_millis(300))))
-        .map(Result::unwrap)
-        .filter(|r| !r.is_empty())
-    {
+    loop {
+        let r = c
+            .poll(1000, Some(Instant::now() + Duration::from_millis(300)))
+            .unwrap();
+        if r.is_empty() {
+            break;
+        }
         got.extend(r.iter().map(|r| r.offset()));
         assert!(Instant::now() < deadline, "records keep coming: {got:?}");
     }
