@@ -24,6 +24,7 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from _procs import finish, sigkill, sleeps_in_futex, wait_for
@@ -1352,3 +1353,11 @@ def test_closing_the_log_lets_its_consumers_names_go(make_log, dirs):
         assert c.position == offs[2]
     with pytest.raises(ClosedError):
         stale.poll(timeout=0)
+
+
+def test_the_docs_example_runs():
+    """examples/named_consumers.py: two producers, two workers under one name, one SIGKILLed."""
+    example = Path(__file__).parents[1] / "examples" / "named_consumers.py"
+    r = subprocess.run([sys.executable, example], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "40000 of 40000 orders handled" in r.stdout, r.stdout

@@ -1,0 +1,94 @@
+"""Producers, and a consumer service whose workers share one consumer name and resume after a
+crash.
+
+    make demo                                   # .venv with rmqlog
+    .venv/bin/python examples/named_consumers.py
+
+Two producer processes append orders to one store (``exclusive=False``). The store keeps what a
+consumer has not committed (``retain_unconsumed=True``) while its size retention
+(``retention_bytes``) deletes what every consumer is done with. Two worker processes consume
+under the one name ``"billing"``: each poll claims the next records for that worker, and each
+worker records what it handled, then commits. One worker is killed (SIGKILL) in the middle of
+the stream, between a poll and its commit; a new worker takes its place. The records the dead
+one had claimed and not committed go to the next poll (at least once), and no record is lost.
+At the end the example prints how many orders were handled, how many twice (only records the
+dead worker held), and where the name's committed position is.
+"""
+
+import multiprocessing as mp
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rmqlog import CommitLog
+
+PRODUCERS = 2
+ORDERS = 20_000  # per producer
+STORE = {"segment_size": 256 << 10, "retention_bytes": 512 << 10, "retain_unconsumed": True}
+
+
+def produce(dirs: list[str], producer: int) -> None:
+    with CommitLog(dirs, exclusive=False, **STORE) as log:
+        for n in range(0, ORDERS, 100):
+            log.append_batch([b"order %d-%d" % (producer, i) for i in range(n, n + 100)])
+            time.sleep(0.001)
+
+
+def work(dirs: list[str], worker: str, handled_dir: str) -> None:
+    """A worker of the billing service: handle, record, then commit. Ends when idle for 2 s."""
+    with (
+        CommitLog(dirs, exclusive=False, **STORE) as log,
+        log.consumer("billing", start="earliest", redelivery_timeout=10.0) as billing,
+        open(Path(handled_dir) / worker, "a") as handled,
+    ):
+        while batch := billing.poll(200, timeout=2.0):
+            for offset, _body in batch:
+                handled.write(f"{offset}\n")  # the side effect, before the commit
+            handled.flush()
+            os.fsync(handled.fileno())
+            billing.commit()
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        dirs = [str(Path(tmp) / "d0"), str(Path(tmp) / "d1")]
+        handled_dir = Path(tmp) / "handled"
+        handled_dir.mkdir()
+        CommitLog(dirs, exclusive=False, **STORE).close()  # create the store
+        ctx = mp.get_context("spawn")
+        producers = [ctx.Process(target=produce, args=(dirs, p)) for p in range(PRODUCERS)]
+        workers = [
+            ctx.Process(target=work, args=(dirs, f"worker-{w}", str(handled_dir))) for w in (1, 2)
+        ]
+        for p in producers + workers:
+            p.start()
+        time.sleep(1.0)
+        os.kill(workers[0].pid, signal.SIGKILL)  # mid-stream, whatever it was doing
+        workers[0].join()
+        replacement = ctx.Process(target=work, args=(dirs, "worker-3", str(handled_dir)))
+        replacement.start()
+        for p in [*producers, workers[1], replacement]:
+            p.join()
+
+        seen: dict[int, int] = {}
+        for f in handled_dir.iterdir():
+            for line in f.read_text().split():
+                seen[int(line)] = seen.get(int(line), 0) + 1
+        with CommitLog(dirs, exclusive=False, **STORE) as log:
+            [billing] = log.consumers()
+            deleted = log.clean()  # retention: only what billing is done with may go
+            print(
+                f"{len(seen)} of {PRODUCERS * ORDERS} orders handled, "
+                f"{sum(1 for n in seen.values() if n > 1)} twice; billing committed "
+                f"{billing['position']} of {log.max_offset}; retention deleted "
+                f"{deleted} segments, the log now starts at {log.min_offset}"
+            )
+            ok = len(seen) == PRODUCERS * ORDERS and billing["position"] == log.max_offset
+        return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
