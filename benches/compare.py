@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import rows_append
 import rows_arrow
+import rows_consumers
 import rows_mp
 import rows_peers
 import rows_read
@@ -66,6 +67,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "tier": rows_tier.NAMES,
     "wait": rows_wait.NAMES,
     "mp": rows_mp.NAMES,
+    "consumers": rows_consumers.NAMES,
 }
 
 
@@ -89,6 +91,7 @@ def one_pass(s: Sizes, wd: Workdir, rust: rows_rust.RustRows, want: Callable[[st
         "tier": lambda: rows_tier.run(s, wd),
         "wait": lambda: rows_wait.run(s, wd),
         "mp": lambda: rows_mp.run(s, wd),
+        "consumers": lambda: rows_consumers.run(s, wd),
     }
     rows: list[Row] = []
     for group, runner in runners.items():

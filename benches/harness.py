@@ -61,6 +61,9 @@ TARGETS: dict[str, tuple[str, float | None]] = {
     "mp_append_batch_100_4proc": (">=", 0.9),
     "mp_vs_sqlite_4proc": (">=", 20),
     "mp_sync_append_4proc": (">=", 2),
+    "consumer_poll_100": (">=", 0.8),
+    "consumer_poll_vs_persistqueue_ack": (">=", 50),
+    "consumer_commit_sync": (">=", 0.7),
 }
 
 BODY_100 = bytes(range(100))
@@ -88,6 +91,8 @@ class Sizes:
     spark_reps: int
     tier_bytes: int  # bytes of 1 KiB records written for the tier row
     tier_segment: int  # its segment size
+    acks: int  # records a consumer polls and commits (and persist-queue gets and acks) per rep
+    commits: int  # durable consumer commits (and fdatasyncs) per repetition
 
     @staticmethod
     def make(quick: bool, reps: int | None) -> Sizes:
@@ -109,6 +114,8 @@ class Sizes:
                 r,
                 8 << 20,
                 1 << 20,
+                1_000,
+                50,
             )
         return Sizes(
             quick=False,
@@ -126,6 +133,8 @@ class Sizes:
             spark_reps=reps or 3,
             tier_bytes=256 << 20,
             tier_segment=16 << 20,
+            acks=20_000,
+            commits=1_000,
         )
 
 

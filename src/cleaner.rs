@@ -182,7 +182,7 @@ pub(crate) fn clean_pass(state: &State, force: bool) -> Result<usize> {
         return Ok(0);
     }
     let hold = match state.opts.retain_unconsumed {
-        true => crate::consumers::retention_holder(state)?.map(|c| c.position),
+        true => crate::positions::names::retention_holder(state)?.map(|c| c.position),
         false => None,
     };
     let mut ctx = None;

@@ -36,7 +36,7 @@ pub mod arrow;
 mod background;
 mod checkpoint;
 mod cleaner;
-mod consumers;
+mod consumer;
 mod control;
 mod crc_line;
 mod dirs;
@@ -61,6 +61,7 @@ mod open;
 mod options;
 mod paths;
 mod placement;
+mod positions;
 mod reader;
 mod record;
 mod recovery;
@@ -84,9 +85,7 @@ mod writer;
 #[cfg(feature = "python")]
 mod python;
 
-pub use crate::consumers::{
-    Consumer, ConsumerInfo, ConsumerOptions, Lag, OnLoss, Start, MAX_NAME_LEN, POSITIONS_FILE,
-};
+pub use crate::consumer::{Consumer, ConsumerOptions, Lag, OnLoss, Start};
 pub use crate::dirs::{DirEvent, DirInfo, DirState};
 pub use crate::error::{Error, Result};
 pub use crate::log::{CommitLog, SegmentInfo};
@@ -94,6 +93,7 @@ pub use crate::mover::Moved;
 pub use crate::options::{
     EventFn, FlushMode, Options, PerDir, PlaceFn, Strategy, TierOptions, SEGMENT_ALIGN,
 };
+pub use crate::positions::{ConsumerInfo, MAX_NAME_LEN, POSITIONS_FILE};
 pub use crate::reader::{Follow, RecordRef, Scan};
 pub use crate::record::{FILLER_LEN, HEADER_LEN};
 pub use crate::segment::{Mapping, MAX_OFFSET};

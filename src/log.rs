@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::background::Periodic;
 use crate::cleaner::{clean_pass, start_cleaner, truncate_before};
-use crate::consumers::{self, Consumer, ConsumerInfo, ConsumerOptions};
+use crate::consumer::{Consumer, ConsumerOptions};
 use crate::dirs::DirInfo;
 use crate::error::{Error, Result};
 use crate::flusher::{flush_data, start_flusher};
@@ -15,6 +15,8 @@ use crate::lock::{ByteLocks, JoinLock, MaintenanceGuard, StoreLock};
 use crate::mover::{self, Moved};
 use crate::open::{open, Opened};
 use crate::options::Options;
+use crate::positions::names;
+use crate::positions::ConsumerInfo;
 use crate::reader::{self, Follow, RecordRef, Scan};
 use crate::settings::WriterSettings;
 use crate::shared;
@@ -217,18 +219,18 @@ impl CommitLog {
 
     /// Every consumer name the store keeps, by name.
     pub fn consumers(&self) -> Result<Vec<ConsumerInfo>> {
-        consumers::list(&self.state)
+        names::list(&self.state)
     }
 
     /// The consumer holding the log's head from retention (`retain_unconsumed`): the one with the
     /// lowest committed position among those that hold it; `None` if none does.
     pub fn retention_holder(&self) -> Result<Option<ConsumerInfo>> {
-        consumers::retention_holder(&self.state)
+        names::retention_holder(&self.state)
     }
 
     /// Forgets consumer `name` (its position is gone); refused while an open holds it.
     pub fn drop_consumer(&self, name: &str) -> Result<()> {
-        consumers::drop_name(&self.state, name)
+        names::drop_name(&self.state, name)
     }
 
     /// Blocks until the log's end (`max_offset`) passes `offset`, whichever process appended,

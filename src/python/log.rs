@@ -578,7 +578,14 @@ impl PyCommitLog {
         d.set_item("clean_last_error", s.clean_last_error)?;
         d.set_item("fallback_lookups", self.log.fallback_lookups())?;
         let consumers = self.log.consumers()?;
-        d.set_item("consumers", consumers.len())?;
+        let by_name = PyDict::new(py);
+        for c in &consumers {
+            let one = PyDict::new(py);
+            one.set_item("position", c.position)?;
+            one.set_item("lag_bytes", c.lag_bytes)?;
+            by_name.set_item(&c.name, one)?;
+        }
+        d.set_item("consumers", by_name)?;
         let holder = consumers
             .iter()
             .filter(|c| c.holds_retention)

@@ -1,23 +1,26 @@
 //! A named consumer: a position in the log that the store keeps, so that a consumer resumes
 //! where it stopped, and a poll that waits for the next records.
 //!
-//! The committed position (in the store, see [`super::positions`]) says every record below it is
+//! The committed position (in the store, see [`crate::positions`]) says every record below it is
 //! done. An exclusive consumer holds its name alone and reads from its own `position`; a commit
 //! never passes it, so a crash resumes at the last commit that returned or later, and never past
 //! a record the consumer was given. The opens sharing a name (the default) claim the next records
-//! at each poll in the name's claims table ([`super::claims`]); a commit marks the open's claims
+//! at each poll in the name's claims table ([`crate::positions::claims`]); a commit marks the open's claims
 //! done and moves the committed position over the done claims at its front. Claims not committed
 //! within the redelivery timeout, or whose open closed or died, go to the next poll of any open.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use super::claims::{self, member_byte, name_byte, table_byte, Claim, Claims, Table, NOBODY};
-use super::positions::Positions;
-use super::slot::{check_name, Slot};
 use crate::error::{Error, Result};
 use crate::failpoint::fail_point;
 use crate::lock::{ByteLocks, NamesLock};
+use crate::positions::claims::{
+    self, member_byte, name_byte, table_byte, Claim, Claims, Table, NOBODY,
+};
+use crate::positions::file::Positions;
+use crate::positions::names::{find, now_ms, positions_dirs};
+use crate::positions::slot::{check_name, Slot};
 use crate::reader::{self, RecordRef, Scan};
 use crate::shared;
 use crate::state::State;
@@ -74,24 +77,6 @@ impl Default for ConsumerOptions {
     }
 }
 
-/// A named consumer as [`crate::CommitLog::consumers`] lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConsumerInfo {
-    pub name: String,
-    /// The committed position: every record below it is done.
-    pub position: u64,
-    /// When it last committed (or was created), in milliseconds since the epoch.
-    pub committed_ms: u64,
-    pub created_ms: u64,
-    /// Bytes between the committed position and the log's end.
-    pub lag_bytes: u64,
-    /// Whether an open (in any process) holds the name now.
-    pub open: bool,
-    /// Whether it keeps its records from retention (`retain_unconsumed`: it is open, or it
-    /// committed within `consumer_idle_hours`).
-    pub holds_retention: bool,
-}
-
 /// How far a consumer's committed position is behind the log's end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lag {
@@ -105,7 +90,7 @@ pub struct Consumer {
     state: Arc<State>,
     positions: Positions,
     claims: Claims,
-    /// The hold on the name, the member slot, the table lock (see [`super::claims`]); shared
+    /// The hold on the name, the member slot, the table lock (see [`crate::positions::claims`]); shared
     /// with the log, which lets them go at its close.
     locks: Arc<ByteLocks>,
     pair: usize,
@@ -642,123 +627,6 @@ impl Consumer {
     }
 }
 
-/// Every consumer name the store keeps, with its committed position.
-pub(crate) fn list(state: &State) -> Result<Vec<ConsumerInfo>> {
-    state.check_open()?;
-    shared::catch_up(state)?;
-    let dirs = positions_dirs(state)?;
-    let positions = Positions::open_existing(&dirs)?;
-    let end = state.max_offset();
-    // Held names show through their locks (no claims file: no name was ever opened); a store
-    // this open cannot write shows none.
-    let locks = ByteLocks::open_existing(&dirs[0].join(claims::FILE))
-        .ok()
-        .flatten();
-    // A writer's own options; a read-only open's, those the store's writer recorded.
-    let (retain, idle_hours) = match (state.read_only, state.recorded_settings()) {
-        (true, Some(w)) => (w.retain_unconsumed, w.consumer_idle_hours),
-        _ => (state.opts.retain_unconsumed, state.opts.consumer_idle_hours),
-    };
-    let idle_ms = idle_hours.map(|h| (h * 3_600_000.0) as u64);
-    let now = now_ms();
-    let mut out = Vec::new();
-    for (pair, s) in positions.read()?.into_iter().enumerate() {
-        let Some(s) = s.filter(|s| !s.dropped) else {
-            continue;
-        };
-        let open = locks
-            .as_ref()
-            .is_some_and(|l| l.held_elsewhere(name_byte(pair), false).unwrap_or(false));
-        let recent = idle_ms.is_none_or(|idle| now.saturating_sub(s.committed_ms) < idle);
-        out.push(ConsumerInfo {
-            holds_retention: retain && (open || recent),
-            lag_bytes: end.saturating_sub(s.position),
-            name: s.name,
-            position: s.position,
-            committed_ms: s.committed_ms,
-            created_ms: s.created_ms,
-            open,
-        });
-    }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(out)
-}
-
-/// The consumer that holds the log's head (`retain_unconsumed`): the lowest committed position
-/// among those that hold retention.
-pub(crate) fn retention_holder(state: &State) -> Result<Option<ConsumerInfo>> {
-    Ok(list(state)?
-        .into_iter()
-        .filter(|c| c.holds_retention)
-        .min_by_key(|c| c.position))
-}
-
-/// Forgets `name`: its position is gone from the store. Refused while an open holds it.
-pub(crate) fn drop_name(state: &Arc<State>, name: &str) -> Result<()> {
-    check_name(name)?;
-    state.check_open()?;
-    let dirs = positions_dirs(state)?;
-    let _names = NamesLock::take(dirs[0])?;
-    let positions = Positions::open(&dirs, true)?;
-    let pairs = positions.read()?;
-    let Some(pair) = find(&pairs, name) else {
-        let known: Vec<&str> = pairs
-            .iter()
-            .flatten()
-            .filter(|s| !s.dropped)
-            .map(|s| s.name.as_str())
-            .collect();
-        return Err(Error::invalid(format!(
-            "no consumer named {name:?} in this store (it has: {})",
-            if known.is_empty() {
-                "none".to_owned()
-            } else {
-                known.join(", ")
-            }
-        )));
-    };
-    let locks = ByteLocks::open(&dirs[0].join(claims::FILE))?;
-    if locks.held_elsewhere(name_byte(pair), false)? {
-        return Err(Error::ConsumerBusy {
-            name: name.to_owned(),
-        });
-    }
-    let s = pairs[pair].clone().expect("found");
-    let tombstone = Slot {
-        seq: s.seq + 1,
-        committed_ms: now_ms(),
-        dropped: true,
-        ..s
-    };
-    positions.write(pair, &tombstone, true)
-}
-
-fn find(pairs: &[Option<Slot>], name: &str) -> Option<usize> {
-    pairs
-        .iter()
-        .position(|s| s.as_ref().is_some_and(|s| !s.dropped && s.name == name))
-}
-
-/// The directories that keep positions: the store's writable ones, in path order (the first
-/// holds the locks, the same for every process whatever order it gave them in).
-fn positions_dirs(state: &State) -> Result<Vec<&std::path::Path>> {
-    let mut dirs: Vec<&std::path::Path> = state
-        .dirs
-        .iter()
-        .filter(|d| !d.read_only)
-        .map(|d| d.path.as_path())
-        .collect();
-    dirs.sort();
-    if dirs.is_empty() {
-        return Err(Error::Unsupported(
-            "consumers keep their positions in the store's writable directories, and this open \
-             has none (only read_only_paths)"
-                .into(),
-        ));
-    }
-    Ok(dirs)
-}
-
 /// Where `start` is in the log now.
 pub(crate) fn resolve(state: &Arc<State>, start: Start) -> Result<u64> {
     match start {
@@ -768,10 +636,4 @@ pub(crate) fn resolve(state: &Arc<State>, start: Start) -> Result<u64> {
         Start::Offset(o) => reader::read(state, o).map(|r| r.offset()),
         Start::Timestamp(ms) => reader::offset_for_timestamp(state, ms),
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }

@@ -1,0 +1,348 @@
+"""Rows consumer_poll_100, consumer_poll_vs_persistqueue_ack, consumer_commit_sync: a named
+consumer (``log.consumer(name)``) draining a log and committing its position, against a scan of
+the same records, against persist-queue's SQLiteAckQueue get + ack of the same records at equal
+durability, and its durable ``commit()`` against the pwrite + fdatasync it is made of.
+
+The consumers are opened with ``exclusive=True``: the single-consumer API (one open holds the
+name and reads from its own position). A shared open (``exclusive=False``, the default) takes the
+name's byte lock and reads and rewrites its claims table at every poll and commit; the
+persist-queue row reports that mode beside it (``shared_*``, no target).
+
+Every repetition opens a new consumer (a new name, created at "earliest"), so each one drains the
+whole log; opening it is outside the clock, as opening a log is in the other rows. The records are
+appended (and flushed) before the clock, as the queue's records are put before it. Every timed run
+of either side starts after an ``os.sync()`` (outside the clock): these rows time syncs, and the
+writeback of the previous repetition's teardown (a removed store) would otherwise land in the
+next one's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import struct
+from collections.abc import Callable
+from itertools import count
+from time import perf_counter
+
+from harness import BODY_100, SEGMENT, Row, Sizes, Workdir, alternate, rates, say, skipped, timed
+from pylog import HEADER_LEN
+
+NAMES = ("consumer_poll_100", "consumer_poll_vs_persistqueue_ack", "consumer_commit_sync")
+# Records per poll_batches()/scan_batches() batch in consumer_poll_100: the default of both (and
+# 64 MiB of bodies, their max_bytes default, is more than 65,536 x 100 B).
+BATCH = 65_536
+# Records per poll() and per commit (ours), per durable ack point (persist-queue).
+EVERY = 100
+
+
+def _missing() -> str | None:
+    """Why no consumer row can run, or None."""
+    from rmqlog import CommitLog
+
+    if not hasattr(CommitLog, "consumer"):
+        return "this rmqlog has no named consumers (CommitLog.consumer)"
+    return None
+
+
+def _fill(log, n: int, batch: int) -> None:
+    """Appends ``n`` records of 100 B in batches and syncs them: durable before the clock."""
+    for i in range(0, n, batch):
+        log.append_batch([BODY_100] * min(batch, n - i))
+    log.flush()
+    assert log.max_offset == n * (HEADER_LEN + 100), log.max_offset
+
+
+def _timed_quiet(fn: Callable[[], object]) -> float:
+    """``timed(fn)`` after an ``os.sync()`` outside the clock: the writeback left by what ran
+    before (the setup, the previous repetition's removed store or queue) is done first, so that
+    the syncs timed wait for their own writes only (both sides of every row)."""
+    os.sync()
+    return timed(fn)
+
+
+def _poll_row(s: Sizes, wd: Workdir) -> Row:
+    from rmqlog import CommitLog
+
+    n = s.records_100
+    d = wd.new()
+    log = CommitLog(os.path.join(d, "log"), segment_size=SEGMENT)
+    _fill(log, n, s.batch)
+    end = log.max_offset
+    # Outside the clock: one scan maps the segment in for both sides, and both sides' batches have
+    # the same columns (offset, timestamp, body as binary_view over the map).
+    schema = next(iter(log.scan_batches(max_records=BATCH))).schema
+    for _ in log.scan_batches(max_records=BATCH):
+        pass
+    probe = log.consumer("probe", start="earliest", exclusive=True)
+    (first,) = probe.poll_batches(1, timeout=0)
+    assert first.schema == schema, (first.schema, schema)
+    probe.close()
+    log.drop_consumer("probe")
+    names = count()
+    commit_s: list[float] = []
+
+    def ours() -> float:
+        name = f"poll-{next(names)}"
+        # The single-consumer API (exclusive=True); a new name drains from the first record.
+        c = log.consumer(name, start="earliest", exclusive=True)
+        got = []
+
+        def go() -> None:
+            k = 0
+            in_commit = 0.0  # the commits' share of the time, kept as an extra
+            poll_batches, commit = c.poll_batches, c.commit
+            while k < n:
+                (b,) = poll_batches(BATCH, timeout=0)
+                k += b.num_rows
+                t0 = perf_counter()
+                commit()  # durable: its slot written and fdatasync'd before it returns
+                in_commit += perf_counter() - t0
+            got.append(k)
+            commit_s.append(in_commit)
+
+        t = _timed_quiet(go)
+        assert got == [n] and c.position == end and c.committed == end, (got, c)
+        c.close()
+        log.drop_consumer(name)
+        return t
+
+    def base() -> float:
+        got = []
+
+        def go() -> None:
+            k = 0
+            for b in log.scan_batches(max_records=BATCH):
+                k += b.num_rows
+            got.append(k)
+
+        t = _timed_quiet(go)
+        assert got == [n], got
+        return t
+
+    batches = -(-n // BATCH)
+    say(f"consumer poll_batches ({n} records of 100 B, batches of {BATCH}, a commit per batch)")
+    try:
+        to, tb = alternate(s.reps, ours, base)
+    finally:
+        log.close()
+        shutil.rmtree(d)
+    return rates(
+        NAMES[0],
+        n / to,
+        n / tb,
+        f"log.consumer(name, exclusive=True).poll_batches({BATCH:,}) until drained, a durable "
+        f"commit() after each batch ({batches} batches and commits), a new name per repetition",
+        f"log.scan_batches(max_records={BATCH:,}) of the same {n:,} records (no position kept)",
+        items=n,
+        batch=BATCH,
+        commits=batches,
+        ours_commit_s=statistics.median(commit_s),
+    )
+
+
+def _ack_row(s: Sizes, wd: Workdir, persistqueue) -> Row:
+    from rmqlog import CommitLog
+
+    n = s.acks
+    assert n % EVERY == 0, n
+    commit_s: dict[bool, list[float]] = {True: [], False: []}
+
+    def ours(exclusive: bool) -> Callable[[], float]:
+        # Durability: commit() after every 100 records writes the consumer's 256-byte slot into
+        # rmqlog.consumers in each directory of the store (one here) and fdatasyncs it before it
+        # returns. After a crash (process or power) the consumer resumes at its last commit: at
+        # most the 99 records polled since are delivered again (at least once).
+        def run() -> float:
+            d = wd.new()
+            log = CommitLog(os.path.join(d, "log"), segment_size=SEGMENT)
+            _fill(log, n, s.batch)
+            c = log.consumer("ack", start="earliest", exclusive=exclusive)
+            got = []
+
+            def go() -> None:
+                k = 0
+                in_commit = 0.0
+                poll, commit = c.poll, c.commit
+                while k < n:
+                    records = poll(EVERY, timeout=0)
+                    assert records, k
+                    k += len(records)
+                    t0 = perf_counter()
+                    commit()
+                    in_commit += perf_counter() - t0
+                got.append(k)
+                commit_s[exclusive].append(in_commit)
+
+            t = _timed_quiet(go)
+            assert got == [n] and c.committed == log.max_offset, (got, c.committed)
+            c.close()
+            log.close()
+            shutil.rmtree(d)
+            return t
+
+        return run
+
+    def pq() -> float:
+        # What persist-queue 1.1's SQLiteAckQueue does (its source): it forces auto_commit=True
+        # (auto_commit=False is refused with a warning, "disable auto commit is not supported in
+        # ack queue", and reset; task_done() then does nothing), so every get (status -> unack)
+        # and every ack (status -> acked) is a transaction of its own, committed by the call;
+        # there is no batched ack and no ack-flush method. nack/ack_failed are the other ends of
+        # a get (not used here); shrink_disk_usage is a VACUUM (not called). Acked rows stay in
+        # the table until clear_acked_data(), and a get scans past them (its SELECT filters on
+        # status, which has no index): without clearing, gets slow down with every ack.
+        #
+        # Its connection is WAL (it sets journal_mode=WAL) at SQLite's default synchronous=FULL
+        # (it does not set it): an fsync of the WAL at every commit, two per record. For the
+        # durability ours has (one durable point per 100 records) the queue's one connection
+        # (multithreading=False: gets and acks share it) runs at synchronous=NORMAL (a commit
+        # reaches the WAL without a sync: it survives a process crash, as our slot's pwrite
+        # does; checkpoints still sync), and every 100th record the queue's own
+        # clear_acked_data(keep_latest=0) (deleting the acked rows) commits at synchronous=FULL:
+        # that fsync of the WAL makes it and the 100 acks before it durable. After a power loss
+        # the queue resumes at the last such point (auto_resume puts unacked gets back). NORMAL,
+        # not OFF: OFF would also skip the syncs of the checkpoints, which then could lose acks.
+        # Measured here: the same with next_in_order gets (no clearing) was slower, and a larger
+        # wal_autocheckpoint no faster; the default (1,000 pages) stays.
+        d = wd.new()
+        q = persistqueue.SQLiteAckQueue(os.path.join(d, "q"), multithreading=False)
+        con = q._putter  # its one connection (no public way to set a pragma)
+        assert q.auto_commit and con is q._getter
+        assert con.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL, the default
+        con.execute("PRAGMA synchronous=NORMAL")
+        for _ in range(n):
+            q.put(BODY_100)
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the puts durable, the WAL empty
+        got = []
+
+        def go() -> None:
+            get, ack, execute = q.get, q.ack, con.execute
+            k = 0
+            for _ in range(n // EVERY):
+                for _ in range(EVERY):
+                    ack(get(block=False))
+                execute("PRAGMA synchronous=FULL")
+                q.clear_acked_data(keep_latest=0)
+                execute("PRAGMA synchronous=NORMAL")
+                k += EVERY
+            got.append(k)
+
+        t = _timed_quiet(go)
+        assert got == [n] and q.qsize() == 0, (got, q.qsize())
+        assert q.unack_count() == 0 and q.acked_count() == 0
+        assert con.execute(f"SELECT count(*) FROM {q._table_name}").fetchone()[0] == 0
+        q.close()
+        shutil.rmtree(d)
+        return t
+
+    say(f"consumer poll + commit per {EVERY} against persist-queue get + ack ({n} records)")
+    to, tb, tsh = alternate(s.pq_reps, ours(True), pq, ours(False))
+    say(f"  shared consumer (exclusive=False): {n / tsh:,.0f}/s, ratio {tb / tsh:.3g}")
+    return rates(
+        NAMES[1],
+        n / to,
+        n / tb,
+        f"log.consumer(name, exclusive=True): poll({EVERY}) then a durable commit(), 100 B "
+        "records, 1 consumer (shared_*: the same with exclusive=False)",
+        "persistqueue.SQLiteAckQueue(path, multithreading=False): get() + ack() per record "
+        f"(each its own commit, WAL, synchronous=NORMAL), and per {EVERY} records "
+        "clear_acked_data(keep_latest=0) committed at synchronous=FULL (an fsync of the WAL)",
+        items=n,
+        every=EVERY,
+        ours_commit_s=statistics.median(commit_s[True]),
+        shared_per_s=n / tsh,
+        shared_ratio=tb / tsh,
+        shared_commit_s=statistics.median(commit_s[False]),
+    )
+
+
+_POSITION = struct.Struct("<QQ")  # 16 bytes: a sequence number, a position
+
+
+def _commit_row(s: Sizes, wd: Workdir) -> Row:
+    from rmqlog import CommitLog
+
+    k = s.commits
+
+    def ours() -> float:
+        d = wd.new()
+        log = CommitLog(os.path.join(d, "log"), segment_size=SEGMENT)
+        log.append(BODY_100)
+        log.flush()
+        c = log.consumer("commit", start="earliest", exclusive=True)
+        c.poll(1, timeout=0)
+        commit = c.commit
+
+        def go() -> None:
+            # An exclusive commit writes its slot (the next sequence number, the position) and
+            # syncs it at every call, moved or not.
+            for _ in range(k):
+                commit()
+
+        t = _timed_quiet(go)
+        assert c.committed == log.max_offset, c.committed
+        c.close()
+        log.close()
+        shutil.rmtree(d)
+        return t
+
+    def base() -> float:
+        d = wd.new()  # beside the stores: the same filesystem
+        path = os.path.join(d, "position")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, bytes(4096), 0)  # zero-filled and synced, with its directory
+            os.fsync(fd)
+            dfd = os.open(d, os.O_RDONLY)
+            os.fsync(dfd)
+            os.close(dfd)
+
+            def go() -> None:
+                pwrite, fdatasync, pack = os.pwrite, os.fdatasync, _POSITION.pack
+                for i in range(k):
+                    pwrite(fd, pack(i, 132), 0)
+                    fdatasync(fd)
+
+            t = _timed_quiet(go)
+        finally:
+            os.close(fd)
+        shutil.rmtree(d)
+        return t
+
+    say(f"consumer commit ({k} durable commits)")
+    to, tb = alternate(s.reps, ours, base)
+    return rates(
+        NAMES[2],
+        k / to,
+        k / tb,
+        "Consumer.commit() of an exclusive consumer, per call: its 256-byte slot pwritten into "
+        "rmqlog.consumers and fdatasync'd (one directory)",
+        "os.pwrite of 16 bytes at offset 0 of a zero-filled, synced file + os.fdatasync, per "
+        "call, on the store's filesystem",
+        items=k,
+    )
+
+
+def run(s: Sizes, wd: Workdir) -> list[Row]:
+    why = _missing()
+    if why is not None:
+        return [skipped(n, why) for n in NAMES]
+    rows = []
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError as e:
+        reason = f"pyarrow is not installed ({e}); pip install 'rmqlog[arrow]'"
+        rows.append(skipped(NAMES[0], reason))
+    else:
+        rows.append(_poll_row(s, wd))
+    try:
+        import persistqueue
+    except ImportError as e:
+        reason = f"persist-queue is not installed ({e}); pip install 'rmqlog[bench]'"
+        rows.append(skipped(NAMES[1], reason))
+    else:
+        rows.append(_ack_row(s, wd, persistqueue))
+    rows.append(_commit_row(s, wd))
+    return rows
