@@ -173,17 +173,34 @@ struct PassContext {
     total: u64,
 }
 
-/// One cleaning pass (the thread's, `clean()`, and a roll that found every disk full); returns
-/// how many segments it deleted. With no retention configured it deletes nothing.
+/// One cleaning pass (the thread's, `clean()`); returns how many segments it deleted. With no
+/// retention configured it deletes nothing.
 pub(crate) fn clean_pass(state: &State, force: bool) -> Result<usize> {
+    pass(state, force, false)
+}
+
+/// The pass of a roll that found every disk full: retention deletes what it would if no
+/// consumer held it (`retain_unconsumed` gives way to a full disk).
+pub(crate) fn clean_for_full_disk(state: &State) -> Result<usize> {
+    pass(state, false, true)
+}
+
+fn pass(state: &State, force: bool, disk_full: bool) -> Result<usize> {
     Stats::add(&state.stats.clean_passes, 1);
     if !state.opts.retention_configured() {
         *locked(&state.stats.clean_last_error) = None;
         return Ok(0);
     }
-    let hold = match state.opts.retain_unconsumed {
-        true => crate::positions::names::retention_holder(state)?.map(|c| c.position),
-        false => None,
+    // Positions that cannot be read hold everything (the disk limits still delete).
+    let hold = match (state.opts.retain_unconsumed, disk_full) {
+        (true, false) => match crate::positions::names::retention_holder(state) {
+            Ok(h) => h.map(|c| c.position),
+            Err(e) => {
+                log::warn!("retention keeps every segment: the consumers' positions: {e}");
+                Some(0)
+            }
+        },
+        _ => None,
     };
     let mut ctx = None;
     let result = delete_head(state, |p| {

@@ -326,13 +326,29 @@ impl Consumer {
         };
         let min = self.state.min_offset();
         if t.base < min {
-            // Records no open had committed are gone: every claim goes with them, and the
-            // name goes on from the first record left (this open says so, once).
-            let from = t.base;
-            t.reset(min);
-            self.write_slot(min)?;
-            if let Err(e) = self.lost(from, min) {
-                return Ok((true, Err(e)));
+            // Records below the log's head are gone. Lost are those no live open holds: the
+            // claims of no one or of a dead open, and what no one had claimed. A live open's
+            // claim keeps its records past the head (it has them, and commits them).
+            let lost_from = t
+                .claims
+                .iter()
+                .filter(|c| c.from < min && !c.done)
+                .filter(|c| c.member == NOBODY || (c.member != me && !self.is_alive(c.member)))
+                .map(|c| c.from)
+                .chain((t.next < min).then_some(t.next))
+                .min();
+            t.claims.retain(|c| c.to > min);
+            for c in t.claims.iter_mut().filter(|c| c.from < min) {
+                c.from = min;
+            }
+            t.base = min;
+            t.next = t.next.max(min);
+            t.advance();
+            self.write_slot(t.base)?;
+            if let Some(from) = lost_from {
+                if let Err(e) = self.lost(from, min) {
+                    return Ok((true, Err(e)));
+                }
             }
         }
         if t.advance() {
@@ -355,8 +371,12 @@ impl Consumer {
                 )));
             };
             if end < to {
-                // Only the first part fits this poll: the rest waits for the next one.
-                self.check_room(t)?;
+                // Only the first part fits this poll: the rest waits for the next one (room
+                // past MAX_CLAIMS is kept for these splits, so that a full table of lapsed
+                // claims still drains).
+                if t.claims.len() >= claims::CAPACITY {
+                    return Err(self.full(t));
+                }
                 t.claims.push(Claim {
                     from: end,
                     to,
@@ -400,12 +420,16 @@ impl Consumer {
         if t.claims.len() < claims::MAX_CLAIMS {
             return Ok(());
         }
-        Err(Error::Unsupported(format!(
+        Err(self.full(t))
+    }
+
+    fn full(&self, t: &Table) -> Error {
+        Error::Unsupported(format!(
             "consumer {:?} has {} polls not committed, the most a name keeps: commit before \
              polling more",
             self.slot.name,
             t.pending()
-        )))
+        ))
     }
 
     /// Whether the open with member number `k` is alive (holds its member byte).

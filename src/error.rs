@@ -113,8 +113,8 @@ pub enum Error {
 
     /// Another open, in this process or another, holds the consumer name.
     #[error(
-        "consumer {name:?} is open elsewhere (in this process or another); a name has one \
-         consumer at a time: close that one, or use another name"
+        "consumer {name:?} is held elsewhere, in this process or another (by an exclusive open; \
+         or, for exclusive=True, by any open): close that open, or use another name"
     )]
     ConsumerBusy { name: String },
 

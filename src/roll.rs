@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::cleaner::clean_pass;
+use crate::cleaner::clean_for_full_disk;
 use crate::dirs::{DirInfo, DirState};
 use crate::error::{Error, Result};
 use crate::fs::{create_preallocated, is_no_space, remove_durably, segment_name};
@@ -173,7 +173,7 @@ fn create_segment(
     // Shared writers: the process doing the background work cleans (not an append holding the
     // append lock).
     if eligible.is_empty() && state.shared.is_none() {
-        match clean_pass(state, false) {
+        match clean_for_full_disk(state) {
             Ok(n) if n > 0 => log::info!("a full-disk roll cleaned {n} segments"),
             Ok(_) => {}
             Err(e) => log::warn!("cleaning before a full-disk roll failed: {e}"),

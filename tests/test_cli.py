@@ -1042,7 +1042,7 @@ def test_consumers_lists_and_drops(run, tmp_path):
         assert [c["name"] for c in info["consumers"]] == ["audit", "billing"]
         assert info["head_held_by"] == "audit"
         refused = run("consumers", store, "--drop", "audit")
-        assert refused.returncode == 2 and "open elsewhere" in refused.stderr
+        assert refused.returncode == 2 and "held elsewhere" in refused.stderr
         held.close()
         assert run("consumers", store, "--drop", "audit").returncode == 0
         assert [c["name"] for c in log.consumers()] == ["billing"]

@@ -1371,3 +1371,89 @@ def test_the_docs_example_runs():
     r = subprocess.run([sys.executable, example], capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "40000 of 40000 orders handled" in r.stdout, r.stdout
+
+
+# Found by the docs-only hostile review ------------------------------------------------------------
+
+
+def test_a_loss_under_a_dead_claim_never_hands_a_live_opens_records_to_another(make_log, tmp_path):
+    """Shared: a dead open's claim deleted by retention is the loss; a live open's uncommitted
+    records past it stay its own (they are not handed to the next poll), and records it
+    committed never come again."""
+    d = str(tmp_path / "s")
+    log = make_log(d, segment_size=4096, retention_bytes=8192, clean_interval_ms=0)
+    for _ in range(6):
+        log.append_batch([b"x" * 500] * 5)
+    dead = child(
+        "import sys, time\nfrom rmqlog import CommitLog\n"
+        "c = CommitLog(sys.argv[1], read_only=True).consumer('b', redelivery_timeout=600)\n"
+        "c.poll(4, timeout=0)\nprint('claimed', flush=True)\ntime.sleep(100)\n",
+        d,
+    )
+    try:
+        expect_line(dead, "claimed")
+        b = log.consumer("b", redelivery_timeout=600)
+        held = offsets(b.poll(20, timeout=0))
+        sigkill(dead)
+    finally:
+        finish(dead)
+    assert log.clean(force=True) > 0
+    c = log.consumer("b", redelivery_timeout=600, on_loss="skip")
+    got = offsets(c.poll(50, timeout=0))
+    assert got and not set(got) & set(held), (held, got)
+    assert min(got) >= max(held)
+
+
+def test_a_store_opened_under_another_spelling_of_its_paths_keeps_names_exclusive(tmp_path):
+    """A process that names a directory through a symlink sorting first uses the same claims
+    file and locks (they live in the writable directory with the smallest identity)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    with CommitLog([str(a), str(b)], segment_size=SEGMENT) as log:
+        log.append_batch([b"x" * 1000] * 100)
+    (tmp_path / "0b").symlink_to(b)
+    with CommitLog([str(a), str(b)], segment_size=SEGMENT) as w:
+        held = w.consumer("billing", exclusive=True)
+        with CommitLog([str(tmp_path / "0b"), str(a)], read_only=True) as other:
+            with pytest.raises(ConsumerBusyError):
+                other.consumer("billing", exclusive=True)
+            c1, c2 = w.consumer("s"), other.consumer("s")  # both alive: one claims table
+            mine = offsets(c1.poll(3, timeout=0))
+            theirs = offsets(c2.poll(3, timeout=0))
+            assert mine and theirs and not set(mine) & set(theirs)
+            c1.close()
+            c2.close()
+        held.close()
+
+
+def test_a_damaged_copy_in_one_directory_is_set_aside_and_made_again(tmp_path, caplog):
+    paths = two_dirs(tmp_path)
+    with CommitLog(paths, segment_size=SEGMENT) as log:
+        offs = fill(log, 10)
+        with log.consumer("billing") as c:
+            c.poll(4)
+            c.commit()
+    with open(os.path.join(paths[0], POSITIONS), "r+b") as f:
+        f.write(b"garbage!")
+    with CommitLog(paths, segment_size=SEGMENT) as log:
+        assert [(x["name"], x["position"]) for x in log.consumers()] == [("billing", offs[4])]
+        assert "consumers" in log.stats()
+        with log.consumer("billing") as c:  # sets the damaged copy aside, makes it again
+            assert c.position == offs[4]
+    assert os.path.exists(os.path.join(paths[0], POSITIONS + ".damaged"))
+    os.remove(os.path.join(paths[1], POSITIONS))
+    with CommitLog(paths, segment_size=SEGMENT) as log:
+        assert [(x["name"], x["position"]) for x in log.consumers()] == [("billing", offs[4])]
+
+
+def test_a_full_table_of_a_dead_opens_claims_drains_with_small_polls(log):
+    offs = fill(log, 400)
+    x = log.consumer("n")
+    for _ in range(120):
+        x.poll(2, timeout=0)
+    x.close()  # its 120 claims go to the next polls
+    y = log.consumer("n")
+    got = []
+    while batch := y.poll(1, timeout=0):
+        got += offsets(batch)
+        y.commit()
+    assert sorted(got) == offs

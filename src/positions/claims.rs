@@ -20,6 +20,8 @@ pub const FILE: &str = "rmqlog.claims";
 
 /// Claims a name holds at most (one per poll not yet committed).
 pub(crate) const MAX_CLAIMS: usize = 120;
+/// Entries a table's copy has room for: past `MAX_CLAIMS`, only for splits of lapsed claims.
+pub(crate) const CAPACITY: usize = (COPY as usize - HEAD) / ENTRY;
 /// Opens of one name at most.
 pub(crate) const MAX_MEMBERS: u64 = 64;
 /// The member of a claim no open holds (its open died, or it is the rest of a claim split at a
@@ -149,7 +151,7 @@ impl Table {
             return None;
         }
         let n = half(32) as usize;
-        if n > MAX_CLAIMS {
+        if n > CAPACITY {
             return None;
         }
         let claims = (0..n)
@@ -214,7 +216,7 @@ impl Claims {
     /// Writes `t` as pair `pair`'s table (the copy after the newest). Call with its table lock
     /// held. Not synced (see the module doc).
     pub fn write(&self, pair: usize, t: &mut Table) -> Result<()> {
-        if t.claims.len() > MAX_CLAIMS {
+        if t.claims.len() > CAPACITY {
             return Err(Error::Internal(format!(
                 "{} claims in one table, past {MAX_CLAIMS}",
                 t.claims.len()

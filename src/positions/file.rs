@@ -33,6 +33,18 @@ impl Positions {
         for dir in dirs {
             let path = dir.join(FILE);
             let file = match OpenOptions::new().read(true).write(true).open(&path) {
+                Ok(f) if create && read_all(&path, &f).is_err() && dirs.len() > 1 => {
+                    // A damaged copy (its header): set aside, made again from the others.
+                    let aside = dir.join(format!("{FILE}.damaged"));
+                    log::warn!(
+                        "{} is damaged; kept as {} and made again from the other directories",
+                        path.display(),
+                        aside.display()
+                    );
+                    std::fs::rename(&path, &aside).ctx("renaming", &path)?;
+                    created.push(true);
+                    create_file(dir, &path)?
+                }
                 Ok(f) => {
                     created.push(false);
                     f
@@ -95,8 +107,18 @@ impl Positions {
     /// The newest intact slot of every pair, merged across the directories; index = pair.
     pub fn read(&self) -> Result<Vec<Option<Slot>>> {
         let mut pairs: Vec<Option<Slot>> = Vec::new();
+        let (mut damaged, mut damaged_n) = (None, 0);
         for (path, file) in &self.files {
-            let bytes = read_all(path, file)?;
+            // A damaged copy is left out while another one reads (each holds every name).
+            let bytes = match read_all(path, file) {
+                Ok(b) => b,
+                Err(e) => {
+                    log::warn!("consumer positions: {e}; using the other directories' copies");
+                    damaged.get_or_insert(e);
+                    damaged_n += 1;
+                    continue;
+                }
+            };
             let body = bytes.get(HEADER as usize..).unwrap_or_default();
             for (i, pair) in body.chunks(PAIR as usize).enumerate() {
                 if i == pairs.len() {
@@ -109,7 +131,10 @@ impl Positions {
                 }
             }
         }
-        Ok(pairs)
+        match damaged {
+            Some(e) if damaged_n == self.files.len() => Err(e),
+            _ => Ok(pairs),
+        }
     }
 
     /// The newest intact slot of pair `pair` across the directories.

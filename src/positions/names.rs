@@ -76,9 +76,10 @@ pub(crate) fn list(state: &State) -> Result<Vec<ConsumerInfo>> {
 /// The consumer that holds the log's head (`retain_unconsumed`): the lowest committed position
 /// among those that hold retention.
 pub(crate) fn retention_holder(state: &State) -> Result<Option<ConsumerInfo>> {
+    let end = state.max_offset();
     Ok(list(state)?
         .into_iter()
-        .filter(|c| c.holds_retention)
+        .filter(|c| c.holds_retention && c.position < end)
         .min_by_key(|c| c.position))
 }
 
@@ -128,24 +129,32 @@ pub(crate) fn find(pairs: &[Option<Slot>], name: &str) -> Option<usize> {
         .position(|s| s.as_ref().is_some_and(|s| !s.dropped && s.name == name))
 }
 
-/// The directories that keep positions: the store's writable ones, in path order (the first
-/// holds the locks, the same for every process whatever order it gave them in).
+/// The directories that keep positions: the store's directories this process may write (not
+/// `read_only_paths`, not a read-only mount), the first the one with the smallest identity
+/// (`rmqlog.id`): it holds the claims and the locks, the same for every process however it
+/// spells the paths (a symlink, another mount point).
 pub(crate) fn positions_dirs(state: &State) -> Result<Vec<&Path>> {
-    let mut dirs: Vec<&Path> = state
+    let mut dirs: Vec<(&str, &Path)> = state
         .dirs
         .iter()
         .filter(|d| !d.read_only)
-        .map(|d| d.path.as_path())
+        .filter(|d| rustix::fs::access(&d.path, rustix::fs::Access::WRITE_OK).is_ok())
+        .map(|d| {
+            let key =
+                d.id.as_deref()
+                    .unwrap_or_else(|| d.path.to_str().unwrap_or(""));
+            (key, d.path.as_path())
+        })
         .collect();
     dirs.sort();
     if dirs.is_empty() {
         return Err(Error::Unsupported(
-            "consumers keep their positions in the store's writable directories, and this open \
-             has none (only read_only_paths)"
+            "consumers keep their positions in the store's directories, and this open can \
+             write none of them (a tier URL open, read-only mounts, or only read_only_paths)"
                 .into(),
         ));
     }
-    Ok(dirs)
+    Ok(dirs.into_iter().map(|(_, p)| p).collect())
 }
 
 pub(crate) fn now_ms() -> u64 {

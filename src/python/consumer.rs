@@ -73,6 +73,9 @@ impl PyConsumer {
             if !records.is_empty() {
                 return Ok(records);
             }
+            // A signal that came while no wait was under way (a shared open's look between
+            // two waits) is taken here: Ctrl-C ends the poll.
+            py.check_signals()?;
             let c = &*c;
             if let Waited::TimedOut(_) = wait::until(py, || c.wait(deadline, true))? {
                 return Ok(records);
@@ -119,6 +122,7 @@ impl PyConsumer {
             if let Some(b) = py.detach(|| c.take_batch(&opts))? {
                 return Ok(Some(b));
             }
+            py.check_signals()?;
             let c = &*c;
             if let Waited::TimedOut(_) = wait::until(py, || c.wait(deadline, true))? {
                 return Ok(None);

@@ -577,7 +577,16 @@ impl PyCommitLog {
         d.set_item("bytes_deleted", s.bytes_deleted)?;
         d.set_item("clean_last_error", s.clean_last_error)?;
         d.set_item("fallback_lookups", self.log.fallback_lookups())?;
-        let consumers = self.log.consumers()?;
+        // A store this open cannot keep positions in (a tier URL), or whose positions files are
+        // all damaged, still has its counters.
+        let consumers = match self.log.consumers() {
+            Ok(c) => c,
+            Err(e) => {
+                d.set_item("consumers_error", e.to_string())?;
+                Vec::new()
+            }
+        };
+        let end = self.log.max_offset()?;
         let by_name = PyDict::new(py);
         for c in &consumers {
             let one = PyDict::new(py);
@@ -588,7 +597,7 @@ impl PyCommitLog {
         d.set_item("consumers", by_name)?;
         let holder = consumers
             .iter()
-            .filter(|c| c.holds_retention)
+            .filter(|c| c.holds_retention && c.position < end)
             .min_by_key(|c| c.position);
         d.set_item("head_held_by", holder.map(|c| c.name.as_str()))?;
         d.set_item("head_held_at", holder.map(|c| c.position))?;
