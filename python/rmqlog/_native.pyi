@@ -483,8 +483,10 @@ class CommitLog:
         """Offsets lost with a directory named in ``accept_lost``: ``(start, end, directory)``."""
     def dirs(self) -> list[DirInfo]:
         """Every directory, in configuration order (paths, then read_only_paths)."""
-    def stats(self) -> dict[str, int | str | None]:
-        """Counters: appends, segments created and deleted, cleaner passes and last error, ..."""
+    def stats(self) -> dict[str, object]:
+        """Counters: appends, segments created and deleted, cleaner passes and last error, ...;
+        ``consumers`` (each name's committed ``position`` and ``lag_bytes``), ``head_held_by``
+        and ``head_held_at`` (the consumer holding the log's head from retention, if one does)."""
     def tier_status(self) -> dict[str, int | str | None] | None:
         """The remote tier's state (``None`` without a tier): what is local, remote, both and
         pending, the manifest version, the last error, and the counters since open."""
