@@ -675,10 +675,21 @@ fn the_tier_status_and_the_segments_agree_in_the_middle_of_shipping() {
     let opts = quiet().segment_size(64 * 1024).tier(Some(t));
     let seen = |log: &CommitLog| (log.tier_status().unwrap().unwrap(), log.segments().unwrap());
 
-    let committed = Pause::at("tier::committed");
+    let uploaded = Pause::at("tier::uploaded");
     let log = CommitLog::open(&d, opts).unwrap();
     let acked = fill(&log, 700, 200);
     log.flush().unwrap();
+    // The first segment's object is written; the manifest does not list it yet (and may never,
+    // if the store fails now): not shipped, not counted.
+    uploaded.wait();
+    let at_uploaded = seen(&log);
+    let published = Pause::at("tier::published");
+    uploaded.release();
+    // Published in the store, not yet saved in the store's directories nor made current here.
+    published.wait();
+    let at_published = seen(&log);
+    let committed = Pause::at("tier::committed");
+    published.release();
     // The first segment's manifest entry is published and saved; this open has not yet noted
     // the copy on the segment.
     committed.wait();
@@ -690,7 +701,17 @@ fn the_tier_status_and_the_segments_agree_in_the_middle_of_shipping() {
     let at_replaced = seen(&log);
     replaced.release();
     // Checked with the thread released: a failed check must not leave close() waiting for it.
-    for (step, (st, segs)) in [("committed", at_committed), ("replaced", at_replaced)] {
+    for st in [&at_uploaded.0, &at_published.0] {
+        assert_eq!(st.uploads, 0, "{st:?}");
+        assert!(st.pending_segments >= 1, "{st:?}");
+    }
+    let steps = [
+        ("uploaded", at_uploaded),
+        ("published", at_published),
+        ("committed", at_committed),
+        ("replaced", at_replaced),
+    ];
+    for (step, (st, segs)) in steps {
         let shown = |f: fn(&rmqlog::SegmentInfo) -> bool| segs.iter().filter(|s| f(s)).count();
         let what = format!("{step}: {st:?} {segs:?}");
         assert_eq!(

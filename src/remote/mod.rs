@@ -87,6 +87,10 @@ impl TierOptions {
 /// Counters of the tier, in [`crate::StatsSnapshot`].
 #[derive(Debug, Default)]
 pub(crate) struct TierStats {
+    /// Held by a status while it reads, and by the tier thread while a change becomes visible
+    /// (the manifest, the segment list) together with the counters that count it: a status sees
+    /// both or neither.
+    pub shown: Mutex<()>,
     pub uploads: AtomicU64,
     pub uploaded_bytes: AtomicU64,
     pub upload_errors: AtomicU64,

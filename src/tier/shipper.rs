@@ -98,7 +98,7 @@ fn adopt_remote(state: &State, tier: &Tier) -> Result<()> {
     }
     if remote.version > local.version {
         let _maintenance = crate::shared::maintenance(state)?;
-        save(state, tier, remote)?;
+        save(state, tier, remote, None)?;
     }
     let swept = tier.block_on(tier.sweep(&tier.manifest()))?;
     Tier::count(&tier.stats.remote_deleted, swept);
@@ -107,14 +107,20 @@ fn adopt_remote(state: &State, tier: &Tier) -> Result<()> {
 
 /// Makes `next` current: published in the store, copied into the store's directories, recorded
 /// in the checkpoint. The older versions go last.
-fn commit(state: &State, tier: &Tier, mut next: Manifest) -> Result<()> {
+/// `uploaded`: the entry `next` adds, counted as the manifest shows it.
+fn commit(
+    state: &State,
+    tier: &Tier,
+    mut next: Manifest,
+    uploaded: Option<&manifest::Entry>,
+) -> Result<()> {
     // Shared writers: the checkpoint and the local copy change one open at a time.
     let _maintenance = crate::shared::maintenance(state)?;
     next.min_offset = next.min_offset.max(state.min_offset());
     tier.block_on(manifest::publish(&tier.remote, &next))?;
     fail_point!("tier::published");
     let version = next.version;
-    save(state, tier, next)?;
+    save(state, tier, next, uploaded)?;
     tier.block_on(async {
         manifest::prune(&tier.remote, version).await;
         Ok(())
@@ -122,9 +128,16 @@ fn commit(state: &State, tier: &Tier, mut next: Manifest) -> Result<()> {
     Ok(())
 }
 
-fn save(state: &State, tier: &Tier, m: Manifest) -> Result<()> {
+fn save(state: &State, tier: &Tier, m: Manifest, uploaded: Option<&manifest::Entry>) -> Result<()> {
     manifest::save_local(&state.metadata_dirs(), &m, state.opts.file_mode)?;
-    tier.set_manifest(m);
+    {
+        let _shown = locked(&tier.stats.shown);
+        if let Some(entry) = uploaded {
+            Tier::count(&tier.stats.uploads, 1);
+            Tier::count(&tier.stats.uploaded_bytes, entry.size);
+        }
+        tier.set_manifest(m);
+    }
     state.write_checkpoint()
 }
 
@@ -136,7 +149,7 @@ fn trim_remote(state: &State, tier: &Tier) -> Result<()> {
         return Ok(());
     }
     let (next, gone) = m.without_head(min);
-    commit(state, tier, next)?;
+    commit(state, tier, next, None)?;
     for e in gone {
         let name = object_name(e.start);
         let path = tier.remote.path(&name);
@@ -179,10 +192,7 @@ fn upload_one(state: &State, tier: &Tier) -> Result<bool> {
         }
         let entry = tier.upload(seg.start(), seg.written(), seg.map()?, modified)?;
         fail_point!("tier::uploaded");
-        // Counted before the manifest shows it, so a status that sees it shipped counts it.
-        Tier::count(&tier.stats.uploads, 1);
-        Tier::count(&tier.stats.uploaded_bytes, entry.size);
-        commit(state, tier, m.with(entry.clone()))?;
+        commit(state, tier, m.with(entry.clone()), Some(&entry))?;
         fail_point!("tier::committed");
         seg.set_remote_copy(entry);
         return Ok(true);
@@ -237,13 +247,12 @@ fn drop_one(
 ) -> Result<bool> {
     let _maintenance = crate::shared::maintenance(state)?;
     let _one_move = locked(&state.move_lock);
+    let shown = locked(&tier.stats.shown);
     let replaced = state.change(|p| {
         if !p.sealed().iter().any(|s| Arc::ptr_eq(s, seg)) {
             return Ok((None, false));
         }
         let new = Arc::new(Segment::remote(entry.clone(), Arc::clone(tier)));
-        // Counted before the list shows it, so a status that sees it remote-only counts it.
-        Tier::count(&tier.stats.local_deleted, 1);
         Ok((
             Some(Change::Replace {
                 old: Arc::clone(seg),
@@ -252,6 +261,10 @@ fn drop_one(
             true,
         ))
     })?;
+    if replaced {
+        Tier::count(&tier.stats.local_deleted, 1);
+    }
+    drop(shown);
     if replaced {
         fail_point!("tier::replaced");
         remove_durably(seg.path())?;

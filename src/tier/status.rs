@@ -50,6 +50,7 @@ impl State {
     /// See [`TierStatus`]; `None` without a tier.
     pub(crate) fn tier_status(&self) -> Option<TierStatus> {
         let tier: &Tier = self.tier.as_ref()?;
+        let _shown = locked(&tier.stats.shown);
         let list = self.segments_full();
         let sealed = list.sealed(self.max_offset()).len();
         let m = tier.manifest();
