@@ -16,11 +16,15 @@ use crate::crc_line;
 use crate::error::{Error, IoContext, Result};
 use crate::fs::{atomic_write, is_no_space};
 use crate::identity::random_id;
+use crate::record::Format;
 use crate::settings::WriterSettings;
 
 /// Name of the metadata file in every directory of a store.
 pub const CHECKPOINT_FILE: &str = "rmqlog.meta";
 const FORMAT: u32 = 2;
+/// Format 2 with `record_format` 2: an rmqlog that cannot read format-2 records refuses the store
+/// (as an unknown format) rather than taking its records for damage and cutting them.
+const FORMAT_RECORDS_V2: u32 = 3;
 /// rmqlog 0.1: directories and move intents by path.
 const FORMAT_PATHS: u32 = 1;
 const FILE_LEN: usize = 4096;
@@ -38,6 +42,13 @@ pub struct Checkpoint {
     pub dirs: Vec<DirRecord>,
     /// Directories whose segments are read but never written.
     pub read_only_dirs: Vec<DirRecord>,
+    /// The format of the records this store's writers write ([`crate::record::Format`]): 2
+    /// since rmqlog 0.2, absent (1) in stores made before.
+    #[serde(
+        default = "record_format_1",
+        skip_serializing_if = "is_record_format_1"
+    )]
+    pub record_format: u32,
     /// Every segment size in use (old segments keep theirs after a `segment_size` change).
     pub segment_sizes: Vec<u64>,
     /// First offset of the log.
@@ -133,6 +144,14 @@ fn by_path(path: String) -> DirRecord {
     DirRecord { id: None, path }
 }
 
+fn record_format_1() -> u32 {
+    1
+}
+
+fn is_record_format_1(n: &u32) -> bool {
+    *n == 1
+}
+
 impl From<PathsCheckpoint> for Checkpoint {
     fn from(c: PathsCheckpoint) -> Checkpoint {
         Checkpoint {
@@ -141,6 +160,7 @@ impl From<PathsCheckpoint> for Checkpoint {
             seq: c.seq,
             dirs: c.dirs.into_iter().map(by_path).collect(),
             read_only_dirs: c.read_only_dirs.into_iter().map(by_path).collect(),
+            record_format: 1,
             segment_sizes: c.segment_sizes,
             min_offset: c.min_offset,
             flushed_offset: c.flushed_offset,
@@ -160,10 +180,14 @@ impl From<PathsCheckpoint> for Checkpoint {
 }
 
 impl Checkpoint {
-    /// A checkpoint for a new store.
-    pub fn new(segment_size: u64) -> Checkpoint {
+    /// A checkpoint for a new store whose writers write `records`.
+    pub fn new(segment_size: u64, records: Format) -> Checkpoint {
         Checkpoint {
-            format: FORMAT,
+            format: match records {
+                Format::V1 => FORMAT,
+                Format::V2 => FORMAT_RECORDS_V2,
+            },
+            record_format: records.number(),
             store_id: random_id(),
             seq: 0,
             dirs: Vec::new(),
@@ -203,11 +227,24 @@ impl Checkpoint {
         crc_line::encode(self, FILE_LEN)
     }
 
+    /// The format of the records this store's writers write.
+    pub fn records(&self) -> Format {
+        Format::from_number(self.record_format).unwrap_or(Format::V1)
+    }
+
     fn decode(bytes: &[u8]) -> std::result::Result<Checkpoint, String> {
         let value: serde_json::Value = crc_line::decode(bytes)?;
         match value.get("format").and_then(serde_json::Value::as_u64) {
-            Some(f) if f == u64::from(FORMAT) => {
-                serde_json::from_value(value).map_err(|e| e.to_string())
+            Some(f) if f == u64::from(FORMAT) || f == u64::from(FORMAT_RECORDS_V2) => {
+                let c: Checkpoint = serde_json::from_value(value).map_err(|e| e.to_string())?;
+                let expected = if f == u64::from(FORMAT) { 1 } else { 2 };
+                if c.record_format != expected {
+                    return Err(format!(
+                        "format {f} names record format {}, expected {expected}",
+                        c.record_format
+                    ));
+                }
+                Ok(c)
             }
             Some(f) if f == u64::from(FORMAT_PATHS) => {
                 let c: PathsCheckpoint =
@@ -215,7 +252,7 @@ impl Checkpoint {
                 Ok(c.into())
             }
             Some(f) => Err(format!(
-                "unknown format {f} (written by a newer rmqlog? this one reads formats 1 and 2)"
+                "unknown format {f} (written by a newer rmqlog? this one reads formats 1 to 3)"
             )),
             None => Err("no format field".into()),
         }
@@ -309,7 +346,7 @@ mod tests {
         let a = tempfile::tempdir().unwrap();
         let b = tempfile::tempdir().unwrap();
         let dirs = vec![a.path().to_path_buf(), b.path().to_path_buf()];
-        let mut c = Checkpoint::new(4096);
+        let mut c = Checkpoint::new(4096, Format::V2);
         c.write(&dirs, 0o640).unwrap();
         c.seq = 5;
         c.flushed_offset = 99;
@@ -340,10 +377,10 @@ mod tests {
     fn two_stores_are_refused() {
         let a = tempfile::tempdir().unwrap();
         let b = tempfile::tempdir().unwrap();
-        Checkpoint::new(4096)
+        Checkpoint::new(4096, Format::V2)
             .write(&[a.path().into()], 0o640)
             .unwrap();
-        Checkpoint::new(4096)
+        Checkpoint::new(4096, Format::V2)
             .write(&[b.path().into()], 0o640)
             .unwrap();
         let err = read_newest(&[a.path().into(), b.path().into()]).unwrap_err();

@@ -95,7 +95,7 @@ pub use crate::options::{
 };
 pub use crate::positions::{ConsumerInfo, MAX_NAME_LEN, POSITIONS_FILE};
 pub use crate::reader::{Follow, RecordRef, Scan};
-pub use crate::record::{FILLER_LEN, HEADER_LEN};
+pub use crate::record::{Format as RecordFormat, FILLER_LEN, HEADER_LEN};
 pub use crate::segment::{Mapping, MAX_OFFSET};
 pub use crate::settings::{TierPolicy, WriterSettings};
 pub use crate::stats::StatsSnapshot;

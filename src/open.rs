@@ -21,6 +21,8 @@ use crate::lock::{Hold, JoinLock, StoreLock};
 use crate::missing::{check_accept_lost, check_left_out, lost_records, missing_dirs_error};
 use crate::options::Options;
 use crate::paths::{absolute_overrides, check_paths, create_dir_durably};
+use crate::record::Format;
+use crate::record::FILLER_LEN;
 use crate::recovery::recover;
 use crate::remote::{is_url, Manifest, Tier, TierOptions};
 use crate::segment::Segment;
@@ -273,7 +275,7 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
         Some(c) => c,
         None => {
             // Metadata lost in every directory: the identities still say which store this is.
-            let mut c = Checkpoint::new(opts.segment_size);
+            let mut c = Checkpoint::new(opts.segment_size, records_of(&list, opts.record_format));
             c.store_id.clone_from(&store_id);
             c
         }
@@ -584,7 +586,7 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
     }
     let min = list.first().map_or(end, |s| s.start());
     let flushed = ckpt.as_ref().map_or(0, |c| c.flushed_offset.min(end));
-    let checkpoint = ckpt.unwrap_or_else(|| Checkpoint::new(0));
+    let checkpoint = ckpt.unwrap_or_else(|| Checkpoint::new(0, records_of(&list, Format::V2)));
     let state = State::new(Parts {
         opts,
         dirs,
@@ -640,7 +642,7 @@ fn open_remote(url: &str, opts: Options) -> Result<Opened> {
     let manifest = tier
         .load_remote_manifest()?
         .ok_or_else(|| Error::not_found(url, " (no rmqlog tier manifest under this prefix)"))?;
-    let mut checkpoint = Checkpoint::new(0);
+    let mut checkpoint = Checkpoint::new(0, Format::V2);
     checkpoint.store_id.clone_from(&manifest.store_id);
     tier.set_manifest(manifest);
     let tier = Arc::new(tier);
@@ -728,4 +730,14 @@ fn writable_last(list: SegmentList) -> SegmentList {
     let seg = last.writable_copy();
     list.truncated_before(last.start())
         .with_appended(vec![Arc::new(seg)])
+}
+
+/// The record format of a store whose metadata is lost: its first local segment's, else
+/// `default` (a store with no record yet).
+fn records_of(list: &SegmentList, default: Format) -> Format {
+    list.as_slice()
+        .iter()
+        .filter(|s| s.is_local())
+        .find_map(|s| Format::of_segment(s.map().ok()?.bytes(0, FILLER_LEN)))
+        .unwrap_or(default)
 }

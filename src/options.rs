@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::dirs::{DirEvent, DirInfo};
 use crate::error::{Error, Result};
-use crate::record::HEADER_LEN;
+use crate::record::{Format as RecordFormat, HEADER_LEN};
 pub use crate::remote::TierOptions;
 
 /// Page granularity that segment sizes must respect.
@@ -236,6 +236,10 @@ pub struct Options {
     /// With `retain_unconsumed`: a consumer that no open holds and that has not committed for
     /// this long stops holding retention; `None`: it holds until dropped. Defaults to 24 hours.
     pub consumer_idle_hours: Option<f64>,
+    /// The record format a new store's writers write (docs/format.md); a store keeps the format
+    /// it was made with, whatever a later open says. Defaults to format 2; format 1 is for stores
+    /// an rmqlog older than 0.2 must read.
+    pub record_format: RecordFormat,
     /// At most this many segments are deleted in one pass (RocketMQ `deleteFileBatchMax`).
     /// Defaults to 10.
     pub max_deletes_per_pass: usize,
@@ -272,6 +276,7 @@ impl fmt::Debug for Options {
             .field("delete_hours", &self.delete_hours)
             .field("retention_bytes", &self.retention_bytes)
             .field("retain_unconsumed", &self.retain_unconsumed)
+            .field("record_format", &self.record_format)
             .field("consumer_idle_hours", &self.consumer_idle_hours)
             .field("max_deletes_per_pass", &self.max_deletes_per_pass)
             .field("clean_interval", &self.clean_interval)
@@ -302,6 +307,7 @@ impl Default for Options {
             delete_hours: None,
             retention_bytes: None,
             retain_unconsumed: false,
+            record_format: RecordFormat::default(),
             consumer_idle_hours: Some(24.0),
             max_deletes_per_pass: 10,
             clean_interval: Duration::from_secs(10),
@@ -475,6 +481,13 @@ impl Options {
     #[must_use]
     pub fn retention_bytes(mut self, bytes: Option<u64>) -> Self {
         self.retention_bytes = bytes;
+        self
+    }
+
+    /// Sets [`Options::record_format`].
+    #[must_use]
+    pub fn record_format(mut self, format: RecordFormat) -> Self {
+        self.record_format = format;
         self
     }
 

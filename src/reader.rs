@@ -14,7 +14,8 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::follow;
 use crate::record::{
-    decode, has_record_magic, validate, Slot, FILLER_LEN, FILLER_MAGIC, HEADER_LEN,
+    crc_defect, decode, has_record_magic, validate, Format, Slot, FILLER_LEN, FILLER_MAGIC,
+    HEADER_LEN,
 };
 pub(crate) use crate::recovery::next_boundary;
 use crate::segment::{Mapping, Segment};
@@ -184,7 +185,8 @@ enum At {
     Invalid(&'static str),
     /// A record's magic is here but the header fails validation: a damaged record.
     Damaged(&'static str),
-    BadBody {
+    BadCrc {
+        format: Format,
         stored: u32,
         actual: u32,
     },
@@ -202,7 +204,17 @@ fn record_at(seg: &Segment, map: &Arc<Mapping>, offset: u64, max: u64) -> At {
     let h = match validate(map.bytes(pos, limit), offset, MAX_BODY) {
         Slot::Record(h) => h,
         Slot::EndOfSegment => return At::EndOfSegment,
-        Slot::BadBody { stored, actual } => return At::BadBody { stored, actual },
+        Slot::BadCrc {
+            format,
+            stored,
+            actual,
+        } => {
+            return At::BadCrc {
+                format,
+                stored,
+                actual,
+            }
+        }
         // A filler is checked against the whole segment, not the published part.
         Slot::Invalid(why) => {
             return match decode(map.bytes(pos, size), offset, MAX_BODY) {
@@ -237,10 +249,17 @@ fn unexpected(seg: &Segment, offset: u64, at: &At, scanning: bool) -> Option<Err
     let path = || Some(seg.path().to_path_buf());
     Some(match *at {
         At::Record(_) => return None,
-        At::BadBody { stored, actual } => Error::corruption(
+        At::BadCrc {
+            format,
+            stored,
+            actual,
+        } => Error::corruption(
             path(),
             Some(offset),
-            format!("body CRC mismatch: stored {stored:#010x}, computed {actual:#010x}"),
+            format!(
+                "{}: stored {stored:#010x}, computed {actual:#010x}",
+                crc_defect(format)
+            ),
         ),
         At::Invalid(why) | At::Damaged(why) if scanning => Error::corruption(
             path(),

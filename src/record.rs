@@ -1,14 +1,23 @@
 //! Byte layout of a record and of the end-of-segment filler. Pure: no I/O.
 //!
+//! Two formats share the 32-byte header's shape, told apart by the magic (docs/format.md):
+//!
 //! ```text
 //! 0        4        8        12       16                24               32
 //! +--------+--------+--------+--------+-----------------+----------------+------ - -
-//! | length | magic  |body crc|hdr crc | physical offset | timestamp (ms) | body ...
+//! | length | magic  |body crc|hdr crc | physical offset | timestamp (ms) | body ...   format 1
+//! | length | magic  |  crc   | attrs  | physical offset | timestamp (ms) | body ...   format 2
 //! +--------+--------+--------+--------+-----------------+----------------+------ - -
 //! ```
-//! All integers little-endian. `length` = header + body. `hdr crc` = CRC32 of bytes 0..12 and
-//! 16..32. The filler that closes a segment is `[remaining length][FILLER_MAGIC]` (8 bytes); fewer
-//! than 8 bytes left at the end of a segment are an implicit filler.
+//! All integers little-endian. `length` = header + body.
+//! - Format 1: `body crc` = CRC-32 (IEEE) of the body, `hdr crc` = CRC-32 of bytes 0..12 and
+//!   16..32.
+//! - Format 2: `crc` = CRC-32C of bytes 12..length (attributes, offset, timestamp and body, one
+//!   contiguous run); `attrs` is zero (no attribute is defined yet). `length` and `magic` are not
+//!   in the CRC: the magic is compared whole, and a damaged length moves the run the CRC covers.
+//!
+//! The filler that closes a segment is `[remaining length][FILLER_MAGIC]` (8 bytes); fewer than 8
+//! bytes left at the end of a segment are an implicit filler.
 
 use std::sync::OnceLock;
 
@@ -18,16 +27,74 @@ pub const HEADER_LEN: usize = 32;
 pub const FILLER_LEN: usize = 8;
 /// Magic of a format-1 record: "RMQ" and the format version in the low byte.
 pub const MAGIC_V1: u32 = 0x524D_5101;
+/// Magic of a format-2 record.
+pub const MAGIC_V2: u32 = 0x524D_5102;
 /// Magic of the end-of-segment filler (RocketMQ's BLANK_MAGIC_CODE).
 pub const FILLER_MAGIC: u32 = 0x524D_51FF;
+/// Where format 2's CRC starts: it covers the record from here to its end.
+const V2_CRC_FROM: usize = 12;
 
-/// A decoded, validated record header.
+/// The layout of a record. A store writes one format (recorded in its metadata); readers take
+/// both, record by record, by the magic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// rmqlog 0.1: two CRC-32s (header, body).
+    V1,
+    /// One CRC-32C over the header fields and the body, with the CPU's CRC32 instruction.
+    #[default]
+    V2,
+}
+
+impl Format {
+    /// The format's number, as docs/format.md and the metadata name it.
+    pub fn number(self) -> u32 {
+        match self {
+            Format::V1 => 1,
+            Format::V2 => 2,
+        }
+    }
+
+    /// The format numbered `n`.
+    pub fn from_number(n: u32) -> Option<Format> {
+        match n {
+            1 => Some(Format::V1),
+            2 => Some(Format::V2),
+            _ => None,
+        }
+    }
+
+    fn magic(self) -> u32 {
+        match self {
+            Format::V1 => MAGIC_V1,
+            Format::V2 => MAGIC_V2,
+        }
+    }
+
+    /// The format of the record (not the filler) whose magic is `magic`.
+    fn of_magic(magic: u32) -> Option<Format> {
+        match magic {
+            MAGIC_V1 => Some(Format::V1),
+            MAGIC_V2 => Some(Format::V2),
+            _ => None,
+        }
+    }
+
+    /// The format of the first record of a segment's bytes, if it starts with one.
+    pub fn of_segment(bytes: &[u8]) -> Option<Format> {
+        (bytes.len() >= FILLER_LEN)
+            .then(|| Format::of_magic(u32_at(bytes, 4)))
+            .flatten()
+    }
+}
+
+/// A decoded record header (see [`decode`] for what is checked).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
+    pub format: Format,
     /// Header plus body, in bytes.
     pub len: u32,
-    /// CRC32 of the body.
-    pub body_crc: u32,
+    /// The stored check: format 1, the body's CRC-32; format 2, the record's CRC-32C.
+    pub crc: u32,
     /// The record's own physical offset.
     pub offset: u64,
     /// Store timestamp in milliseconds since the Unix epoch.
@@ -39,32 +106,51 @@ impl Header {
     pub fn body_len(&self) -> usize {
         self.len as usize - HEADER_LEN
     }
+}
 
-    /// Encodes the header; `len`/`magic` (bytes 0..8) are what the writer stores last.
-    pub fn encode(&self) -> [u8; HEADER_LEN] {
-        let mut b = [0u8; HEADER_LEN];
-        b[0..4].copy_from_slice(&self.len.to_le_bytes());
-        b[4..8].copy_from_slice(&MAGIC_V1.to_le_bytes());
-        b[8..12].copy_from_slice(&self.body_crc.to_le_bytes());
-        b[16..24].copy_from_slice(&self.offset.to_le_bytes());
-        b[24..32].copy_from_slice(&self.timestamp_ms.to_le_bytes());
-        let crc = header_crc(&b);
-        b[12..16].copy_from_slice(&crc.to_le_bytes());
-        b
+/// The header of the record `body` at `offset`, stored at `timestamp_ms`, in `format`. Format 1
+/// takes the body's CRC-32 from `body_crc` (computed before the writer's lock); format 2's CRC
+/// covers the offset, so it is computed here.
+pub fn encode(
+    format: Format,
+    body: &[u8],
+    body_crc: Option<u32>,
+    offset: u64,
+    timestamp_ms: u64,
+) -> [u8; HEADER_LEN] {
+    let mut b = [0u8; HEADER_LEN];
+    b[0..4].copy_from_slice(&((HEADER_LEN + body.len()) as u32).to_le_bytes());
+    b[4..8].copy_from_slice(&format.magic().to_le_bytes());
+    b[16..24].copy_from_slice(&offset.to_le_bytes());
+    b[24..32].copy_from_slice(&timestamp_ms.to_le_bytes());
+    match format {
+        Format::V1 => {
+            let crc = body_crc.unwrap_or_else(|| crc32_of(body));
+            b[8..12].copy_from_slice(&crc.to_le_bytes());
+            let crc = header_crc_v1(&b);
+            b[12..16].copy_from_slice(&crc.to_le_bytes());
+        }
+        Format::V2 => {
+            let crc = crc32c::crc32c_append(crc32c::crc32c(&b[V2_CRC_FROM..]), body);
+            b[8..12].copy_from_slice(&crc.to_le_bytes());
+        }
     }
+    b
 }
 
 /// What sits at a position inside a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Slot {
-    /// A record whose header validates ([`validate`] has checked its body CRC too).
+    /// A record whose header validates ([`validate`] has checked its CRC too).
     Record(Header),
     /// The end of the segment's data: a filler, or too few bytes left for one.
     EndOfSegment,
     /// Nothing valid: zeros (never written) or damaged bytes.
     Invalid(&'static str),
-    /// A valid header whose body fails its CRC (only from [`validate`]).
-    BadBody {
+    /// A record whose CRC fails (only from [`validate`]): format 1, the body's; format 2, the
+    /// record's (header fields or body).
+    BadCrc {
+        format: Format,
         /// The CRC the header stores.
         stored: u32,
         /// The CRC of the bytes found.
@@ -78,8 +164,16 @@ impl Slot {
         match self {
             Slot::Record(_) | Slot::EndOfSegment => None,
             Slot::Invalid(why) => Some(why),
-            Slot::BadBody { .. } => Some("body CRC mismatch"),
+            Slot::BadCrc { format, .. } => Some(crc_defect(*format)),
         }
+    }
+}
+
+/// What a failed CRC of a record in `format` means.
+pub fn crc_defect(format: Format) -> &'static str {
+    match format {
+        Format::V1 => "body CRC mismatch",
+        Format::V2 => "record CRC mismatch",
     }
 }
 
@@ -95,15 +189,15 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(w)
 }
 
-/// A fresh CRC32 hasher. `Hasher::new` detects the CPU's features each time (a measurable part of
+/// A fresh CRC-32 hasher. `Hasher::new` detects the CPU's features each time (a measurable part of
 /// a small record's cost); a clone of one made once does not.
 fn hasher() -> crc32fast::Hasher {
     static FRESH: OnceLock<crc32fast::Hasher> = OnceLock::new();
     FRESH.get_or_init(crc32fast::Hasher::new).clone()
 }
 
-/// CRC32 of a header with its own CRC field left out.
-pub fn header_crc(h: &[u8]) -> u32 {
+/// Format 1's CRC-32 of a header with its own CRC field left out.
+fn header_crc_v1(h: &[u8]) -> u32 {
     // One contiguous update: two short ones each pay the small-input path's setup.
     let mut bytes = [0u8; HEADER_LEN - 4];
     bytes[..12].copy_from_slice(&h[0..12]);
@@ -113,39 +207,52 @@ pub fn header_crc(h: &[u8]) -> u32 {
     c.finalize()
 }
 
-/// CRC32 of a body.
-pub fn body_crc(body: &[u8]) -> u32 {
+/// The CRC-32 (IEEE) of `bytes`: format 1's body check.
+pub fn crc32_of(bytes: &[u8]) -> u32 {
     let mut c = hasher();
-    c.update(body);
+    c.update(bytes);
     c.finalize()
 }
 
 /// Decodes what starts at `rest[0]`, where `rest` is the segment from that position to its end and
-/// `offset` the position's physical offset. Validates magic, length bounds, header CRC and the
-/// stored physical offset; `max_body` bounds the body length.
+/// `offset` the position's physical offset. Checks what the header alone can tell: the magic,
+/// the length's bounds (`max_body` bounds the body), the stored physical offset; format 1 its
+/// header CRC, format 2 its attributes. Format 2's CRC covers the body too: see [`validate`].
 pub fn decode(rest: &[u8], offset: u64, max_body: usize) -> Slot {
     if rest.len() < FILLER_LEN {
         return Slot::EndOfSegment;
     }
     let len = u32_at(rest, 0);
-    match u32_at(rest, 4) {
-        FILLER_MAGIC if len as usize == rest.len() => return Slot::EndOfSegment,
-        FILLER_MAGIC => return Slot::Invalid("filler length does not reach the segment end"),
-        MAGIC_V1 => {}
-        0 if len == 0 => return Slot::Invalid("no record (zeros)"),
-        _ => return Slot::Invalid("bad magic"),
-    }
+    let magic = u32_at(rest, 4);
+    let format = match Format::of_magic(magic) {
+        Some(f) => f,
+        None if magic == FILLER_MAGIC && len as usize == rest.len() => {
+            return Slot::EndOfSegment;
+        }
+        None if magic == FILLER_MAGIC => {
+            return Slot::Invalid("filler length does not reach the segment end");
+        }
+        None if magic == 0 && len == 0 => return Slot::Invalid("no record (zeros)"),
+        None => return Slot::Invalid("bad magic"),
+    };
     let len_us = len as usize;
     if len_us < HEADER_LEN || len_us > rest.len() || len_us - HEADER_LEN > max_body {
         return Slot::Invalid("record length out of bounds");
     }
     let h = &rest[..HEADER_LEN];
-    if header_crc(h) != u32_at(h, 12) {
-        return Slot::Invalid("header CRC mismatch");
+    match format {
+        Format::V1 if header_crc_v1(h) != u32_at(h, 12) => {
+            return Slot::Invalid("header CRC mismatch");
+        }
+        Format::V2 if u32_at(h, 12) != 0 => {
+            return Slot::Invalid("unknown record attributes (written by a newer rmqlog?)");
+        }
+        _ => {}
     }
     let header = Header {
+        format,
         len,
-        body_crc: u32_at(h, 8),
+        crc: u32_at(h, 8),
         offset: u64_at(h, 16),
         timestamp_ms: u64_at(h, 24),
     };
@@ -155,17 +262,21 @@ pub fn decode(rest: &[u8], offset: u64, max_body: usize) -> Slot {
     Slot::Record(header)
 }
 
-/// [`decode`], then the body CRC: the one check of a record that readers, recovery and `verify`
+/// [`decode`], then the CRC: the one check of a record that readers, recovery and `verify`
 /// share. A [`Slot::Record`] from here is a record to trust.
 pub fn validate(rest: &[u8], offset: u64, max_body: usize) -> Slot {
     match decode(rest, offset, max_body) {
         Slot::Record(h) => {
-            let actual = body_crc(&rest[HEADER_LEN..h.len as usize]);
-            if actual == h.body_crc {
+            let actual = match h.format {
+                Format::V1 => crc32_of(&rest[HEADER_LEN..h.len as usize]),
+                Format::V2 => crc32c::crc32c(&rest[V2_CRC_FROM..h.len as usize]),
+            };
+            if actual == h.crc {
                 Slot::Record(h)
             } else {
-                Slot::BadBody {
-                    stored: h.body_crc,
+                Slot::BadCrc {
+                    format: h.format,
+                    stored: h.crc,
                     actual,
                 }
             }
@@ -176,7 +287,7 @@ pub fn validate(rest: &[u8], offset: u64, max_body: usize) -> Slot {
 
 /// Stores a record by calling `write(position in the record, parts)` twice: first the header from
 /// byte 8 on and the body, then the length/magic word (bytes 0..8). A reader that finds the magic
-/// finds the rest of the header behind it (and checks both CRCs before trusting the record).
+/// finds the rest of the header behind it (and checks the CRCs before trusting the record).
 pub fn store<E>(
     header: &[u8; HEADER_LEN],
     body: &[u8],
@@ -186,9 +297,10 @@ pub fn store<E>(
     write(0, &[&header[..8]])
 }
 
-/// Whether `rest` starts with a record's magic (its header may still fail validation).
+/// Whether `rest` starts with a record's magic, of either format (its header may still fail
+/// validation).
 pub fn has_record_magic(rest: &[u8]) -> bool {
-    rest.len() >= FILLER_LEN && u32_at(rest, 4) == MAGIC_V1
+    Format::of_segment(rest).is_some()
 }
 
 /// Encodes the 8-byte filler that closes a segment with `remaining` bytes left.
@@ -204,14 +316,10 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn encode_record(body: &[u8], offset: u64, ts: u64) -> Vec<u8> {
-        let h = Header {
-            len: (HEADER_LEN + body.len()) as u32,
-            body_crc: body_crc(body),
-            offset,
-            timestamp_ms: ts,
-        };
-        let mut v = h.encode().to_vec();
+    const FORMATS: [Format; 2] = [Format::V1, Format::V2];
+
+    fn encode_record(format: Format, body: &[u8], offset: u64, ts: u64) -> Vec<u8> {
+        let mut v = encode(format, body, None, offset, ts).to_vec();
         v.extend_from_slice(body);
         v
     }
@@ -219,33 +327,53 @@ mod tests {
     proptest! {
         #[test]
         fn round_trip(body in proptest::collection::vec(any::<u8>(), 0..2048),
-                      offset in any::<u64>(), ts in any::<u64>(), slack in 0usize..64) {
-            let mut seg = encode_record(&body, offset, ts);
+                      offset in any::<u64>(), ts in any::<u64>(), slack in 0usize..64,
+                      v2 in any::<bool>()) {
+            let format = if v2 { Format::V2 } else { Format::V1 };
+            let mut seg = encode_record(format, &body, offset, ts);
             seg.resize(seg.len() + slack, 0);
-            match decode(&seg, offset, 4096) {
+            match validate(&seg, offset, 4096) {
                 Slot::Record(h) => {
+                    prop_assert_eq!(h.format, format);
                     prop_assert_eq!(h.offset, offset);
                     prop_assert_eq!(h.timestamp_ms, ts);
                     prop_assert_eq!(h.body_len(), body.len());
-                    prop_assert_eq!(body_crc(&seg[HEADER_LEN..h.len as usize]), h.body_crc);
                 }
                 other => prop_assert!(false, "decoded {:?}", other),
             }
         }
 
+        /// Every bit of a record, header or body, is checked: a flipped one is refused.
         #[test]
-        fn any_flipped_header_byte_is_rejected(body in proptest::collection::vec(any::<u8>(), 0..64),
-                                              at in 0usize..HEADER_LEN, bit in 0u8..8) {
-            let mut seg = encode_record(&body, 4096, 7);
+        fn any_flipped_bit_is_rejected(body in proptest::collection::vec(any::<u8>(), 0..64),
+                                       at in 0usize..HEADER_LEN + 64, bit in 0u8..8,
+                                       v2 in any::<bool>()) {
+            let format = if v2 { Format::V2 } else { Format::V1 };
+            let mut seg = encode_record(format, &body, 4096, 7);
+            let at = at % seg.len();
             seg[at] ^= 1 << bit;
-            prop_assert!(matches!(decode(&seg, 4096, 4096), Slot::Invalid(_)));
+            seg.resize(seg.len() + 64, 0);
+            let slot = validate(&seg, 4096, 4096);
+            prop_assert!(slot.defect().is_some(), "byte {} bit {}: {:?}", at, bit, slot);
         }
     }
 
     #[test]
+    fn the_crc_is_the_cpu_s_crc32c_over_bytes_12_to_the_end() {
+        // Known answer: CRC-32C("123456789") = 0xE3069283 (RFC 3720's polynomial).
+        assert_eq!(crc32c::crc32c(b"123456789"), 0xE306_9283);
+        let rec = encode_record(Format::V2, b"body", 64, 5);
+        assert_eq!(u32_at(&rec, 8), crc32c::crc32c(&rec[12..]));
+        assert_eq!(u32_at(&rec, 4), MAGIC_V2);
+        assert_eq!(u32_at(&rec, 12), 0);
+    }
+
+    #[test]
     fn wrong_position_is_rejected() {
-        let seg = encode_record(b"abc", 100, 1);
-        assert!(matches!(decode(&seg, 101, 64), Slot::Invalid(_)));
+        for f in FORMATS {
+            let seg = encode_record(f, b"abc", 100, 1);
+            assert!(matches!(decode(&seg, 101, 64), Slot::Invalid(_)), "{f:?}");
+        }
     }
 
     #[test]
@@ -262,8 +390,19 @@ mod tests {
 
     #[test]
     fn oversized_body_is_rejected() {
-        let seg = encode_record(&[1u8; 100], 0, 0);
-        assert!(matches!(decode(&seg, 0, 99), Slot::Invalid(_)));
-        assert!(matches!(decode(&seg[..100], 0, 4096), Slot::Invalid(_)));
+        for f in FORMATS {
+            let seg = encode_record(f, &[1u8; 100], 0, 0);
+            assert!(matches!(decode(&seg, 0, 99), Slot::Invalid(_)));
+            assert!(matches!(decode(&seg[..100], 0, 4096), Slot::Invalid(_)));
+        }
+    }
+
+    #[test]
+    fn a_format_2_record_with_attributes_is_refused() {
+        let mut seg = encode_record(Format::V2, b"abc", 0, 0);
+        seg[12] = 1;
+        let crc = crc32c::crc32c(&seg[12..]);
+        seg[8..12].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(validate(&seg, 0, 64), Slot::Invalid(why) if why.contains("attributes")));
     }
 }

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::failpoint::fail_point;
 use crate::flusher::flush_to;
 use crate::options::Strategy;
-use crate::record::{self, body_crc, filler, Header, FILLER_LEN, HEADER_LEN};
+use crate::record::{self, crc32_of, filler, Format, FILLER_LEN, HEADER_LEN};
 use crate::roll::{ask_custom, check_limit, roll, Created};
 use crate::segment::{Mapping, Segment};
 use crate::state::State;
@@ -250,16 +250,17 @@ impl Writer {
         for b in bodies {
             check_size(state, b.as_ref().len())?;
         }
-        // The body CRCs depend on nothing the locks guard: computed before, they keep the time
-        // other writers wait short.
+        // Format 1's body CRCs depend on nothing the locks guard: computed before, they keep the
+        // time other writers wait short. (Format 2's covers the offset: see `record::encode`.)
         let (one, many): ([u32; 1], Vec<u32>);
-        let crcs: &[u32] = match bodies {
-            [b] => {
-                one = [body_crc(b.as_ref())];
+        let crcs: &[u32] = match (state.record_format, bodies) {
+            (Format::V2, _) => &[],
+            (Format::V1, [b]) => {
+                one = [crc32_of(b.as_ref())];
                 &one
             }
-            _ => {
-                many = bodies.iter().map(|b| body_crc(b.as_ref())).collect();
+            (Format::V1, _) => {
+                many = bodies.iter().map(|b| crc32_of(b.as_ref())).collect();
                 &many
             }
         };
@@ -328,7 +329,10 @@ impl Writer {
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
         };
         let len = HEADER_LEN + body.len();
-        let crc = body_crc(body);
+        let crc = match state.record_format {
+            Format::V1 => Some(crc32_of(body)),
+            Format::V2 => None,
+        };
         let ctl = self.shared_page(&c);
         let _page = match &ctl {
             Some(ctl) => match ctl.try_lock_appends() {
@@ -349,7 +353,7 @@ impl Writer {
         let mut offset = 0;
         let batch = Batch {
             bodies: &[body],
-            crcs: &[crc],
+            crcs: crc.as_slice(),
         };
         write_batch(state, &mut c, &self.warm, ctl.as_deref(), batch, |o| {
             offset = o
@@ -389,7 +393,7 @@ impl Writer {
     }
 }
 
-/// The records of one append: their bodies and the bodies' CRCs.
+/// The records of one append: their bodies and (format 1) the bodies' CRCs, else empty.
 struct Batch<'a, B> {
     bodies: &'a [B],
     crcs: &'a [u32],
@@ -431,7 +435,7 @@ fn write_batch<B: AsRef<[u8]>>(
     let ts = now_ms().max(state.last_timestamp_ms());
     let mut rolled = false;
     let mut bytes = 0u64;
-    for (body, &crc) in bodies.iter().zip(crcs) {
+    for (i, body) in bodies.iter().enumerate() {
         let body = body.as_ref();
         let len = HEADER_LEN + body.len();
         if !c.fits(len) {
@@ -455,13 +459,8 @@ fn write_batch<B: AsRef<[u8]>>(
             return Err(Error::Internal("no active segment after a roll".into()));
         };
         let offset = seg.start() + c.pos;
-        let header = Header {
-            len: len as u32,
-            body_crc: crc,
-            offset,
-            timestamp_ms: ts,
-        }
-        .encode();
+        let crc = crcs.get(i).copied();
+        let header = record::encode(state.record_format, body, crc, offset, ts);
         if !(c.file.takes(len) && c.file.write_record(c.pos, &header, body)) {
             c.file.warm(c.pos + len as u64);
             let pos = c.pos as usize;

@@ -627,16 +627,16 @@ def test_verify_flipped_body_byte(run, store):
     end = _flip_body_byte(dirs, target)
     with CommitLog(dirs, read_only=True) as log:
         api_bad = log.verify()
-    assert api_bad == [(target, end, "body CRC mismatch")]
+    assert api_bad == [(target, end, "record CRC mismatch")]
     proc = run("verify", joined(dirs))
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     lines = proc.stdout.splitlines()
-    assert lines[0] == f"CORRUPT: [{target}, {end}) body CRC mismatch"
+    assert lines[0] == f"CORRUPT: [{target}, {end}) record CRC mismatch"
     assert lines[-1].startswith("FAILED: 1 damaged range in ")
     assert "Traceback" not in proc.stderr
     doc = json.loads(run("verify", joined(dirs), "--json").stdout)
     assert doc["ok"] is False
-    assert doc["damaged"] == [{"start": target, "end": end, "reason": "body CRC mismatch"}]
+    assert doc["damaged"] == [{"start": target, "end": end, "reason": "record CRC mismatch"}]
 
 
 def test_verify_two_damaged_ranges(run, store):
@@ -647,8 +647,8 @@ def test_verify_two_damaged_ranges(run, store):
     assert proc.returncode == 1
     corrupt = [x for x in proc.stdout.splitlines() if x.startswith("CORRUPT: ")]
     assert corrupt == [
-        f"CORRUPT: [{offs[5]}, {ends[0]}) body CRC mismatch",
-        f"CORRUPT: [{offs[90]}, {ends[1]}) body CRC mismatch",
+        f"CORRUPT: [{offs[5]}, {ends[0]}) record CRC mismatch",
+        f"CORRUPT: [{offs[90]}, {ends[1]}) record CRC mismatch",
     ]
     assert proc.stdout.splitlines()[-1].startswith("FAILED: 2 damaged ranges in ")
 

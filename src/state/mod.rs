@@ -33,6 +33,7 @@ use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::lock::fork_generation;
 use crate::options::Options;
+use crate::record::Format;
 use crate::remote::Tier;
 use crate::segments::SegmentList;
 use crate::stats::Stats;
@@ -42,6 +43,8 @@ use crate::sync::locked;
 #[derive(Debug)]
 pub(crate) struct State {
     pub opts: Options,
+    /// The format of the records this open writes: the store's, fixed at its creation.
+    pub record_format: Format,
     /// Every directory of the store: the writable ones in configuration order, then the
     /// read-only ones.
     pub dirs: Vec<Dir>,
@@ -121,6 +124,7 @@ impl State {
     pub fn new(p: Parts) -> Result<Arc<State>> {
         let events = Events::start(p.opts.on_dir_event.clone())?;
         Ok(Arc::new(State {
+            record_format: p.checkpoint.records(),
             opts: p.opts,
             dirs: p.dirs,
             read_only: p.read_only,
