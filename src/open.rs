@@ -21,8 +21,7 @@ use crate::lock::{Hold, JoinLock, StoreLock};
 use crate::missing::{check_accept_lost, check_left_out, lost_records, missing_dirs_error};
 use crate::options::Options;
 use crate::paths::{absolute_overrides, check_paths, create_dir_durably};
-use crate::record::Format;
-use crate::record::FILLER_LEN;
+use crate::record::{Format, FILLER_LEN};
 use crate::recovery::recover;
 use crate::remote::{is_url, Manifest, Tier, TierOptions};
 use crate::segment::Segment;
@@ -586,7 +585,8 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
     }
     let min = list.first().map_or(end, |s| s.start());
     let flushed = ckpt.as_ref().map_or(0, |c| c.flushed_offset.min(end));
-    let checkpoint = ckpt.unwrap_or_else(|| Checkpoint::new(0, records_of(&list, Format::V2)));
+    // A reader writes no record: the format it would write does not matter.
+    let checkpoint = ckpt.unwrap_or_else(|| Checkpoint::new(0, Format::V2));
     let state = State::new(Parts {
         opts,
         dirs,
