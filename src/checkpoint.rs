@@ -232,8 +232,15 @@ impl Checkpoint {
         Format::from_number(self.record_format).unwrap_or(Format::V1)
     }
 
-    fn decode(bytes: &[u8]) -> std::result::Result<Checkpoint, String> {
-        let value: serde_json::Value = crc_line::decode(bytes)?;
+    /// `Err(Damaged)`: the bytes fail their CRC (skipped: another copy or recovery serves).
+    /// `Err(NotUnderstood)`: intact, but not a file this rmqlog knows (a newer rmqlog's, or
+    /// edited): the open is refused, as going on without it would cut records.
+    fn decode(bytes: &[u8]) -> std::result::Result<Checkpoint, Unreadable> {
+        let value: serde_json::Value = crc_line::decode(bytes).map_err(Unreadable::Damaged)?;
+        Checkpoint::from_value(value).map_err(Unreadable::NotUnderstood)
+    }
+
+    fn from_value(value: serde_json::Value) -> std::result::Result<Checkpoint, String> {
         match value.get("format").and_then(serde_json::Value::as_u64) {
             Some(f) if f == u64::from(FORMAT) || f == u64::from(FORMAT_RECORDS_V2) => {
                 let c: Checkpoint = serde_json::from_value(value).map_err(|e| e.to_string())?;
@@ -303,6 +310,13 @@ fn overwrite_in_place(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// The newest valid checkpoint among `dirs`. Unreadable or damaged copies are skipped with a
 /// warning; copies from two different stores are an error.
+/// Why a copy of the metadata cannot be used.
+#[derive(Debug)]
+enum Unreadable {
+    Damaged(String),
+    NotUnderstood(String),
+}
+
 pub fn read_newest(dirs: &[PathBuf]) -> Result<Option<Checkpoint>> {
     let mut newest: Option<(Checkpoint, &Path)> = None;
     for dir in dirs {
@@ -317,9 +331,16 @@ pub fn read_newest(dirs: &[PathBuf]) -> Result<Option<Checkpoint>> {
         };
         let c = match Checkpoint::decode(&bytes) {
             Ok(c) => c,
-            Err(why) => {
+            Err(Unreadable::Damaged(why)) => {
                 log::warn!("ignoring damaged {}: {why}", path.display());
                 continue;
+            }
+            Err(Unreadable::NotUnderstood(why)) => {
+                return Err(Error::Unsupported(format!(
+                    "{}: {why}; its CRC is intact, so it is not damage: the store is left as it \
+                     is (open it with the rmqlog that wrote it, or restore the file)",
+                    path.display()
+                )));
             }
         };
         if let Some((n, other)) = &newest {
@@ -370,7 +391,42 @@ mod tests {
         let newer = json.replace("\"format\":1", "\"format\":9");
         let bytes = format!("{newer}\n{:08x}\n", crc32fast::hash(newer.as_bytes()));
         let err = Checkpoint::decode(bytes.as_bytes()).unwrap_err();
-        assert!(err.contains("unknown format 9"), "{err}");
+        assert!(
+            matches!(&err, Unreadable::NotUnderstood(w) if w.contains("unknown format 9")),
+            "{err:?}"
+        );
+    }
+
+    /// A copy whose CRC holds but whose content this rmqlog does not know (a newer format, or a
+    /// record format its file format does not name) refuses the open: skipping it would take
+    /// the store for one whose metadata is lost, and recovery would cut what it cannot read.
+    #[test]
+    fn an_intact_copy_not_understood_refuses_the_open() {
+        let a = tempfile::tempdir().unwrap();
+        let dirs = vec![a.path().to_path_buf()];
+        Checkpoint::new(4096, Format::V2)
+            .write(&dirs, 0o640)
+            .unwrap();
+        let path = a.path().join(CHECKPOINT_FILE);
+        let text = String::from_utf8(crc_line::read_file(&path).unwrap()).unwrap();
+        let json = text.lines().next().unwrap().to_string();
+        for (from, to) in [
+            (r#""format":3"#, r#""format":4"#),
+            (r#""record_format":2"#, r#""record_format":7"#),
+            (r#""format":3"#, r#""format":2"#),
+        ] {
+            let edited = json.replace(from, to);
+            assert_ne!(edited, json);
+            let bytes = format!("{edited}\n{:08x}\n", crc32fast::hash(edited.as_bytes()));
+            std::fs::write(&path, bytes).unwrap();
+            let err = read_newest(&dirs).unwrap_err().to_string();
+            assert!(
+                err.contains("not damage") && err.contains(CHECKPOINT_FILE),
+                "{err}"
+            );
+        }
+        std::fs::write(&path, b"{\"format\":4}\n00000000\n").unwrap(); // CRC fails: damage
+        assert!(read_newest(&dirs).unwrap().is_none());
     }
 
     #[test]

@@ -245,7 +245,9 @@ pub fn decode(rest: &[u8], offset: u64, max_body: usize) -> Slot {
             return Slot::Invalid("header CRC mismatch");
         }
         Format::V2 if u32_at(h, 12) != 0 => {
-            return Slot::Invalid("unknown record attributes (written by a newer rmqlog?)");
+            return Slot::Invalid(
+                "non-zero record attributes (damage, or a newer rmqlog's record)",
+            );
         }
         _ => {}
     }

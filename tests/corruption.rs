@@ -202,3 +202,41 @@ fn a_record_from_before_a_cut_is_refused_by_its_offset() {
         assert!(bad[0].reason.contains("offset"), "{format:?}: {bad:?}");
     }
 }
+
+/// A record whose magic is damaged into the filler's (`0x524D51FF`, one byte away from either
+/// record magic) but whose "length" does not reach the segment's end is damage: the scan ends
+/// there with an error, rather than skipping the rest of the segment as if a filler closed it.
+#[test]
+fn a_magic_damaged_into_the_filler_s_is_not_a_filler() {
+    for format in FORMATS {
+        let t = tempfile::tempdir().unwrap();
+        let offs = fill(t.path(), 120, format);
+        let victim = 10;
+        let (path, pos) = locate(t.path(), offs[victim]);
+        let mut f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.seek(SeekFrom::Start(pos + 4)).unwrap();
+        f.write_all(&[0xff]).unwrap();
+        drop(f);
+        let log = CommitLog::open(&[t.path()], opts()).unwrap();
+        let scanned: Vec<_> = log.scan(None, None).unwrap().collect();
+        assert_eq!(
+            scanned.len(),
+            victim + 1,
+            "{format:?}: the scan went on or skipped"
+        );
+        assert!(
+            matches!(scanned[victim], Err(Error::Corruption { .. })),
+            "{format:?}: {:?}",
+            scanned[victim]
+        );
+        #[cfg(feature = "arrow")]
+        assert!(
+            batched(&log).is_err(),
+            "{format:?}: scan_batches skipped records"
+        );
+        assert_eq!(log.verify().unwrap().len(), 1, "{format:?}");
+        for (i, &o) in offs.iter().enumerate().filter(|&(i, _)| i != victim) {
+            assert_eq!(&*log.read(o).unwrap(), body(i).as_slice(), "{format:?} {i}");
+        }
+    }
+}
