@@ -14,7 +14,8 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::follow;
 use crate::record::{
-    crc_defect, decode, has_record_magic, validate, Format, Slot, FILLER_LEN, HEADER_LEN,
+    crc_defect, decode, has_record_magic, validate, Format, Slot, FILLER_LEN, FILLER_MAGIC,
+    HEADER_LEN,
 };
 pub(crate) use crate::recovery::next_boundary;
 use crate::segment::{Mapping, Segment};
@@ -227,8 +228,10 @@ fn record_at(seg: &Segment, map: &Arc<Mapping>, offset: u64, max: u64) -> At {
     let npos = pos + h.len as usize;
     // A filler only if it reaches the segment's end: a record whose damaged magic reads as the
     // filler's must end the scan with an error, not skip the rest of the segment.
+    // (The magic first: a whole decode of every next record would cost a scan dearly.)
     let next_is_filler = size - npos < FILLER_LEN
         || (npos + FILLER_LEN <= limit
+            && map.bytes(npos + 4, npos + 8) == FILLER_MAGIC.to_le_bytes()
             && decode(map.bytes(npos, size), offset + u64::from(h.len), 0) == Slot::EndOfSegment);
     let next_offset = if next_is_filler {
         seg.end()
