@@ -192,16 +192,34 @@ enum At {
     },
 }
 
+/// How much of each record a read checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Check {
+    /// Header and CRC: a record to trust.
+    Whole,
+    /// The header alone (no CRC): where records are, for a planner that does not read them.
+    Header,
+}
+
 /// Decodes the record at `offset` in `seg` (mapped by `map`), reading no byte at or past `max`
 /// (the published end).
 fn record_at(seg: &Segment, map: &Arc<Mapping>, offset: u64, max: u64) -> At {
+    record_checked(seg, map, offset, max, Check::Whole)
+}
+
+fn record_checked(seg: &Segment, map: &Arc<Mapping>, offset: u64, max: u64, check: Check) -> At {
     let pos = (offset - seg.start()) as usize;
     let limit = (max.min(seg.end()) - seg.start()) as usize;
     let size = seg.size() as usize;
     if pos >= limit {
         return At::EndOfSegment;
     }
-    let h = match validate(map.bytes(pos, limit), offset, MAX_BODY) {
+    let rest = map.bytes(pos, limit);
+    let slot = match check {
+        Check::Whole => validate(rest, offset, MAX_BODY),
+        Check::Header => decode(rest, offset, MAX_BODY),
+    };
+    let h = match slot {
         Slot::Record(h) => h,
         Slot::EndOfSegment => return At::EndOfSegment,
         Slot::BadCrc {
@@ -392,6 +410,7 @@ pub struct Scan {
     next: u64,
     /// Records starting at or after this are not yielded.
     end: u64,
+    check: Check,
     /// The published end when the scan began: no byte at or past it is read.
     max: u64,
     /// The segment the scan is in, and its map.
@@ -470,6 +489,7 @@ impl Scan {
             end: end.min(max),
             max,
             current: None,
+            check: Check::Whole,
             done: start >= end,
             follow: None,
             unchecked_start: None,
@@ -538,6 +558,21 @@ impl Scan {
         self.end
     }
 
+    /// The records of `[start, end)` of this scan's range, seen as of its start (the same
+    /// segments and published end). `start` must be a record start: the caller walked there.
+    #[cfg(feature = "arrow")]
+    pub(crate) fn part(&self, start: u64, end: u64, check: Check) -> Scan {
+        let mut part = Scan::over(
+            Arc::clone(&self.state),
+            Arc::clone(&self.list),
+            start,
+            end.min(self.end),
+            self.max,
+        );
+        part.check = check;
+        part
+    }
+
     /// The log's state (whether it is still open).
     #[cfg(feature = "arrow")]
     pub(crate) fn state(&self) -> &Arc<State> {
@@ -565,7 +600,7 @@ impl Scan {
                 return Err(Error::Internal("a scan lost its segment".into()));
             };
             let scanning = self.unchecked_start.take() != Some(self.next);
-            match record_at(seg, map, self.next, self.max) {
+            match record_checked(seg, map, self.next, self.max, self.check) {
                 At::Record(r) => {
                     self.next = r.next_offset;
                     return Ok(Some(r));

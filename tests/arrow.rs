@@ -15,7 +15,7 @@ use arrow_array::{
 };
 use arrow_schema::{DataType, TimeUnit};
 use common::{body, dirs, quiet, segment_of};
-use rmqlog::arrow::{BatchOptions, BatchReader, BodyLayout, Column, ReadAhead};
+use rmqlog::arrow::{BatchOptions, BatchReader, BodyLayout, Column, ParallelReader};
 use rmqlog::{CommitLog, Error, HEADER_LEN};
 
 /// One record as `scan` sees it: offset, timestamp, body, segment start.
@@ -325,26 +325,26 @@ fn a_corrupt_record_ends_the_reader_after_the_records_before_it() {
     let log = CommitLog::open(&d, quiet().read_only(true)).unwrap();
     let mut o = opts(&Column::ALL, BodyLayout::View);
     o.max_records = 10;
-    for ahead in [false, true] {
+    for threads in [0, 1, 2, 3] {
         let reader = log.scan_batches(None, None, o.clone()).unwrap();
-        let mut reader = Either::new(reader, ahead);
+        let mut reader = Either::new(reader, threads);
         corrupt_case(&mut reader, &offsets, victim);
     }
     drop(root);
 }
 
-/// A plain reader or the same on its read-ahead thread.
+/// A plain reader or the same on worker threads.
 enum Either {
     Plain(BatchReader),
-    Ahead(ReadAhead),
+    Ahead(ParallelReader),
 }
 
 impl Either {
-    fn new(reader: BatchReader, ahead: bool) -> Either {
-        if ahead {
-            Either::Ahead(reader.read_ahead())
-        } else {
-            Either::Plain(reader)
+    /// `threads` 0: the plain reader.
+    fn new(reader: BatchReader, threads: usize) -> Either {
+        match threads {
+            0 => Either::Plain(reader),
+            n => Either::Ahead(reader.parallel(n)),
         }
     }
 
@@ -387,22 +387,38 @@ fn corrupt_case(reader: &mut Either, offsets: &[u64], victim: u64) {
 }
 
 #[test]
-fn read_ahead_gives_the_batches_and_positions_of_its_reader() {
+fn workers_give_the_batches_and_positions_of_the_plain_reader() {
     let (_root, log) = filled();
-    for (max_records, max_bytes) in [(1, 1 << 20), (7, 750), (1000, 1 << 20)] {
+    let offsets: Vec<u64> = log
+        .scan(None, None)
+        .unwrap()
+        .map(|r| r.unwrap().offset())
+        .collect();
+    let ranges = [
+        (None, None),
+        (Some(offsets[3]), Some(offsets[150] + 1)),
+        (Some(offsets[199]), None),
+    ];
+    let cases = [(1, 1 << 20), (7, 750), (1000, 1 << 20), (30, 1)];
+    for ((max_records, max_bytes), threads, (start, end)) in itertools_product(&cases, &ranges) {
         for layout in [BodyLayout::View, BodyLayout::Binary] {
             let mut o = opts(&Column::ALL, layout);
             o.max_records = max_records;
             o.max_bytes = max_bytes;
-            let mut plain = log.scan_batches(None, None, o.clone()).unwrap();
+            let mut plain = log.scan_batches(start, end, o.clone()).unwrap();
             let mut ahead = log
-                .scan_batches(None, None, o.clone())
+                .scan_batches(start, end, o.clone())
                 .unwrap()
-                .read_ahead();
+                .parallel(threads);
             assert_eq!(ahead.next_offset(), plain.next_offset());
             loop {
                 let (a, b) = (plain.next_batch().unwrap(), ahead.next_batch().unwrap());
-                assert_eq!(ahead.next_offset(), plain.next_offset());
+                assert_eq!(
+                    ahead.next_offset(),
+                    plain.next_offset(),
+                    "threads {threads}, {max_records}/{max_bytes}, {start:?}..{end:?}, rows {:?}",
+                    a.as_ref().map(|b| b.num_rows())
+                );
                 match (a, b) {
                     (None, None) => break,
                     (Some(a), Some(b)) => assert_eq!(a, b),
@@ -413,44 +429,42 @@ fn read_ahead_gives_the_batches_and_positions_of_its_reader() {
                     ),
                 }
             }
-            assert_eq!(ahead.next_offset(), ahead.end());
+            assert!(ahead.next_offset() >= ahead.end());
             assert!(ahead.next_batch().unwrap().is_none());
         }
     }
 }
 
-#[test]
-fn read_ahead_ends_with_closed_even_when_it_built_the_next_batch() {
-    let (_root, log) = filled();
-    let mut o = opts(&Column::ALL, BodyLayout::View);
-    o.max_records = 10;
-    let mut ahead = log
-        .scan_batches(None, None, o.clone())
-        .unwrap()
-        .read_ahead();
-    assert_eq!(ahead.next_batch().unwrap().unwrap().num_rows(), 10);
-    // The thread builds the second batch and waits for it to be taken: close meanwhile.
-    std::thread::sleep(std::time::Duration::from_millis(50));
-    log.close().unwrap();
-    assert!(matches!(ahead.next_batch(), Err(Error::Closed)));
-    assert!(ahead.next_batch().unwrap().is_none());
+/// Each of `threads` 1..=3 with each case and range.
+fn itertools_product<A: Copy, B: Copy>(a: &[A], b: &[B]) -> Vec<(A, usize, B)> {
+    let mut out = Vec::new();
+    for &x in a {
+        for threads in 1..=3 {
+            for &y in b {
+                out.push((x, threads, y));
+            }
+        }
+    }
+    out
 }
 
 #[test]
-fn a_read_ahead_dropped_mid_scan_stops_its_thread() {
-    let (_root, log) = filled();
-    let mut o = opts(&Column::ALL, BodyLayout::Binary);
-    o.max_records = 3;
-    for _ in 0..50 {
+fn workers_end_with_closed_even_when_they_built_the_next_batches() {
+    for threads in [1, 2, 3] {
+        let (_root, log) = filled();
+        let mut o = opts(&Column::ALL, BodyLayout::View);
+        o.max_records = 10;
         let mut ahead = log
             .scan_batches(None, None, o.clone())
             .unwrap()
-            .read_ahead();
-        assert_eq!(ahead.next_batch().unwrap().unwrap().num_rows(), 3);
-        drop(ahead); // joins the thread, blocked handing over its next batch
+            .parallel(threads);
+        assert_eq!(ahead.next_batch().unwrap().unwrap().num_rows(), 10);
+        // The workers build the next batches and wait for them to be taken: close meanwhile.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        log.close().unwrap();
+        assert!(matches!(ahead.next_batch(), Err(Error::Closed)));
+        assert!(ahead.next_batch().unwrap().is_none());
     }
-    // Never started: no thread to stop.
-    drop(log.scan_batches(None, None, o).unwrap().read_ahead());
 }
 
 #[test]

@@ -19,12 +19,13 @@ def to_arrow(
     *,
     columns: Sequence[str] | None = None,
     body: Literal["view", "binary"] = "view",
+    threads: int | None = None,
 ) -> pa.Table:
     """The records starting in ``[start, end)`` of a log as one ``pyarrow.Table``.
 
     ``source`` is an open ``CommitLog``, or the store's path(s), opened read-only for the call
-    and closed after it (the table keeps the maps its views need). ``columns`` and ``body`` are
-    those of :meth:`CommitLog.scan_batches`. Errors are rmqlog's own (a damaged record raises
+    and closed after it (the table keeps the maps its views need). ``columns``, ``body`` and
+    ``threads`` are those of :meth:`CommitLog.scan_batches`. Errors are rmqlog's own (a damaged record raises
     ``CorruptionError``), as when iterating ``scan_batches``.
     """
     try:
@@ -36,7 +37,7 @@ def to_arrow(
         ) from None
     log = source if isinstance(source, CommitLog) else CommitLog(source, read_only=True)
     try:
-        scan = log.scan_batches(start, end, columns=columns, body=body)
+        scan = log.scan_batches(start, end, columns=columns, body=body, threads=threads)
         return pa.Table.from_batches(list(scan), schema=scan.schema)
     finally:
         if log is not source:

@@ -364,6 +364,7 @@ class CommitLog:
         follow: bool = False,
         timeout: float | None = None,
         durable: bool = False,
+        threads: int | None = None,
     ) -> BatchScan:
         """Records starting in ``[start, end)`` (up to ``max_offset`` now) as Arrow batches.
 
@@ -378,7 +379,10 @@ class CommitLog:
         and past the deletion of the files); ``"binary"``: the bodies copied into one buffer per
         batch. A batch holds at most ``max_records`` records and ``max_bytes`` of bodies (at
         least one record). Every record is checked (header and body CRC) as by :meth:`scan`.
-        ``None`` for an option means its default. See docs/arrow.md.
+        ``threads``: worker threads that check and build batches at once, handed out in order
+        (default ``None``: one per core, at most 8; ``1``: one thread, one batch ahead); the
+        batches are the same whatever the number. A following scan builds on the caller's
+        thread. ``None`` for an option means its default. See docs/arrow.md.
         """
     def read(self, offset: int, /) -> memoryview:
         """The body of the record at ``offset``: a read-only memoryview over the map."""

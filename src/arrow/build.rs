@@ -59,16 +59,7 @@ impl<'a> BatchBuilder<'a> {
 
     /// Whether `rec` still fits this batch (a first record always does).
     pub(super) fn fits(&self, rec: &Found) -> bool {
-        self.rows == 0
-            || (self.rows < self.opts.max_records
-                && self.body_bytes + rec.body_len <= self.max_bytes())
-    }
-
-    fn max_bytes(&self) -> usize {
-        match self.opts.body {
-            BodyLayout::Binary => self.opts.max_bytes.min(i32::MAX as usize),
-            BodyLayout::View => self.opts.max_bytes,
-        }
+        self.opts.fits(self.rows, self.body_bytes, rec.body_len)
     }
 
     /// Adds `rec` (the caller checked [`BatchBuilder::fits`]).

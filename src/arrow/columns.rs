@@ -128,6 +128,16 @@ impl BatchOptions {
         Ok(())
     }
 
+    /// Whether a body of `body_len` bytes still fits a batch of `rows` records with `body_bytes`
+    /// of bodies (a first record always does).
+    pub(crate) fn fits(&self, rows: usize, body_bytes: usize, body_len: usize) -> bool {
+        let max_bytes = match self.body {
+            BodyLayout::Binary => self.max_bytes.min(i32::MAX as usize),
+            BodyLayout::View => self.max_bytes,
+        };
+        rows == 0 || (rows < self.max_records && body_bytes + body_len <= max_bytes)
+    }
+
     /// The Arrow schema of the batches.
     pub fn schema(&self) -> SchemaRef {
         let fields: Vec<Field> = self

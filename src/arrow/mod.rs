@@ -4,10 +4,10 @@
 mod bodies;
 mod build;
 mod columns;
-mod read_ahead;
+mod parallel;
 mod reader;
 
 pub use bodies::{bodies, chunk_bodies};
 pub use columns::{BatchOptions, BodyLayout, Column};
-pub use read_ahead::ReadAhead;
+pub use parallel::{default_threads, ParallelReader, MAX_THREADS};
 pub use reader::BatchReader;

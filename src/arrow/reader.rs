@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::build::BatchBuilder;
 use super::columns::BatchOptions;
-use super::read_ahead::ReadAhead;
+use super::parallel::ParallelReader;
 use crate::error::{Error, Result};
 use crate::reader::{RecordRef, Scan};
 use crate::state::State;
@@ -58,13 +58,18 @@ impl BatchReader {
         &self.opts
     }
 
-    /// This reader on its own thread, building the next batch while the caller works on the last.
-    pub fn read_ahead(self) -> ReadAhead {
-        ReadAhead::new(self)
+    /// This reader's batches built on `threads` worker threads (at least one), while the caller
+    /// works on the last: see [`ParallelReader`]. A following reader builds on one.
+    pub fn parallel(self, threads: usize) -> ParallelReader {
+        ParallelReader::new(self, threads)
     }
 
     pub(super) fn state(&self) -> &Arc<State> {
         self.scan.state()
+    }
+
+    pub(super) fn records(&self) -> &Scan {
+        &self.scan
     }
 
     /// The next batch, `None` at the end of the range. A following reader waits for records and

@@ -19,7 +19,7 @@ use pyo3::types::{PyCapsule, PyCapsuleMethods};
 use super::args;
 use super::log::PyCommitLog;
 use super::wait;
-use crate::arrow::{BatchOptions, BatchReader, ReadAhead};
+use crate::arrow::{BatchOptions, BatchReader, ParallelReader};
 use crate::sync::try_locked;
 use crate::wait::Waited;
 use crate::Error;
@@ -166,12 +166,13 @@ impl<R: RecordBatchReader> RecordBatchReader for OneConsumer<R> {
 pub struct PyBatchScan {
     log: Py<PyCommitLog>,
     reader: Mutex<Reader>,
+    threads: usize,
 }
 
-/// A scan of the records there now is built one batch ahead on a thread of its own; a following
+/// A scan of the records there now is built on worker threads, ahead of the caller; a following
 /// one on the caller's thread (it waits between batches, where Ctrl-C must reach it).
 enum Reader {
-    Ahead(ReadAhead),
+    Ahead(ParallelReader),
     Follow(BatchReader),
 }
 
@@ -200,14 +201,15 @@ impl Reader {
 }
 
 impl PyBatchScan {
-    pub(super) fn new(log: Py<PyCommitLog>, reader: BatchReader) -> Self {
+    pub(super) fn new(log: Py<PyCommitLog>, reader: BatchReader, threads: usize) -> Self {
         let reader = match reader.follow() {
             Some(_) => Reader::Follow(reader),
-            None => Reader::Ahead(reader.read_ahead()),
+            None => Reader::Ahead(reader.parallel(threads)),
         };
         PyBatchScan {
             log,
             reader: Mutex::new(reader),
+            threads,
         }
     }
 
@@ -305,7 +307,8 @@ impl PyBatchScan {
             }
             None => {
                 let reader = py.detach(|| log.log.scan_batches(Some(start), Some(end), opts))?;
-                FFI_ArrowArrayStream::new(Box::new(OneConsumer(Mutex::new(reader.read_ahead()))))
+                let reader = reader.parallel(self.threads);
+                FFI_ArrowArrayStream::new(Box::new(OneConsumer(Mutex::new(reader))))
             }
         };
         PyCapsule::new_with_value(py, stream, STREAM)
@@ -315,9 +318,10 @@ impl PyBatchScan {
         self.with_reader(|r| {
             let cols: Vec<&str> = r.options().columns.iter().map(|c| c.name()).collect();
             format!(
-                "BatchScan(position={}, end={}, columns={cols:?})",
+                "BatchScan(position={}, end={}, columns={cols:?}, threads={})",
                 r.next_offset(),
-                r.end()
+                r.end(),
+                self.threads
             )
         })
     }
@@ -381,6 +385,32 @@ pub(super) fn batch_options(
         opts.max_bytes = positive(m, "max_bytes")?;
     }
     Ok(opts)
+}
+
+/// `scan_batches`' `threads`: how many worker threads build the batches (`None`: one per core, at
+/// most [`crate::arrow::MAX_THREADS`]).
+pub(super) fn batch_threads(threads: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+    let Some(obj) = threads.filter(|t| !t.is_none()) else {
+        return Ok(crate::arrow::default_threads());
+    };
+    let refuse = || {
+        PyValueError::new_err(format!(
+            "threads must be an int from 1 to {}, or None (one per core), got {}",
+            crate::arrow::MAX_THREADS,
+            obj.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    };
+    let n = args::uint(obj, "threads").map_err(|e| {
+        if e.is_instance_of::<PyValueError>(obj.py()) {
+            refuse()
+        } else {
+            e
+        }
+    })?;
+    usize::try_from(n)
+        .ok()
+        .filter(|n| (1..=crate::arrow::MAX_THREADS).contains(n))
+        .ok_or_else(refuse)
 }
 
 /// Appends the bodies of an Arrow object (see [`import_arrays`]) in one batch.

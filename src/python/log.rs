@@ -355,11 +355,11 @@ impl PyCommitLog {
     #[pyo3(
         signature = (
             start = None, end = None, *, columns = None, body = None, max_records = None,
-            max_bytes = None, follow = false, timeout = None, durable = false
+            max_bytes = None, follow = false, timeout = None, durable = false, threads = None
         ),
         text_signature = "($self, start=None, end=None, *, columns=None, body='view', \
                           max_records=65536, max_bytes=67108864, follow=False, timeout=None, \
-                          durable=False)"
+                          durable=False, threads=None)"
     )]
     #[allow(clippy::too_many_arguments)] // one per keyword of the Python signature
     fn scan_batches(
@@ -373,8 +373,10 @@ impl PyCommitLog {
         follow: bool,
         timeout: Option<&Bound<'_, PyAny>>,
         durable: bool,
+        threads: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<arrow::PyBatchScan> {
         let opts = arrow::batch_options(columns, body, max_records, max_bytes)?;
+        let threads = arrow::batch_threads(threads)?;
         let this = slf.get();
         let (start, end) = this.range_args(start, end)?;
         let follow = follow_args(follow, timeout, durable)?;
@@ -382,7 +384,11 @@ impl PyCommitLog {
             Some(f) => this.log.follow_batches(start, end, f, opts),
             None => this.log.scan_batches(start, end, opts),
         })?;
-        Ok(arrow::PyBatchScan::new(slf.clone().unbind(), reader))
+        Ok(arrow::PyBatchScan::new(
+            slf.clone().unbind(),
+            reader,
+            threads,
+        ))
     }
 
     /// The body of the record at `offset`, as a read-only memoryview over the map (no copy).
