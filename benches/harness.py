@@ -40,6 +40,7 @@ TARGETS: dict[str, tuple[str, float | None]] = {
     "py_append_arrow_100": (">=", 0.8),
     "py_append_arrow_100_vs_python": (">=", 15),
     "py_scan_arrow_100": (">=", 0.8),
+    "py_scan_arrow_100_2cores": (">=", 1.6),
     "py_scan_arrow_100_vs_python": (">=", 20),
     "duckdb_scan_vs_parquet": (">=", 0.5),
     "rust_append_1k_vs_memcpy": (">=", 0.6),

@@ -429,6 +429,11 @@ def test_a_corrupt_record_yields_the_batches_before_it_then_corruption_error(mak
         ({"max_records": 1.5}, TypeError, "max_records must be an int, got float"),
         ({"max_bytes": -1}, ValueError, r"max_bytes must be a positive int below 2\*\*64, got -1"),
         ({"max_bytes": 0}, ValueError, "max_bytes must be a positive int below 2\\*\\*64, got 0"),
+        ({"threads": 0}, ValueError, r"threads must be an int from 1 to 64, or None .*, got 0"),
+        ({"threads": 65}, ValueError, r"threads must be an int from 1 to 64, or None .*, got 65"),
+        ({"threads": -2}, ValueError, r"threads must be an int from 1 to 64, .*got -2"),
+        ({"threads": "2"}, TypeError, "threads must be an int, got str"),
+        ({"threads": True}, TypeError, "threads must be an int, got bool"),
     ],
 )
 def test_bad_arguments(log, kwargs, error, match):

@@ -31,7 +31,9 @@ pub(super) struct BatchBuilder<'a> {
 }
 
 impl<'a> BatchBuilder<'a> {
-    pub(super) fn new(opts: &'a BatchOptions) -> Self {
+    /// `body_bytes`: the bodies' size this batch expects (the last batch's, or what a planner
+    /// counted), reserved at once for a copied body column.
+    pub(super) fn new(opts: &'a BatchOptions, body_bytes: usize) -> Self {
         let cap = |c| {
             if opts.wants(c) {
                 opts.max_records.clamp(1, 1 << 16)
@@ -48,13 +50,20 @@ impl<'a> BatchBuilder<'a> {
             timestamps: Vec::with_capacity(cap(Column::Timestamp)),
             segments: Vec::with_capacity(cap(Column::Segment)),
             views: Views::default(),
-            data: Vec::new(),
+            data: match binary {
+                true => Vec::with_capacity(body_bytes.min(opts.max_bytes)),
+                false => Vec::new(),
+            },
             value_offsets: if binary { vec![0] } else { Vec::new() },
         }
     }
 
     pub(super) fn is_empty(&self) -> bool {
         self.rows == 0
+    }
+
+    pub(super) fn body_bytes(&self) -> usize {
+        self.body_bytes
     }
 
     /// Whether `rec` still fits this batch (a first record always does).

@@ -130,21 +130,22 @@ impl Plan {
                 Some((*r, 0))
             }
             Plan::Walk(w) => {
-                let (start, end) = w.cut()?;
+                let (start, end, body_bytes) = w.cut()?;
                 let index = w.claimed;
                 w.claimed += 1;
                 let part = w.reader.records().part(start, end, Check::Whole);
-                Some((BatchReader::new(part, w.reader.options().clone()), index))
+                let reader = BatchReader::new(part, w.reader.options().clone());
+                Some((reader.expecting(body_bytes), index))
             }
         }
     }
 }
 
 impl Walk {
-    /// The range of the batch the serial reader would build next. A header the walk cannot read
-    /// ends the plan: the rest of the range is one cut, whose reader meets it after the records
-    /// before it (as the serial reader does).
-    fn cut(&mut self) -> Option<(u64, u64)> {
+    /// The range of the batch the serial reader would build next, and its bodies' size. A header
+    /// the walk cannot read ends the plan: the rest of the range is one cut, whose reader meets
+    /// it after the records before it (as the serial reader does).
+    fn cut(&mut self) -> Option<(u64, u64, usize)> {
         if self.done {
             return None;
         }
@@ -154,6 +155,17 @@ impl Walk {
             None => (self.headers.position(), 0, 0),
         };
         loop {
+            let took = self.headers.skim(|len| {
+                let fits = opts.fits(rows, bytes, len);
+                if fits {
+                    rows += 1;
+                    bytes += len;
+                }
+                fits
+            });
+            if let Some(end) = took {
+                return Some((start, end, bytes));
+            }
             match self.headers.next_found_now() {
                 Some(Ok((f, _))) if opts.fits(rows, bytes, f.body_len) => {
                     rows += 1;
@@ -161,15 +173,15 @@ impl Walk {
                 }
                 Some(Ok((f, _))) => {
                     self.pending = Some(f);
-                    return Some((start, f.offset));
+                    return Some((start, f.offset, bytes));
                 }
                 Some(Err(_)) => {
                     self.done = true;
-                    return Some((start, self.headers.end()));
+                    return Some((start, self.headers.end(), bytes));
                 }
                 None => {
                     self.done = true;
-                    return (rows > 0).then_some((start, self.headers.end()));
+                    return (rows > 0).then_some((start, self.headers.end(), bytes));
                 }
             }
         }

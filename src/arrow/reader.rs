@@ -26,6 +26,8 @@ pub struct BatchReader {
     failed: Option<Error>,
     /// An error was returned: the reader has ended (`pending` then holds the record it was about).
     ended: bool,
+    /// The bodies' size the next batch is expected to hold (the last one's).
+    expect_bytes: usize,
 }
 
 impl BatchReader {
@@ -38,7 +40,14 @@ impl BatchReader {
             pending: None,
             failed: None,
             ended: false,
+            expect_bytes: 0,
         }
+    }
+
+    /// This reader, expecting its first batch to hold `body_bytes` of bodies.
+    pub(super) fn expecting(mut self, body_bytes: usize) -> BatchReader {
+        self.expect_bytes = body_bytes;
+        self
     }
 
     /// Where the next batch starts (the end of the range once done).
@@ -109,7 +118,7 @@ impl BatchReader {
             return Err(e);
         }
         self.scan.state().check_open()?;
-        let mut batch = BatchBuilder::new(&self.opts);
+        let mut batch = BatchBuilder::new(&self.opts, self.expect_bytes);
         if let Some(first) = self.pending.take() {
             let (map, _) = first.mapping();
             if let Err(e) = batch.push(&first.found(), map) {
@@ -148,6 +157,7 @@ impl BatchReader {
         if batch.is_empty() {
             return Ok(None);
         }
+        self.expect_bytes = batch.body_bytes();
         batch.finish(&self.schema).map(Some)
     }
 }
