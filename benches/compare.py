@@ -42,6 +42,7 @@ import rows_read
 import rows_rust
 import rows_spark
 import rows_tier
+import rows_verify
 import rows_wait
 from harness import (
     TARGETS,
@@ -60,6 +61,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "recovery": (rows_rust.RECOVERY,),
     "append": rows_append.NAMES,
     "read": rows_read.NAMES,
+    "verify": rows_verify.NAMES,
     "peers": rows_peers.NAMES,
     "arrow": rows_arrow.NAMES,
     "rust": rows_rust.NAMES,
@@ -84,6 +86,7 @@ def one_pass(s: Sizes, wd: Workdir, rust: rows_rust.RustRows, want: Callable[[st
         "recovery": lambda: rows_rust.run(rust, (rows_rust.RECOVERY,), reps),
         "append": lambda: rows_append.run(s, wd),
         "read": lambda: rows_read.run(s, wd),
+        "verify": lambda: rows_verify.run(s, wd),
         "peers": lambda: rows_peers.run(s, wd),
         "arrow": lambda: rows_arrow.run(s, wd, rust),
         "rust": lambda: rows_rust.run(rust, rows_rust.NAMES, reps),

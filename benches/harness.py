@@ -33,6 +33,7 @@ TARGETS: dict[str, tuple[str, float | None]] = {
     "py_read_100": (">=", 1.5),
     "py_read_100_vs_seek": (">=", 3),
     "py_scan_100": (">=", 4),
+    "verify_vs_read": (">=", 0.5),
     "py_vs_persistqueue_sync_100": (">=", 3),
     "py_vs_persistqueue_sync_100_1t": (">=", None),
     "py_vs_persistqueue_nosync_100": (">=", 100),

@@ -482,6 +482,12 @@ impl CommitLog {
         self.state.check_open().is_err()
     }
 
+    /// The record format this store writes, fixed when it was created (the metadata's; a new
+    /// store's is [`Options::record_format`]).
+    pub fn record_format(&self) -> crate::RecordFormat {
+        self.state.record_format
+    }
+
     /// The options the log was opened with.
     pub fn options(&self) -> &Options {
         &self.state.opts

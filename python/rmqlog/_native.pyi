@@ -321,6 +321,7 @@ class CommitLog:
         max_deletes_per_pass: int = ...,
         clean_interval_ms: int = ...,
         file_mode: int = ...,
+        record_format: Literal[1, 2] = ...,
         tier_url: str | None = ...,
         tier_options: Mapping[str, str] | None = ...,
         tier_after: float | None = ...,
@@ -450,6 +451,10 @@ class CommitLog:
     @property
     def flushed_offset(self) -> int:
         """Every byte below this offset is durable."""
+    @property
+    def record_format(self) -> int:
+        """The record format this store writes (1 or 2), fixed when it was created: a new store
+        takes the ``record_format`` option (default 2); an existing store keeps its own."""
     @property
     def read_only(self) -> bool:
         """Whether the log was opened read-only."""

@@ -171,7 +171,8 @@ impl PyCommitLog {
         exclusive=..., flush=..., flush_interval_ms=..., max_message_size=..., read_only_paths=..., accept_lost=..., \
         max_used_ratio=..., force_clean_ratio=..., min_free_bytes=..., warm_ahead=..., \
         on_dir_event=..., retention_hours=..., delete_hours=..., retention_bytes=..., \
-        retain_unconsumed=..., consumer_idle_hours=..., max_deletes_per_pass=..., clean_interval_ms=..., file_mode=..., tier_url=..., \
+        retain_unconsumed=..., consumer_idle_hours=..., max_deletes_per_pass=..., clean_interval_ms=..., file_mode=..., \
+        record_format=..., tier_url=..., \
         tier_options=..., tier_after=..., local_retention_hours=..., local_retention_bytes=..., \
         tier_cache_bytes=..., tier_cache_dir=...)"
     )]
@@ -204,6 +205,7 @@ impl PyCommitLog {
         max_deletes_per_pass = None,
         clean_interval_ms = None,
         file_mode = None,
+        record_format = None,
         tier_url = None,
         tier_options = None,
         tier_after = None,
@@ -239,6 +241,7 @@ impl PyCommitLog {
         max_deletes_per_pass: Option<&Bound<'py, PyAny>>,
         clean_interval_ms: Option<&Bound<'py, PyAny>>,
         file_mode: Option<&Bound<'py, PyAny>>,
+        record_format: Option<&Bound<'py, PyAny>>,
         tier_url: Option<&Bound<'py, PyAny>>,
         tier_options: Option<&Bound<'py, PyAny>>,
         tier_after: Option<&Bound<'py, PyAny>>,
@@ -279,6 +282,7 @@ impl PyCommitLog {
             max_deletes_per_pass,
             clean_interval_ms,
             file_mode,
+            record_format,
             tier_url,
             tier_options,
             tier_after,
@@ -533,6 +537,12 @@ impl PyCommitLog {
         Ok(self.log.flushed_offset()?)
     }
 
+    /// The record format this store writes (1 or 2), fixed when it was created.
+    #[getter]
+    fn record_format(&self) -> u32 {
+        self.log.record_format().number()
+    }
+
     /// Whether the log was opened read-only.
     #[getter]
     fn read_only(&self) -> bool {
@@ -618,6 +628,7 @@ impl PyCommitLog {
         }
         d.set_item("strategy", self.log.options().strategy.name())?;
         d.set_item("flush", self.log.options().flush.as_str())?;
+        d.set_item("record_format", self.log.record_format().number())?;
         Ok(d)
     }
 

@@ -41,6 +41,7 @@ pub struct Kwargs<'a, 'py> {
     pub max_deletes_per_pass: Option<&'a Bound<'py, PyAny>>,
     pub clean_interval_ms: Option<&'a Bound<'py, PyAny>>,
     pub file_mode: Option<&'a Bound<'py, PyAny>>,
+    pub record_format: Option<&'a Bound<'py, PyAny>>,
     pub tier_url: Option<&'a Bound<'py, PyAny>>,
     pub tier_options: Option<&'a Bound<'py, PyAny>>,
     pub tier_after: Option<&'a Bound<'py, PyAny>>,
@@ -167,6 +168,7 @@ fn option_values<'py>(
     d.set_item("max_deletes_per_pass", o.max_deletes_per_pass)?;
     d.set_item("clean_interval_ms", ms(o.clean_interval))?;
     d.set_item("file_mode", o.file_mode)?;
+    d.set_item("record_format", o.record_format.number())?;
     let t = TierOptions::new("");
     d.set_item("tier_url", py.None())?;
     d.set_item("tier_options", py.None())?;
@@ -316,6 +318,18 @@ pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
     }
     if let Some(v) = k.clean_interval_ms {
         o.clean_interval = Duration::from_millis(args::uint(v, "clean_interval_ms")?);
+    }
+    if let Some(v) = k.record_format {
+        let n = args::uint(v, "record_format")?;
+        o.record_format = u32::try_from(n)
+            .ok()
+            .and_then(crate::RecordFormat::from_number)
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "record_format must be 1 (CRC-32 of header and body) or 2 (one CRC-32C, the \
+                     default), got {n}"
+                ))
+            })?;
     }
     if let Some(v) = k.file_mode {
         let mode = args::uint(v, "file_mode")?;

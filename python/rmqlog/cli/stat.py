@@ -105,6 +105,7 @@ def stat_info(clog: CommitLog) -> dict[str, Any]:
         "dirs": dirs,
         "segments": seg_rows,
         "tier": _tier(clog, remote_only),
+        "record_format": clog.record_format,
         "settings": recorded_settings(clog),
         "consumers": consumer_rows(clog),
     }
@@ -137,6 +138,8 @@ def print_stat(info: dict[str, Any], out: TextIO) -> None:
         f"offsets: min {info['min_offset']}  max {info['max_offset']}  "
         f"flushed {info['flushed_offset']}"
     )
+    if info.get("record_format") is not None:
+        p(f"record format: {info['record_format']}")
     p(
         f"size: {plural(info['data_bytes'], 'data byte')} in "
         f"{plural(info['segment_count'], 'segment')}; "
