@@ -5,7 +5,6 @@ and ``record_format``, ``stats()`` and ``rmqlog stat`` say which."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 

@@ -25,8 +25,8 @@ def to_arrow(
 
     ``source`` is an open ``CommitLog``, or the store's path(s), opened read-only for the call
     and closed after it (the table keeps the maps its views need). ``columns``, ``body`` and
-    ``threads`` are those of :meth:`CommitLog.scan_batches`. Errors are rmqlog's own (a damaged record raises
-    ``CorruptionError``), as when iterating ``scan_batches``.
+    ``threads`` are those of :meth:`CommitLog.scan_batches`. Errors are rmqlog's own (a damaged
+    record raises ``CorruptionError``), as when iterating ``scan_batches``.
     """
     try:
         import pyarrow as pa
