@@ -20,6 +20,20 @@ fn serial() -> MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The threads of this process named `rmqlog-scan-*` once that number is `want` (a joined
+/// thread's task may linger in /proc for a moment; a thread names itself once it runs), or after
+/// 5 s.
+fn scan_threads_are(want: usize) -> usize {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let n = scan_threads();
+        if n == want || std::time::Instant::now() > deadline {
+            return n;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// The threads of this process named `rmqlog-scan-*`.
 fn scan_threads() -> usize {
     std::fs::read_dir("/proc/self/task")
@@ -87,7 +101,7 @@ fn many_segments_many_workers_same_batches_as_one_reader() {
             assert_eq!(got, plain, "threads {threads}, max_records {max_records}");
         }
     }
-    assert_eq!(scan_threads(), 0, "a worker outlived its reader");
+    assert_eq!(scan_threads_are(0), 0, "a worker outlived its reader");
 }
 
 /// Damage the header walk sees (a length) and damage only the workers' CRC check sees (a body
@@ -141,7 +155,7 @@ fn damage_ends_every_reader_after_the_same_batches_with_the_same_error() {
         drop(log);
         std::fs::write(&path, &original).unwrap();
     }
-    assert_eq!(scan_threads(), 0, "a worker outlived its reader");
+    assert_eq!(scan_threads_are(0), 0, "a worker outlived its reader");
 }
 
 #[test]
@@ -155,14 +169,9 @@ fn a_reader_dropped_mid_scan_stops_and_joins_its_workers() {
                 .unwrap()
                 .parallel(threads);
             assert_eq!(ahead.next_batch().unwrap().unwrap().num_rows(), 3);
-            // A thread names itself once it runs.
-            let named = std::time::Instant::now() + std::time::Duration::from_secs(5);
-            while scan_threads() < threads && std::time::Instant::now() < named {
-                std::thread::yield_now();
-            }
-            assert_eq!(scan_threads(), threads, "the workers run");
+            assert_eq!(scan_threads_are(threads), threads, "the workers run");
             drop(ahead); // joins the workers, blocked handing over their next batches
-            assert_eq!(scan_threads(), 0, "a worker was left running");
+            assert_eq!(scan_threads_are(0), 0, "a worker was left running");
         }
     }
     // Never started: no thread to stop.
@@ -171,7 +180,7 @@ fn a_reader_dropped_mid_scan_stops_and_joins_its_workers() {
             .unwrap()
             .parallel(2),
     );
-    assert_eq!(scan_threads(), 0);
+    assert_eq!(scan_threads_are(0), 0);
 }
 
 /// A consumer that takes nothing: the workers stop `threads + 1` cuts ahead, each holding one
@@ -190,4 +199,31 @@ fn workers_stay_a_bounded_number_of_batches_ahead() {
     assert!(held <= 3, "{held} batches built ahead with 2 workers");
     let rest: Vec<u64> = ahead.flat_map(|b| offsets_of(&b.unwrap())).collect();
     assert_eq!(rest, offsets[10..]);
+}
+
+/// A following reader waits for records: it builds on the caller's thread, so that a drop never
+/// waits for a worker that waits for a record.
+#[test]
+fn a_following_reader_builds_on_the_callers_thread() {
+    let _one = serial();
+    let (_root, _d, log, offsets) = log_of(100);
+    let follow = rmqlog::Follow {
+        idle_timeout: Some(std::time::Duration::from_millis(50)),
+        durable: false,
+    };
+    let mut reader = log
+        .follow_batches(None, None, follow, opts(1000, 1 << 20))
+        .unwrap()
+        .parallel(4);
+    let first = reader.next_batch().unwrap().unwrap();
+    assert_eq!(offsets_of(&first), offsets);
+    assert_eq!(scan_threads_are(0), 0);
+    let late = log.append(b"late").unwrap();
+    let next = reader.next_batch().unwrap().unwrap();
+    assert_eq!(offsets_of(&next), [late]);
+    assert!(
+        reader.next_batch().unwrap().is_none(),
+        "idle for 50 ms: the end"
+    );
+    drop(reader);
 }

@@ -4,6 +4,7 @@ a scan is dropped unfinished or its log closed."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import time
@@ -30,8 +31,17 @@ def scan_threads() -> int:
     """This process's threads named rmqlog-scan-*."""
     n = 0
     for t in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{t}/comm") as f:
+        with contextlib.suppress(FileNotFoundError), open(f"/proc/self/task/{t}/comm") as f:
             n += f.read().startswith("rmqlog-scan")
+    return n
+
+
+def scan_threads_are(want: int) -> int:
+    """scan_threads() once it is ``want`` (a joined thread's task may linger in /proc for a
+    moment; a thread names itself once it runs), or after 5 s."""
+    deadline = time.monotonic() + 5
+    while (n := scan_threads()) != want and time.monotonic() < deadline:
+        time.sleep(0.001)
     return n
 
 
@@ -89,13 +99,10 @@ def test_no_worker_outlives_an_unfinished_scan(log):
     for threads in (1, 2, 4):
         scan = log.scan_batches(max_records=10, threads=threads)
         next(scan)
-        deadline = time.monotonic() + 5
-        while scan_threads() < threads and time.monotonic() < deadline:
-            time.sleep(0.001)
-        assert scan_threads() == threads
+        assert scan_threads_are(threads) == threads
         del scan
         gc.collect()
-        assert scan_threads() == 0, "a worker outlived its scan"
+        assert scan_threads_are(0) == 0, "a worker outlived its scan"
 
 
 def test_close_ends_a_scan_whose_workers_built_ahead(log):
@@ -105,4 +112,4 @@ def test_close_ends_a_scan_whose_workers_built_ahead(log):
     log.close()
     with pytest.raises(rmqlog.ClosedError):
         next(scan)
-    assert scan_threads() == 0
+    assert scan_threads_are(0) == 0

@@ -189,29 +189,30 @@ impl Walk {
 }
 
 impl ParallelReader {
-    /// `reader` read nothing yet; a following reader is not parallel (`threads` is then 1).
+    /// A following reader builds on the caller's thread: a worker waiting for records could not
+    /// be stopped by a drop.
     pub(super) fn new(reader: BatchReader, threads: usize) -> ParallelReader {
-        let threads = match reader.follow() {
-            Some(_) => 1,
-            None => threads.max(1),
-        };
+        let threads = threads.max(1);
         let (state, opts, schema) = (
             Arc::clone(reader.state()),
             reader.options().clone(),
             reader.schema(),
         );
         let (end, next_offset) = (reader.end(), reader.next_offset());
-        let plan = if threads == 1 {
-            Plan::Whole(Some(Box::new(reader)), 0)
+        let stage = |plan| Stage::Idle { plan, threads };
+        let stage = if reader.follow().is_some() {
+            Stage::Inline(Box::new(reader))
+        } else if threads == 1 {
+            stage(Plan::Whole(Some(Box::new(reader)), 0))
         } else {
             let headers = reader.records().part(next_offset, end, Check::Header);
-            Plan::Walk(Box::new(Walk {
+            stage(Plan::Walk(Box::new(Walk {
                 reader,
                 headers,
                 pending: None,
                 done: false,
                 claimed: 0,
-            }))
+            })))
         };
         ParallelReader {
             state,
@@ -219,7 +220,7 @@ impl ParallelReader {
             schema,
             end,
             next_offset,
-            stage: Stage::Idle { plan, threads },
+            stage,
         }
     }
 

@@ -68,7 +68,7 @@ impl BatchReader {
     }
 
     /// This reader's batches built on `threads` worker threads (at least one), while the caller
-    /// works on the last: see [`ParallelReader`]. A following reader builds on one.
+    /// works on the last: see [`ParallelReader`]. A following reader builds on the caller's thread.
     pub fn parallel(self, threads: usize) -> ParallelReader {
         ParallelReader::new(self, threads)
     }
