@@ -432,6 +432,7 @@ pub struct Scan {
     next: u64,
     /// Records starting at or after this are not yielded.
     end: u64,
+    /// How much of each record it checks ([`Check::Header`]: a planner's walk).
     check: Check,
     /// The published end when the scan began: no byte at or past it is read.
     max: u64,
