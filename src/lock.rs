@@ -46,11 +46,16 @@ extern "C" fn after_fork_in_child() {
     }
 }
 
-fn register(fd: RawFd) -> Option<usize> {
+/// Makes [`fork_generation`] count forks from now on (once per process).
+pub fn watch_forks() {
     AT_FORK.call_once(|| {
         // SAFETY: registers a handler that only uses atomics and close(2); no prepare/parent hooks.
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
     });
+}
+
+fn register(fd: RawFd) -> Option<usize> {
+    watch_forks();
     HELD.iter().position(|slot| {
         slot.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()

@@ -435,6 +435,34 @@ fn workers_give_the_batches_and_positions_of_the_plain_reader() {
     }
 }
 
+/// A copied body column reserves the last batch's size: a small batch after a big one keeps no
+/// more than twice its bodies (for any `threads`).
+#[test]
+fn a_small_copied_batch_after_a_big_one_holds_no_big_buffer() {
+    let (_root, d) = dirs(1);
+    let log = CommitLog::open(&d, quiet().segment_size(1 << 20)).unwrap();
+    for _ in 0..4 {
+        log.append(&vec![7u8; 300 << 10]).unwrap();
+        log.append(b"x").unwrap();
+    }
+    let mut o = opts(&[Column::Body], BodyLayout::Binary);
+    o.max_records = 1;
+    for threads in [0, 1, 2] {
+        let mut reader = Either::new(log.scan_batches(None, None, o.clone()).unwrap(), threads);
+        let mut small = 0;
+        while let Some(b) = reader.next_batch().unwrap() {
+            let body = b.column(0).as_binary::<i32>();
+            let (len, cap) = (body.values().len(), body.values().capacity());
+            assert!(
+                cap <= 2 * len + 4096,
+                "threads {threads}: {cap} bytes kept for {len}"
+            );
+            small += usize::from(len == 1);
+        }
+        assert_eq!(small, 4);
+    }
+}
+
 /// Each of `threads` 1..=3 with each case and range.
 fn itertools_product<A: Copy, B: Copy>(a: &[A], b: &[B]) -> Vec<(A, usize, B)> {
     let mut out = Vec::new();

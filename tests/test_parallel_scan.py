@@ -113,3 +113,49 @@ def test_close_ends_a_scan_whose_workers_built_ahead(log):
     with pytest.raises(rmqlog.ClosedError):
         next(scan)
     assert scan_threads_are(0) == 0
+
+
+CHILD = """
+import os, sys
+from rmqlog import ClosedError, CommitLog
+log = CommitLog(sys.argv[1])
+scans = [log.scan_batches(threads=t, max_records=100) for t in (1, 4)]
+for s in scans:
+    next(s)
+pid = os.fork()
+if pid == 0:
+    for s in scans:
+        try:
+            next(s)
+            print("child: a batch", flush=True)
+        except ClosedError:
+            print("child: closed", flush=True)
+    del scans
+    sys.exit(0)  # a normal exit: atexit hooks run
+_, status = os.waitpid(pid, 0)
+print("child status", status, flush=True)
+print("parent rows", sum(b.num_rows for s in scans for b in s), flush=True)
+log.close()
+"""
+
+
+def test_a_forked_child_gets_closed_and_exits_quietly(tmp_path):
+    """A scan started before fork is closed in the child (its workers are the parent's: never
+    joined there), and the child's exit stops no thread it does not have."""
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "log")
+    with CommitLog(path) as log:
+        log.append_batch([b"f" * 100] * 2000)
+    run = subprocess.run(
+        [sys.executable, "-c", CHILD, path], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [
+        "child: closed",
+        "child: closed",
+        "child status 0",
+        "parent rows 3800",
+    ], run.stdout
+    assert "panic" not in run.stderr.lower(), run.stderr

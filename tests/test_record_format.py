@@ -64,7 +64,8 @@ def test_the_format_asked_for_and_kept(tmp_path, fmt):
     [
         (0, ValueError, r"record_format must be 1 .* or 2 .*, got 0"),
         (3, ValueError, r"record_format must be 1 .* or 2 .*, got 3"),
-        (-1, ValueError, "record_format must be a non-negative int"),
+        (-1, ValueError, r"record_format must be 1 .* or 2 .*, got -1"),
+        (10**30, ValueError, r"record_format must be 1 .* or 2 .*, got 10{30}"),
         ("2", TypeError, "record_format must be an int, got str"),
         (True, TypeError, "record_format must be an int, got bool"),
     ],

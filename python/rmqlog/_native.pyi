@@ -211,7 +211,9 @@ class BatchScan(Iterator[pa.RecordBatch]):
     def __next__(self) -> pa.RecordBatch: ...
     @property
     def position(self) -> int:
-        """The offset the next batch starts at (:attr:`end` once done)."""
+        """The offset the next batch starts at: once done, the end of the last record read (at
+        or past :attr:`end` when ``end`` falls inside a record); after an error, the record it
+        was about."""
     @property
     def end(self) -> int:
         """The end of the range: no record starting at or after it is read."""
@@ -362,9 +364,9 @@ class CommitLog:
         body: Literal["view", "binary"] = "view",
         max_records: int = 65536,
         max_bytes: int = 67108864,
-        follow: bool = False,
+        follow: bool | None = False,
         timeout: float | None = None,
-        durable: bool = False,
+        durable: bool | None = False,
         threads: int | None = None,
     ) -> BatchScan:
         """Records starting in ``[start, end)`` (up to ``max_offset`` now) as Arrow batches.

@@ -130,7 +130,12 @@ impl<'a> BatchBuilder<'a> {
                 Column::Body => match self.opts.body {
                     BodyLayout::View => Arc::new(views.take().unwrap_or_default().finish()?),
                     BodyLayout::Binary => {
-                        let (bytes, ends) = data.take().unwrap_or_default();
+                        let (mut bytes, ends) = data.take().unwrap_or_default();
+                        // The reserve was a guess (the last batch's size): a batch keeps no more
+                        // than twice what it holds.
+                        if bytes.capacity() > 2 * bytes.len() + 4096 {
+                            bytes.shrink_to_fit();
+                        }
                         let ends = OffsetBuffer::new(ScalarBuffer::from(ends));
                         Arc::new(
                             BinaryArray::try_new(ends, Buffer::from_vec(bytes), None)

@@ -344,6 +344,12 @@ impl ParallelReader {
     fn stop(&mut self) {
         if let Stage::Running { shared, workers } = std::mem::replace(&mut self.stage, Stage::Ended)
         {
+            if self.state.inherited_by_fork() {
+                // A forked child: the workers are the parent's, and one may have held a lock at
+                // the fork. Nothing of theirs is touched here.
+                std::mem::forget((shared, workers));
+                return;
+            }
             shared.lock_work().stopped = true;
             shared.changed.notify_all();
             for w in workers {

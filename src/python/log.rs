@@ -359,7 +359,7 @@ impl PyCommitLog {
     #[pyo3(
         signature = (
             start = None, end = None, *, columns = None, body = None, max_records = None,
-            max_bytes = None, follow = false, timeout = None, durable = false, threads = None
+            max_bytes = None, follow = None, timeout = None, durable = None, threads = None
         ),
         text_signature = "($self, start=None, end=None, *, columns=None, body='view', \
                           max_records=65536, max_bytes=67108864, follow=False, timeout=None, \
@@ -374,16 +374,17 @@ impl PyCommitLog {
         body: Option<&Bound<'_, PyAny>>,
         max_records: Option<&Bound<'_, PyAny>>,
         max_bytes: Option<&Bound<'_, PyAny>>,
-        follow: bool,
+        follow: Option<bool>,
         timeout: Option<&Bound<'_, PyAny>>,
-        durable: bool,
+        durable: Option<bool>,
         threads: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<arrow::PyBatchScan> {
         let opts = arrow::batch_options(columns, body, max_records, max_bytes)?;
         let threads = arrow::batch_threads(threads)?;
         let this = slf.get();
         let (start, end) = this.range_args(start, end)?;
-        let follow = follow_args(follow, timeout, durable)?;
+        let durable = durable.unwrap_or(false);
+        let follow = follow_args(follow.unwrap_or(false), timeout, durable)?;
         let reader = slf.py().detach(|| match follow {
             Some(f) => this.log.follow_batches(start, end, f, opts),
             None => this.log.scan_batches(start, end, opts),

@@ -3,7 +3,8 @@
 //! Records go through a queue to one delivery thread, so no Python code ever runs on a thread
 //! that holds a lock of the log (a record can be logged under the writer lock). The thread is
 //! drained and stopped by an `atexit` hook, before the interpreter starts shutting down; records
-//! logged after that go to stderr.
+//! logged after that go to stderr. A forked child has no delivery thread (nor may it take the
+//! queue's lock, which a parent thread may have held at the fork): its warnings go to stderr.
 
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Mutex, OnceLock};
@@ -22,6 +23,16 @@ type Delivery = (Sender<Message>, JoinHandle<()>);
 
 struct Bridge {
     delivery: Mutex<Option<Delivery>>,
+    /// The fork generation the delivery thread runs in.
+    generation: u64,
+}
+
+impl Bridge {
+    /// The delivery queue and thread, `None` in a forked child (the thread is the parent's).
+    fn delivery(&self) -> Option<std::sync::MutexGuard<'_, Option<Delivery>>> {
+        (self.generation == crate::lock::fork_generation())
+            .then(|| self.delivery.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 static BRIDGE: OnceLock<Bridge> = OnceLock::new();
@@ -44,8 +55,8 @@ impl Log for Bridge {
         if !self.enabled(record.metadata()) {
             return;
         }
-        let delivery = self.delivery.lock().unwrap_or_else(|e| e.into_inner());
-        match delivery.as_ref() {
+        let delivery = self.delivery();
+        match delivery.as_ref().and_then(|d| d.as_ref()) {
             Some((queue, _)) => {
                 let _ = queue.send(Message::Record(record.level(), record.args().to_string()));
             }
@@ -77,6 +88,7 @@ pub fn install() {
     if BRIDGE.get().is_some() {
         return;
     }
+    crate::lock::watch_forks();
     let (tx, rx) = mpsc::channel::<Message>();
     let Ok(thread) = std::thread::Builder::new()
         .name("rmqlog-logging".into())
@@ -95,6 +107,7 @@ pub fn install() {
     };
     let bridge = BRIDGE.get_or_init(|| Bridge {
         delivery: Mutex::new(Some((tx, thread))),
+        generation: crate::lock::fork_generation(),
     });
     if log::set_logger(bridge).is_ok() {
         log::set_max_level(LevelFilter::Info);
@@ -105,14 +118,14 @@ pub fn install() {
 /// before its error line, so that line is the last).
 #[pyfunction]
 pub fn _flush_logging(py: Python<'_>) {
-    let Some(bridge) = BRIDGE.get() else { return };
+    let Some(delivery) = BRIDGE.get().and_then(Bridge::delivery) else {
+        return;
+    };
     let (done, delivered) = mpsc::channel();
-    let queued = bridge
-        .delivery
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+    let queued = delivery
         .as_ref()
         .is_some_and(|(queue, _)| queue.send(Message::Flushed(done)).is_ok());
+    drop(delivery);
     if queued {
         // The delivery thread needs the GIL to deliver what is queued.
         py.detach(move || {
@@ -124,12 +137,10 @@ pub fn _flush_logging(py: Python<'_>) {
 /// Delivers the queued records and stops the delivery thread (registered with `atexit`).
 #[pyfunction]
 pub fn _shutdown_logging(py: Python<'_>) {
-    let Some(bridge) = BRIDGE.get() else { return };
-    let delivery = bridge
-        .delivery
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take();
+    let delivery = BRIDGE
+        .get()
+        .and_then(Bridge::delivery)
+        .and_then(|mut d| d.take());
     if let Some((queue, thread)) = delivery {
         drop(queue);
         // The thread needs the GIL to deliver what is queued.
