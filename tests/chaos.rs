@@ -186,6 +186,11 @@ fn run_threads(log: &Arc<CommitLog>, dirs: &[PathBuf], secs: u64, seed: u64) -> 
                     for (id, rec) in &held {
                         assert_eq!(check_body(rec), Some(*id), "a held record changed");
                     }
+                    #[cfg(feature = "arrow")]
+                    if rng.one_in(200) {
+                        add(&counts.scans, 1);
+                        batch_scan(&log, &mut rng);
+                    }
                     if rng.one_in(200) {
                         add(&counts.scans, 1);
                         let start = log.min_offset().unwrap();
@@ -317,6 +322,62 @@ fn run_threads(log: &Arc<CommitLog>, dirs: &[PathBuf], secs: u64, seed: u64) -> 
 }
 
 /// The tier's status once it deleted a local copy or had 60 s of a still log to do so.
+/// A columnar scan of the whole log on 1 to 4 workers with random batch limits: every row's body
+/// is some record's, offsets only go up, and only the head moving past the scan may end it early.
+#[cfg(feature = "arrow")]
+fn batch_scan(log: &CommitLog, rng: &mut Rng) {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use rmqlog::arrow::{BatchOptions, BodyLayout, Column};
+
+    let opts = BatchOptions {
+        columns: vec![Column::Offset, Column::Body],
+        body: if rng.one_in(2) {
+            BodyLayout::View
+        } else {
+            BodyLayout::Binary
+        },
+        max_records: rng.range(1, 3000) as usize,
+        max_bytes: rng.range(1, 1 << 20) as usize,
+    };
+    let threads = rng.range(1, 5) as usize;
+    let start = log.min_offset().unwrap();
+    let reader = match log.scan_batches(Some(start), None, opts) {
+        Ok(r) => r.parallel(threads),
+        Err(Error::OffsetOutOfRange { .. }) => return,
+        Err(e) => panic!("scan_batches: {e}"),
+    };
+    let mut last = None;
+    for batch in reader {
+        let batch = match batch {
+            Ok(b) => b,
+            Err(arrow_schema::ArrowError::ExternalError(e))
+                if matches!(e.downcast_ref(), Some(Error::OffsetOutOfRange { .. })) =>
+            {
+                break; // the head moved past the scan: it ends there
+            }
+            Err(e) => panic!("scan_batches on {threads} workers: {e}"),
+        };
+        let offsets = batch.column(0).as_primitive::<Int64Type>();
+        for (i, &offset) in offsets.values().iter().enumerate() {
+            let body: &[u8] = match batch
+                .column(1)
+                .as_any()
+                .downcast_ref::<arrow_array::BinaryViewArray>()
+            {
+                Some(views) => views.value(i),
+                None => batch.column(1).as_binary::<i32>().value(i),
+            };
+            assert!(
+                check_body(body).is_some(),
+                "a bad row at {offset} ({threads} workers)"
+            );
+            assert!(last < Some(offset), "offsets out of order at {offset}");
+            last = Some(offset);
+        }
+    }
+}
+
 fn settled_tier(log: &CommitLog) -> rmqlog::TierStatus {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
