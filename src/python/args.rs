@@ -111,6 +111,27 @@ pub fn uint(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
     })
 }
 
+/// An int (bools refused) that `accept` takes; otherwise a `ValueError` saying it must be
+/// `accepted` and what it got.
+pub fn int_in<T>(
+    obj: &Bound<'_, PyAny>,
+    what: &str,
+    accepted: &str,
+    accept: impl Fn(u64) -> Option<T>,
+) -> PyResult<T> {
+    let refuse = || {
+        PyValueError::new_err(format!(
+            "{what} must be {accepted}, got {}",
+            obj.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    };
+    match uint(obj, what) {
+        Ok(v) => accept(v).ok_or_else(refuse),
+        Err(e) if e.is_instance_of::<PyValueError>(obj.py()) => Err(refuse()),
+        Err(e) => Err(e),
+    }
+}
+
 /// An offset: any int; out-of-range values become `OffsetOutOfRangeError` later.
 pub fn offset(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<i128> {
     if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {

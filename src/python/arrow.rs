@@ -360,23 +360,9 @@ pub(super) fn batch_options(
         opts.body = crate::arrow::BodyLayout::parse(&args::string(body, "body")?)?;
     }
     let positive = |obj: &Bound<'_, PyAny>, what: &str| -> PyResult<usize> {
-        let refuse = || {
-            PyValueError::new_err(format!(
-                "{what} must be a positive int below 2**64, got {}",
-                obj.repr().map(|r| r.to_string()).unwrap_or_default()
-            ))
-        };
-        let v = args::uint(obj, what).map_err(|e| {
-            if e.is_instance_of::<PyValueError>(obj.py()) {
-                refuse()
-            } else {
-                e
-            }
-        })?;
-        usize::try_from(v)
-            .ok()
-            .filter(|&v| v > 0)
-            .ok_or_else(refuse)
+        args::int_in(obj, what, "a positive int below 2**64", |v| {
+            usize::try_from(v).ok().filter(|&v| v > 0)
+        })
     };
     if let Some(m) = max_records {
         opts.max_records = positive(m, "max_records")?;
@@ -393,24 +379,11 @@ pub(super) fn batch_threads(threads: Option<&Bound<'_, PyAny>>) -> PyResult<usiz
     let Some(obj) = threads.filter(|t| !t.is_none()) else {
         return Ok(crate::arrow::default_threads());
     };
-    let refuse = || {
-        PyValueError::new_err(format!(
-            "threads must be an int from 1 to {}, or None (one per core), got {}",
-            crate::arrow::MAX_THREADS,
-            obj.repr().map(|r| r.to_string()).unwrap_or_default()
-        ))
-    };
-    let n = args::uint(obj, "threads").map_err(|e| {
-        if e.is_instance_of::<PyValueError>(obj.py()) {
-            refuse()
-        } else {
-            e
-        }
-    })?;
-    usize::try_from(n)
-        .ok()
-        .filter(|n| (1..=crate::arrow::MAX_THREADS).contains(n))
-        .ok_or_else(refuse)
+    let max = crate::arrow::MAX_THREADS;
+    let accepted = format!("an int from 1 to {max}, or None (one per core)");
+    args::int_in(obj, "threads", &accepted, |n| {
+        usize::try_from(n).ok().filter(|n| (1..=max).contains(n))
+    })
 }
 
 /// Appends the bodies of an Arrow object (see [`import_arrays`]) in one batch.

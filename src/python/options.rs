@@ -320,23 +320,12 @@ pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
         o.clean_interval = Duration::from_millis(args::uint(v, "clean_interval_ms")?);
     }
     if let Some(v) = k.record_format {
-        let refuse = || {
-            PyValueError::new_err(format!(
-                "record_format must be 1 (CRC-32 of header and body) or 2 (one CRC-32C, the \
-                 default), got {}",
-                v.repr().map(|r| r.to_string()).unwrap_or_default()
-            ))
-        };
-        let n = args::uint(v, "record_format").map_err(|e| {
-            match e.is_instance_of::<PyValueError>(v.py()) {
-                true => refuse(),
-                false => e,
-            }
+        let accepted = "1 (CRC-32 of header and body) or 2 (one CRC-32C, the default)";
+        o.record_format = args::int_in(v, "record_format", accepted, |n| {
+            u32::try_from(n)
+                .ok()
+                .and_then(crate::RecordFormat::from_number)
         })?;
-        o.record_format = u32::try_from(n)
-            .ok()
-            .and_then(crate::RecordFormat::from_number)
-            .ok_or_else(refuse)?;
     }
     if let Some(v) = k.file_mode {
         let mode = args::uint(v, "file_mode")?;
