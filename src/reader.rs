@@ -14,7 +14,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::follow;
 use crate::record::{
-    crc_defect, decode, has_record_magic, validate, Format, Slot, FILLER_LEN, FILLER_MAGIC,
+    crc_defect, decode, has_record_magic, validate, Format, Header, Slot, FILLER_LEN, FILLER_MAGIC,
     HEADER_LEN,
 };
 pub(crate) use crate::recovery::next_boundary;
@@ -194,14 +194,12 @@ enum At {
 
 /// How far ahead of a header walk [`touch_ahead`] loads the map's cache lines. (A scan that
 /// checks CRCs gained nothing from it when measured: the CRC's loads of a body overlap already.)
-#[cfg(feature = "arrow")]
 const TOUCH_AHEAD: usize = 4096;
 
 /// Loads one byte of each cache line of `map` from `ahead` to `pos + TOUCH_AHEAD` (below `limit`)
 /// and returns where it stopped. A header walk is a chain of loads, each address known only from
 /// the length before it: the loads issued here do not wait for the chain, so the lines arrive
 /// while it runs (the hardware prefetcher alone leaves each header a cache miss).
-#[cfg(feature = "arrow")]
 #[inline]
 fn touch_ahead(map: &Mapping, pos: usize, mut ahead: usize, limit: usize) -> usize {
     let to = (pos + TOUCH_AHEAD).min(limit);
@@ -218,8 +216,7 @@ fn touch_ahead(map: &Mapping, pos: usize, mut ahead: usize, limit: usize) -> usi
 pub(crate) enum Check {
     /// Header and CRC: a record to trust.
     Whole,
-    /// The header alone (no CRC): where records are, for a planner that does not read them.
-    #[cfg_attr(not(feature = "arrow"), allow(dead_code))]
+    /// The header alone (no CRC): where records are, for a walk that does not read them.
     Header,
 }
 
@@ -384,12 +381,42 @@ pub(crate) fn offset_for_timestamp(state: &Arc<State>, timestamp_ms: u64) -> Res
     }
     let min = state.min_offset();
     let from = lo.checked_sub(1).map_or(min, |i| starts[i]).max(min);
-    let mut scan = Scan::over(Arc::clone(state), list, from, max, max);
-    while let Some(rec) = scan.next_found() {
-        let (rec, _) = rec?;
-        if rec.timestamp_ms >= timestamp_ms {
-            return Ok(rec.offset);
+    // Timestamps never decrease in a log: the answer is the first record whose header says
+    // `>= timestamp_ms`, and the headers are walked without CRCs. The two records that decide
+    // it are then checked whole: a damaged timestamp (or any damage) in either is an error, and
+    // one in a record before them cannot move the answer (its true timestamp is older too).
+    let mut scan = Scan::over(Arc::clone(state), Arc::clone(&list), from, max, max);
+    scan.check = Check::Header;
+    let mut older = None;
+    loop {
+        let found = scan.skim(|h| {
+            let before = h.timestamp_ms < timestamp_ms;
+            if before {
+                older = Some(h.offset);
+            }
+            before
+        });
+        let at = match found {
+            Some(at) => at,
+            None => match scan.next_found() {
+                None => break,
+                Some(Err(e)) => return Err(e),
+                Some(Ok((rec, _))) if rec.timestamp_ms < timestamp_ms => {
+                    older = Some(rec.offset);
+                    continue;
+                }
+                Some(Ok((rec, _))) => rec.offset,
+            },
+        };
+        for offset in older.into_iter().chain([at]) {
+            let (seg, map) = locate_record(state, &mut list, offset)?;
+            record_here(&seg, &map, offset, max)?;
         }
+        return Ok(at);
+    }
+    if let Some(offset) = older {
+        let (seg, map) = locate_record(state, &mut list, offset)?;
+        record_here(&seg, &map, offset, max)?;
     }
     Ok(max)
 }
@@ -597,11 +624,10 @@ impl Scan {
     }
 
     /// Walks the headers of the ordinary records ahead in the current segment (no CRC), while
-    /// `take(body_len)` accepts them. Returns the offset of the record `take` refused (the scan
+    /// `take(header)` accepts them. Returns the offset of the record `take` refused (the scan
     /// stays there), or `None` where anything else is next (a segment's end, a filler, damage,
     /// the range's end): [`Scan::next_found_now`] then takes that one step.
-    #[cfg(feature = "arrow")]
-    pub(crate) fn skim(&mut self, mut take: impl FnMut(usize) -> bool) -> Option<u64> {
+    pub(crate) fn skim(&mut self, mut take: impl FnMut(&Header) -> bool) -> Option<u64> {
         let (seg, map) = self.current.as_ref()?;
         if self.done || !seg.contains(self.next) {
             return None;
@@ -618,7 +644,7 @@ impl Scan {
             let Slot::Record(h) = decode(map.bytes(pos, limit), self.next, MAX_BODY) else {
                 return None;
             };
-            if !take(h.body_len()) {
+            if !take(&h) {
                 return Some(self.next);
             }
             self.next += u64::from(h.len);

@@ -240,3 +240,72 @@ fn a_magic_damaged_into_the_filler_s_is_not_a_filler() {
         }
     }
 }
+
+/// Writes bytes at `pos` of `path`.
+fn patch(path: &Path, pos: u64, bytes: &[u8]) {
+    let mut f = OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(SeekFrom::Start(pos)).unwrap();
+    f.write_all(bytes).unwrap();
+}
+
+/// `offset_for_timestamp` walks headers without CRCs and checks whole the two records that
+/// decide its answer: damage elsewhere does not move the answer; damage that could (the deciding
+/// records' timestamps, a length that jumps over the answer) is an error, never a wrong offset.
+#[test]
+fn a_timestamp_lookup_is_never_moved_by_damage() {
+    for format in FORMATS {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("d");
+        let log = CommitLog::open(&[&dir], opts().record_format(format)).unwrap();
+        let mut offs = Vec::new();
+        for group in 0..3 {
+            offs.extend((0..20).map(|i| log.append(&body(group * 20 + i)).unwrap()));
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let ts: Vec<u64> = offs
+            .iter()
+            .map(|&o| log.read(o).unwrap().timestamp_ms())
+            .collect();
+        log.close().unwrap();
+        let (target, answer) = (ts[40], offs[40]);
+        assert!(ts[39] < target && locate(&dir, offs[39]).0 == locate(&dir, offs[41]).0);
+        let lookup = || {
+            let log = CommitLog::open(&[&dir], opts().read_only(true)).unwrap();
+            log.offset_for_timestamp(target)
+        };
+        assert_eq!(lookup().unwrap(), answer);
+        let cases: [(&str, usize, Vec<u8>); 4] = [
+            // A body byte of an earlier record: not a deciding record, the answer stands.
+            ("an earlier body", 10, vec![b'#']),
+            // The answer's timestamp lowered: the walk passes it, then checks it whole.
+            ("the answer's timestamp", 40, 0u64.to_le_bytes().to_vec()),
+            // An earlier timestamp raised: the walk stops there and checks it whole.
+            ("an earlier timestamp", 20, u64::MAX.to_le_bytes().to_vec()),
+            // The length before the answer jumps three records: onto a real record start.
+            ("a length over the answer", 39, {
+                let len = (offs[42] - offs[39]) as u32;
+                len.to_le_bytes().to_vec()
+            }),
+        ];
+        for (what, i, bytes) in cases {
+            let (path, pos) = locate(&dir, offs[i]);
+            let at = match what {
+                "an earlier body" => pos + HEADER_LEN as u64 + 3,
+                "a length over the answer" => pos,
+                _ => pos + 24,
+            };
+            let original = fs::read(&path).unwrap();
+            patch(&path, at, &bytes);
+            match (what, lookup()) {
+                ("an earlier body", got) => assert_eq!(got.unwrap(), answer, "{format:?}"),
+                (_, Ok(got)) => panic!("{format:?}, {what}: answered {got}, not an error"),
+                (_, Err(e)) => assert!(
+                    matches!(e, Error::Corruption { .. }),
+                    "{format:?}, {what}: {e}"
+                ),
+            }
+            fs::write(&path, original).unwrap();
+        }
+        assert_eq!(lookup().unwrap(), answer);
+    }
+}

@@ -443,7 +443,9 @@ class CommitLog:
         open anywhere."""
     def __iter__(self) -> ScanIterator: ...
     def offset_for_timestamp(self, ts_ms: int, /) -> int:
-        """Offset of the first record with ``timestamp_ms >= ts_ms``, else ``max_offset``."""
+        """Offset of the first record with ``timestamp_ms >= ts_ms``, else ``max_offset``.
+        Record headers are walked without their CRCs (timestamps never decrease in a log); the
+        records that decide the answer are checked whole (``CorruptionError`` if damaged)."""
     @property
     def min_offset(self) -> int:
         """First offset of the log."""

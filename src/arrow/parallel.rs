@@ -155,11 +155,11 @@ impl Walk {
             None => (self.headers.position(), 0, 0),
         };
         loop {
-            let took = self.headers.skim(|len| {
-                let fits = opts.fits(rows, bytes, len);
+            let took = self.headers.skim(|h| {
+                let fits = opts.fits(rows, bytes, h.body_len());
                 if fits {
                     rows += 1;
-                    bytes += len;
+                    bytes += h.body_len();
                 }
                 fits
             });
