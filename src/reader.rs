@@ -240,7 +240,6 @@ fn record_checked(seg: &Segment, map: &Arc<Mapping>, offset: u64, max: u64, chec
     };
     let h = match slot {
         Slot::Record(h) => h,
-        Slot::EndOfSegment => return At::EndOfSegment,
         Slot::BadCrc {
             format,
             stored,
@@ -252,12 +251,18 @@ fn record_checked(seg: &Segment, map: &Arc<Mapping>, offset: u64, max: u64, chec
                 actual,
             }
         }
-        // A filler is checked against the whole segment, not the published part.
-        Slot::Invalid(why) => {
-            return match decode(map.bytes(pos, size), offset, MAX_BODY) {
-                Slot::EndOfSegment if limit == size => At::EndOfSegment,
-                _ if has_record_magic(map.bytes(pos, limit)) => At::Damaged(why),
-                _ => At::Invalid(why),
+        // What is not a record is checked against the whole segment, not the published part: a
+        // filler reaches the segment's end, and only a sealed segment (published whole) has one.
+        other => {
+            let whole = decode(map.bytes(pos, size), offset, MAX_BODY);
+            if whole == Slot::EndOfSegment && limit == size {
+                return At::EndOfSegment;
+            }
+            let why = (other.defect().or(whole.defect()))
+                .unwrap_or("a filler before the published end of its segment");
+            return match has_record_magic(rest) {
+                true => At::Damaged(why),
+                false => At::Invalid(why),
             };
         }
     };

@@ -309,3 +309,48 @@ fn a_timestamp_lookup_is_never_moved_by_damage() {
         assert_eq!(lookup().unwrap(), answer);
     }
 }
+
+/// One byte turning a record's magic into the filler's must not read as a filler, in two places
+/// where the record's own length can pass for a filler's: the last record of the log (its end is
+/// the published end) and a record that ends exactly at its segment's end. Every reader reports
+/// it; `offset_for_timestamp` gives an error, never the offset after it.
+#[test]
+fn one_byte_of_magic_never_makes_a_record_a_filler() {
+    for format in FORMATS {
+        for case in ["the last record", "a record ending its segment"] {
+            let root = tempfile::tempdir().unwrap();
+            let dir = root.path().join("d");
+            let log = CommitLog::open(&[&dir], opts().record_format(format)).unwrap();
+            let first = log.append(&body(0)).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(3)); // the victim's own timestamp
+            let (victim, after) = match case {
+                "the last record" => (log.append(&body(1)).unwrap(), None),
+                _ => {
+                    // The rest of the first segment exactly, then one record in the next.
+                    let fill = SEG as usize - (first as usize + body(0).len() + HEADER_LEN);
+                    let v = log.append(&vec![b'f'; fill - HEADER_LEN]).unwrap();
+                    (v, Some(log.append(&body(2)).unwrap()))
+                }
+            };
+            let ts = log.read(victim).unwrap().timestamp_ms();
+            log.close().unwrap();
+            let (path, pos) = locate(&dir, victim);
+            patch(&path, pos + 4, &[0xFF]); // the magic's low byte: 0x524D51FF, the filler's
+            let log = CommitLog::open(&[&dir], opts().read_only(true)).unwrap();
+            let what = format!("{format:?}, {case}");
+            let scanned: Vec<_> = log.scan(None, None).unwrap().collect();
+            assert!(
+                scanned.iter().any(|r| r.is_err()),
+                "{what}: the scan skipped the record silently"
+            );
+            assert!(
+                !log.verify().unwrap().is_empty(),
+                "{what}: verify found nothing"
+            );
+            match log.offset_for_timestamp(ts) {
+                Ok(got) => panic!("{what}: answered {got} (victim {victim}, next {after:?})"),
+                Err(e) => assert!(matches!(e, Error::Corruption { .. }), "{what}: {e}"),
+            }
+        }
+    }
+}
