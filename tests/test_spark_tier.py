@@ -281,6 +281,10 @@ def test_streams_follow_uploads_from_a_remote_head(spark, s3_bucket, tmp_path):
         _append(log, 0)
         _append(log, RECORDS_PER_BURST)
         _snapshot(log, w)
+        # The local copy is deleted after the upload's commit (which ends "pending"): soon after.
+        deadline = time.monotonic() + 30
+        while log.segments()[0].local and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert not log.segments()[0].local
         streams = {
             "url": _read(spark.readStream, w).load(w.url),
