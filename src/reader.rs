@@ -196,14 +196,13 @@ enum At {
 /// checks CRCs gained nothing from it when measured: the CRC's loads of a body overlap already.)
 const TOUCH_AHEAD: usize = 4096;
 
-/// Loads one byte of each cache line of `map` from `ahead` to `pos + TOUCH_AHEAD` (below `limit`)
-/// and returns where it stopped. A header walk is a chain of loads, each address known only from
+/// Loads one byte of each cache line of `bytes` from `ahead` to `pos + TOUCH_AHEAD` and returns
+/// where it stopped. A header walk is a chain of loads, each address known only from
 /// the length before it: the loads issued here do not wait for the chain, so the lines arrive
 /// while it runs (the hardware prefetcher alone leaves each header a cache miss).
 #[inline]
-fn touch_ahead(map: &Mapping, pos: usize, mut ahead: usize, limit: usize) -> usize {
-    let to = (pos + TOUCH_AHEAD).min(limit);
-    let bytes = map.bytes(0, limit);
+fn touch_ahead(bytes: &[u8], pos: usize, mut ahead: usize) -> usize {
+    let to = (pos + TOUCH_AHEAD).min(bytes.len());
     while ahead < to {
         std::hint::black_box(bytes[ahead]);
         ahead += 64;
@@ -393,37 +392,29 @@ pub(crate) fn offset_for_timestamp(state: &Arc<State>, timestamp_ms: u64) -> Res
     let mut scan = Scan::over(Arc::clone(state), Arc::clone(&list), from, max, max);
     scan.check = Check::Header;
     let mut older = None;
-    loop {
-        let found = scan.skim(|h| {
-            let before = h.timestamp_ms < timestamp_ms;
-            if before {
-                older = Some(h.offset);
-            }
-            before
-        });
-        let at = match found {
-            Some(at) => at,
-            None => match scan.next_found() {
-                None => break,
-                Some(Err(e)) => return Err(e),
-                Some(Ok((rec, _))) if rec.timestamp_ms < timestamp_ms => {
-                    older = Some(rec.offset);
-                    continue;
-                }
-                Some(Ok((rec, _))) => rec.offset,
-            },
-        };
-        for offset in older.into_iter().chain([at]) {
-            let (seg, map) = locate_record(state, &mut list, offset)?;
-            record_here(&seg, &map, offset, max)?;
+    let mut is_older = |offset: u64, ts: u64| {
+        let before = ts < timestamp_ms;
+        if before {
+            older = Some(offset);
         }
-        return Ok(at);
-    }
-    if let Some(offset) = older {
+        before
+    };
+    let at = loop {
+        if let Some(at) = scan.skim(|h| is_older(h.offset, h.timestamp_ms)) {
+            break Some(at);
+        }
+        match scan.next_found() {
+            None => break None,
+            Some(Err(e)) => return Err(e),
+            Some(Ok((rec, _))) if is_older(rec.offset, rec.timestamp_ms) => {}
+            Some(Ok((rec, _))) => break Some(rec.offset),
+        }
+    };
+    for offset in older.into_iter().chain(at) {
         let (seg, map) = locate_record(state, &mut list, offset)?;
         record_here(&seg, &map, offset, max)?;
     }
-    Ok(max)
+    Ok(at.unwrap_or(max))
 }
 
 /// [`CommitLog::record_start_at_or_after`](crate::CommitLog::record_start_at_or_after).
@@ -638,15 +629,15 @@ impl Scan {
             return None;
         }
         let base = seg.start();
-        let limit = (self.max.min(seg.end()) - base) as usize;
+        let bytes = map.bytes(0, (self.max.min(seg.end()) - base) as usize);
         let mut ahead = (self.next - base) as usize;
         while self.next < self.end {
             let pos = (self.next - base) as usize;
-            if pos >= limit {
+            if pos >= bytes.len() {
                 return None;
             }
-            ahead = touch_ahead(map, pos, ahead, limit);
-            let Slot::Record(h) = decode(map.bytes(pos, limit), self.next, MAX_BODY) else {
+            ahead = touch_ahead(bytes, pos, ahead);
+            let Slot::Record(h) = decode(&bytes[pos..], self.next, MAX_BODY) else {
                 return None;
             };
             if !take(&h) {

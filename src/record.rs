@@ -226,19 +226,16 @@ pub fn decode(rest: &[u8], offset: u64, max_body: usize) -> Slot {
     let magic = u32_at(rest, 4);
     let format = match Format::of_magic(magic) {
         Some(f) => f,
-        // A record that ended at the segment's end and whose magic was damaged into the filler's
-        // still holds its own offset: a filler's bytes after its first 8 are zeros, and no filler
-        // lies at offset 0.
-        None if magic == FILLER_MAGIC
-            && len as usize == rest.len()
-            && !(rest.len() >= HEADER_LEN && u64_at(rest, 16) == offset) =>
-        {
-            return Slot::EndOfSegment;
-        }
         None if magic == FILLER_MAGIC && len as usize == rest.len() => {
-            return Slot::Invalid(
-                "a filler holding its own offset: a record whose magic is damaged",
-            );
+            // A record that ended at the segment's end and whose magic was damaged into the
+            // filler's still holds its own offset: a filler's bytes after its first 8 are zeros,
+            // and no filler lies at offset 0.
+            return match rest.len() >= HEADER_LEN && u64_at(rest, 16) == offset {
+                true => Slot::Invalid(
+                    "a filler holding its own offset: a record whose magic is damaged",
+                ),
+                false => Slot::EndOfSegment,
+            };
         }
         None if magic == FILLER_MAGIC => {
             return Slot::Invalid("filler length does not reach the segment end");

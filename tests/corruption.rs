@@ -3,10 +3,13 @@
 //! filler: cut when in the unflushed tail, reported (never returned as data) when in the middle
 //! of the log, by read, scan, scan_batches and verify.
 
+mod common;
+
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use common::write_at;
 use rmqlog::{CommitLog, Error, FlushMode, Options, RecordFormat, HEADER_LEN};
 
 const SEG: u64 = 8192;
@@ -241,13 +244,6 @@ fn a_magic_damaged_into_the_filler_s_is_not_a_filler() {
     }
 }
 
-/// Writes bytes at `pos` of `path`.
-fn patch(path: &Path, pos: u64, bytes: &[u8]) {
-    let mut f = OpenOptions::new().write(true).open(path).unwrap();
-    f.seek(SeekFrom::Start(pos)).unwrap();
-    f.write_all(bytes).unwrap();
-}
-
 /// `offset_for_timestamp` walks headers without CRCs and checks whole the two records that
 /// decide its answer: damage elsewhere does not move the answer; damage that could (the deciding
 /// records' timestamps, a length that jumps over the answer) is an error, never a wrong offset.
@@ -295,7 +291,7 @@ fn a_timestamp_lookup_is_never_moved_by_damage() {
                 _ => pos + 24,
             };
             let original = fs::read(&path).unwrap();
-            patch(&path, at, &bytes);
+            write_at(&path, at, &bytes);
             match (what, lookup()) {
                 ("an earlier body", got) => assert_eq!(got.unwrap(), answer, "{format:?}"),
                 (_, Ok(got)) => panic!("{format:?}, {what}: answered {got}, not an error"),
@@ -335,7 +331,7 @@ fn one_byte_of_magic_never_makes_a_record_a_filler() {
             let ts = log.read(victim).unwrap().timestamp_ms();
             log.close().unwrap();
             let (path, pos) = locate(&dir, victim);
-            patch(&path, pos + 4, &[0xFF]); // the magic's low byte: 0x524D51FF, the filler's
+            write_at(&path, pos + 4, &[0xFF]); // the magic's low byte: 0x524D51FF, the filler's
             let log = CommitLog::open(&[&dir], opts().read_only(true)).unwrap();
             let what = format!("{format:?}, {case}");
             let scanned: Vec<_> = log.scan(None, None).unwrap().collect();

@@ -4,10 +4,9 @@
 mod common;
 
 use std::fs::{self, OpenOptions};
-use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use common::segment_of;
+use common::{segment_of, write_at};
 use rmqlog::{CommitLog, Error, FlushMode, Options, HEADER_LEN};
 
 const SEG: u64 = 8192;
@@ -37,12 +36,6 @@ fn forget_checkpoint(dirs: &[PathBuf]) {
     for d in dirs {
         let _ = fs::remove_file(d.join("rmqlog.meta"));
     }
-}
-
-fn write_at(path: &Path, pos: u64, bytes: &[u8]) {
-    let mut f = OpenOptions::new().write(true).open(path).unwrap();
-    f.seek(SeekFrom::Start(pos)).unwrap();
-    f.write_all(bytes).unwrap();
 }
 
 #[test]

@@ -154,23 +154,21 @@ impl Walk {
             Some(f) => (f.offset, 1, f.body_len),
             None => (self.headers.position(), 0, 0),
         };
+        // Takes a body into the batch when it fits (the serial reader's rule).
+        let mut take = |len: usize| {
+            let fits = opts.fits(rows, bytes, len);
+            if fits {
+                rows += 1;
+                bytes += len;
+            }
+            fits
+        };
         loop {
-            let took = self.headers.skim(|h| {
-                let fits = opts.fits(rows, bytes, h.body_len());
-                if fits {
-                    rows += 1;
-                    bytes += h.body_len();
-                }
-                fits
-            });
-            if let Some(end) = took {
+            if let Some(end) = self.headers.skim(|h| take(h.body_len())) {
                 return Some((start, end, bytes));
             }
             match self.headers.next_found_now() {
-                Some(Ok((f, _))) if opts.fits(rows, bytes, f.body_len) => {
-                    rows += 1;
-                    bytes += f.body_len;
-                }
+                Some(Ok((f, _))) if take(f.body_len) => {}
                 Some(Ok((f, _))) => {
                     self.pending = Some(f);
                     return Some((start, f.offset, bytes));

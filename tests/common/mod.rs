@@ -7,6 +7,14 @@ use std::time::Duration;
 
 use rmqlog::{CommitLog, FlushMode, Options};
 
+/// Writes `bytes` at `pos` of the file at `path` (damage, garbage, forged fields).
+pub fn write_at(path: &std::path::Path, pos: u64, bytes: &[u8]) {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(SeekFrom::Start(pos)).unwrap();
+    f.write_all(bytes).unwrap();
+}
+
 /// `n` store directories under one temporary directory (kept alive by the returned guard).
 pub fn dirs(n: usize) -> (tempfile::TempDir, Vec<PathBuf>) {
     let root = tempfile::tempdir().expect("temporary directory");
