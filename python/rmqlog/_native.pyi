@@ -333,14 +333,19 @@ class CommitLog:
         tier_cache_dir: _StrPath | None = ...,
     ) -> Self: ...
     def append(self, body: Buffer, /) -> int:
-        """Appends one record; returns its physical offset."""
+        """Appends one record; returns its physical offset.
+
+        ``body`` is any bytes-like object; one exporting a contiguous buffer (bytes, bytearray,
+        memoryview, array, NumPy) is read in place, without a copy.
+        """
     @overload
     def append_batch(
         self, bodies: Iterable[Buffer], /, *, offsets: Literal[True] = True
     ) -> list[int]:
         """Appends many records at once (all visible together, or none).
 
-        ``bodies`` is an iterable of bytes-like objects, or an Arrow array of binary,
+        ``bodies`` is an iterable of bytes-like objects (read in place, as ``append`` reads
+        one), or an Arrow array of binary,
         large_binary, binary_view, fixed_size_binary or string types (any object with
         ``__arrow_c_array__``, or ``__arrow_c_stream__`` such as a ``pyarrow.ChunkedArray`` or a
         Polars Series), framed in Rust with the GIL released; a null element is refused before

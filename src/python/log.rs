@@ -6,10 +6,11 @@ use std::sync::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyMemoryView, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use super::args::{self, Arg};
 use super::arrow;
+use super::body::Body;
 use super::buffer::SegmentBuffer;
 use super::consumer::{self, PyConsumer};
 use super::dirs::PyDirInfo;
@@ -30,27 +31,33 @@ pub struct PyCommitLog {
     views: ViewCache,
 }
 
-/// A body as `bytes`: zero-copy for `bytes`, one copy for any other bytes-like object.
-/// `what` names the argument in an error; it is only formatted then.
-fn as_bytes<'py>(
-    obj: &Bound<'py, PyAny>,
-    what: impl Fn() -> String,
-) -> PyResult<Bound<'py, PyBytes>> {
-    if let Ok(b) = obj.cast::<PyBytes>() {
-        return Ok(b.clone());
+/// `append_batch`'s bodies, held for reading with the GIL released: a list or tuple by index,
+/// any other iterable by iterating it.
+fn bodies_of<'py>(bodies: &Bound<'py, PyAny>) -> PyResult<Vec<Body<'py>>> {
+    let what = |i: usize| move || format!("bodies[{i}]");
+    if let Ok(list) = bodies.cast::<PyList>() {
+        let mut held = Vec::with_capacity(list.len());
+        for (i, item) in list.iter().enumerate() {
+            held.push(Body::of(&item, what(i))?);
+        }
+        return Ok(held);
     }
-    let refuse = || {
+    if let Ok(tuple) = bodies.cast::<PyTuple>() {
+        return tuple
+            .iter()
+            .enumerate()
+            .map(|(i, item)| Body::of(&item, what(i)))
+            .collect();
+    }
+    let iter = bodies.try_iter().map_err(|_| {
         PyTypeError::new_err(format!(
-            "{} must be bytes-like (bytes, bytearray, memoryview, ...), got {}",
-            what(),
-            args::type_of(obj)
+            "bodies must be an iterable of bytes-like objects or an Arrow binary array, got {}",
+            args::type_of(bodies)
         ))
-    };
-    if obj.is_instance_of::<PyString>() {
-        return Err(refuse());
-    }
-    let view = PyMemoryView::from(obj).map_err(|_| refuse())?;
-    Ok(view.call_method0("tobytes")?.cast_into::<PyBytes>()?)
+    })?;
+    iter.enumerate()
+        .map(|(i, item)| Body::of(&item?, what(i)))
+        .collect()
 }
 
 /// A scan's `follow`, `timeout` and `durable` arguments: `None` for a scan of the records there
@@ -302,8 +309,8 @@ impl PyCommitLog {
     /// Appends one record; returns its physical offset.
     #[pyo3(signature = (body, /))]
     fn append(&self, py: Python<'_>, body: &Bound<'_, PyAny>) -> PyResult<u64> {
-        let bytes = as_bytes(body, || "body".into())?;
-        let data = bytes.as_bytes();
+        let body = Body::of(body, || "body".into())?;
+        let data = body.as_slice();
         // Fast path with the GIL held: no waiting, no device I/O (at most the page cache warmed
         // 256 KiB ahead). Otherwise release the GIL.
         if let Some(offset) = self.log.try_append(data)? {
@@ -336,17 +343,8 @@ impl PyCommitLog {
         if !sequence && arrow::is_arrow(bodies)? {
             return arrow::append_arrow(self, py, bodies, offsets);
         }
-        let iter = bodies.try_iter().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "bodies must be an iterable of bytes-like objects or an Arrow binary array, got {}",
-                args::type_of(bodies)
-            ))
-        })?;
-        let mut owned = Vec::new();
-        for (i, item) in iter.enumerate() {
-            owned.push(as_bytes(&item?, || format!("bodies[{i}]"))?);
-        }
-        let slices: Vec<&[u8]> = owned.iter().map(|b| b.as_bytes()).collect();
+        let held = bodies_of(bodies)?;
+        let slices: Vec<&[u8]> = held.iter().map(Body::as_slice).collect();
         let found = py.detach(|| self.log.append_batch(&slices))?;
         if !offsets {
             return Ok(None);

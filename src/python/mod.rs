@@ -5,6 +5,7 @@
 
 mod args;
 mod arrow;
+mod body;
 mod buffer;
 mod consumer;
 mod dirs;
