@@ -63,9 +63,12 @@ demo: $(BUILT)
 	@$(PY) -m rmqlog demo
 
 ## test: lints, Rust tests (no Python), benches build, a bounded fuzz run, the quick bench, and
-## the Python tests (Spark included). RMQLOG_REQUIRE_ALL_TESTS=1 (set by .ci/run) turns every
-## skipped test into a failure naming the reason; unset, tests skip where they cannot run.
-test: lint test-rust bench-build fuzz-quick bench-quick test-python
+## the Python tests (Spark included), one step after another, then the seconds each took
+## (tools/steps.sh). RMQLOG_REQUIRE_ALL_TESTS=1 (set by .ci/run) turns every skipped test into a
+## failure naming the reason; unset, tests skip where they cannot run.
+TEST_STEPS := develop lint test-rust bench-build fuzz-quick bench-quick test-python
+test:
+	@MAKE="$(MAKE)" bash tools/steps.sh $(TEST_STEPS)
 
 # The Rust tests run with fail points compiled in (tests/interleavings.rs pauses operations at
 # their critical steps) and the Arrow API (tests/arrow.rs), and the chaos test for CHAOS_SECS.
@@ -98,7 +101,7 @@ bench: $(BUILT) $(EXTRAS_STAMP)
 	$(PY) benches/compare.py --runs $(BENCH_RUNS) --out bench-results.json
 
 ## lint: rustfmt, clippy with and without the python and failpoints features, the module graph
-## of the core (no cycle, nothing imports the facade), ruff.
+## of the core (no cycle, nothing imports the facade), ruff, mypy on rmqlog.spark.
 lint: $(EXTRAS_STAMP)
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
@@ -106,6 +109,7 @@ lint: $(EXTRAS_STAMP)
 	$(PY) tools/module_graph.py
 	$(VENV)/bin/ruff check python tests benches examples
 	$(VENV)/bin/ruff format --check python tests benches examples
+	$(VENV)/bin/mypy
 
 ## fmt: format Rust and Python.
 fmt: $(EXTRAS_STAMP)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -35,25 +34,9 @@ def _missing() -> str | None:
 
 
 def _session():
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    from rmqlog.spark import local_session
 
-    import rmqlog.spark as rs
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("rmqlog-compare")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    rs.register(spark)
-    return spark
+    return local_session("local[2]", "rmqlog-compare")
 
 
 def _write_store(s: Sizes, store: str) -> None:

@@ -21,16 +21,13 @@ import tempfile
 import time
 from pathlib import Path
 
-# Spark's Python workers must run this interpreter (the one with rmqlog installed), and a local
-# session is best kept on the loopback interface. Both must be set before the session starts.
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-
-from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from rmqlog import CommitLog
-from rmqlog.spark import register
+
+# A local session whose Python workers run this interpreter (the one with rmqlog installed), on
+# the loopback interface, with the rmqlog source registered.
+from rmqlog.spark import local_session
 
 EVENTS = 20_000
 KINDS = ["view", "click", "cart", "buy"]
@@ -68,19 +65,10 @@ def main() -> None:
         dirs = [str(Path(tmp) / f"disk{i}" / "store") for i in range(3)]
         produce(dirs)
 
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("rmqlog-spark-pipeline")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.sql.session.timeZone", "UTC")
-            .getOrCreate()
+        spark = local_session(
+            "local[2]", "rmqlog-spark-pipeline", conf={"spark.sql.shuffle.partitions": "2"}
         )
-        spark.sparkContext.setLogLevel("ERROR")
         try:
-            register(spark)
             log_df = (
                 spark.read.format("rmqlog")
                 .option("max_partition_bytes", "512k")  # two tasks per 1 MiB segment

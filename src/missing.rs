@@ -11,8 +11,9 @@ use crate::layout::{self, Found};
 use crate::locate::{still_there, Store};
 
 /// The recorded directories a writer's open was not given. One still at its recorded path (its
-/// identity says so) must hold no segment the log needs: it then leaves the store. One not found
-/// there is returned, unless `accept_lost` names it: the log must do without it.
+/// identity says so) must hold no segment the log needs: it then leaves the store (the error
+/// names every one that holds some). One not found there is returned, unless `accept_lost`
+/// names it: the log must do without it.
 pub(crate) fn check_left_out(
     c: &Checkpoint,
     left_out: &[(DirRecord, bool)],
@@ -20,6 +21,7 @@ pub(crate) fn check_left_out(
     have: &[Found],
 ) -> Result<Vec<DirRecord>> {
     let mut missing = Vec::new();
+    let mut needed_in = Vec::new();
     for (rec, _) in left_out {
         let path = PathBuf::from(&rec.path);
         if lost.contains(&path) {
@@ -37,18 +39,40 @@ pub(crate) fn check_left_out(
             .count();
         if needed > 0 {
             let s = if needed == 1 { "" } else { "s" };
-            return Err(Error::config(format!(
-                "directory {} of this store was left out but holds {needed} segment{s} the log \
-                 needs; add it to paths",
-                path.display()
-            )));
+            needed_in.push(format!("{} ({needed} segment{s})", path.display()));
+            continue;
         }
         log::info!(
             "directory {} leaves the store: it was not given and holds no segment the log needs",
             path.display()
         );
     }
-    Ok(missing)
+    // One error for all: the user fixes the paths once.
+    let also = match missing.len() {
+        0 => String::new(),
+        _ => format!(
+            "; also not found at their recorded paths: {} (give them too, or name them in \
+             accept_lost if lost)",
+            missing
+                .iter()
+                .map(|r| r.path.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    match needed_in.len() {
+        0 => Ok(missing),
+        1 => Err(Error::config(format!(
+            "directory {} of this store was left out but holds segments the log needs; add it \
+             to paths{also}",
+            needed_in[0]
+        ))),
+        _ => Err(Error::config(format!(
+            "directories {} of this store were left out but hold segments the log needs; add \
+             them to paths{also}",
+            needed_in.join(", ")
+        ))),
+    }
 }
 
 /// Each directory `accept_lost` names must be one the store lacks: a recorded directory left out
@@ -116,9 +140,7 @@ pub(crate) fn missing_dirs_error(missing: &[DirRecord], e: Error) -> Error {
     if missing.is_empty() || !matches!(e, Error::Corruption { .. } | Error::Configuration(_)) {
         return e;
     }
-    let mut names: Vec<&str> = missing.iter().map(|r| r.path.as_str()).collect();
-    let more = names.len().saturating_sub(2);
-    names.truncate(2);
+    let names: Vec<&str> = missing.iter().map(|r| r.path.as_str()).collect();
     let why = match &e {
         // "the log needs offsets [a, b)", from "gap: offsets [a, b) are in no segment (file)".
         Error::Corruption { reason, .. } => match reason.find("offsets [") {
@@ -141,13 +163,8 @@ pub(crate) fn missing_dirs_error(missing: &[DirRecord], e: Error) -> Error {
         1 => ("directory", "its path"),
         _ => ("directories", "their paths"),
     };
-    let and_more = match more {
-        0 => String::new(),
-        n => format!(" and {n} more"),
-    };
     Error::config(format!(
-        "{dirs} {}{and_more} not found: {why}. Give {its} in paths, or accept_lost={names:?} \
-         if lost",
+        "{dirs} {} not found: {why}. Give {its} in paths, or accept_lost={names:?} if lost",
         names.join(", ")
     ))
 }

@@ -215,23 +215,16 @@ class _SparkSessions:
         if self.session is not None and self.session.sparkContext.master == master:
             return self.session
         self.close()
-        from pyspark.sql import SparkSession
-
         import rmqlog.spark as rs
 
-        session = (
-            SparkSession.builder.master(master)
-            .appName("rmqlog-test-spark")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.scheduler.minRegisteredResourcesRatio", "1.0")  # jobs wait for all
-            .getOrCreate()
+        session = rs.local_session(
+            master,
+            "rmqlog-test-spark",
+            conf={
+                "spark.sql.shuffle.partitions": "2",
+                "spark.scheduler.minRegisteredResourcesRatio": "1.0",  # jobs wait for all
+            },
         )
-        session.sparkContext.setLogLevel("ERROR")
-        assert rs.register(session) is rs.RmqlogDataSource
         assert session.conf.get(rs.PUSHDOWN_CONF) == "true"
         self.session = session
         return session

@@ -189,13 +189,44 @@ def test_a_writer_given_some_of_the_directories_gets_a_short_configuration_error
         CommitLog([str(dirs[0]), str(dirs[1])], segment_size=4096)
     msg = str(e.value)
     assert not isinstance(e.value, CorruptionError)
-    assert len(msg) < 300, (len(msg), msg)
-    assert "left out" in msg and "add it to paths" in msg, msg
-    assert str(dirs[2]) in msg or str(dirs[3]) in msg, msg
+    # One error names every directory left out, each once, so the paths are fixed in one go.
+    assert len(msg) < 200 + len(str(dirs[2])) + len(str(dirs[3])), (len(msg), msg)
+    assert "left out" in msg and "add them to paths" in msg, msg
+    assert msg.count(str(dirs[2])) == 1 and msg.count(str(dirs[3])) == 1, msg
     assert {p: p.read_bytes() for p in (tmp_path / "s").rglob("0*")} == before
     # Given all of them, the store is whole.
     with CommitLog([str(d) for d in dirs], segment_size=4096) as log:
         assert bodies(log) == [body(i) for i in range(400)]
+
+
+def test_every_missing_directory_is_named_in_one_error(tmp_path):
+    dirs = [tmp_path / "s" / f"d{i}" for i in range(5)]
+    write_store(dirs, n=400)
+    gone = dirs[1:4]
+    for i, d in enumerate(gone):
+        shutil.move(d, tmp_path / f"unmounted{i}")
+    for read_only in (False, True):
+        with pytest.raises(ConfigurationError) as e:
+            CommitLog([str(dirs[0]), str(dirs[4])], segment_size=4096, read_only=read_only)
+        msg = str(e.value)
+        assert "not found" in msg, msg
+        # Each in the list of directories and in the accept_lost the message offers.
+        assert all(msg.count(str(d)) == 2 for d in gone), msg
+    # Named where they are now, the store opens.
+    moved = [str(tmp_path / f"unmounted{i}") for i in range(3)]
+    with CommitLog([str(dirs[0]), *moved, str(dirs[4])], segment_size=4096) as log:
+        assert bodies(log) == [body(i) for i in range(400)]
+
+
+def test_a_writer_missing_some_directories_and_leaving_out_others_gets_one_error(tmp_path):
+    dirs = [tmp_path / "s" / f"d{i}" for i in range(4)]
+    write_store(dirs, n=400)
+    shutil.move(dirs[3], tmp_path / "unmounted")
+    with pytest.raises(ConfigurationError) as e:
+        CommitLog([str(dirs[0]), str(dirs[1])], segment_size=4096)
+    msg = str(e.value)
+    assert str(dirs[2]) in msg and "left out" in msg, msg
+    assert str(dirs[3]) in msg and "also not found" in msg and "accept_lost" in msg, msg
 
 
 def test_a_missing_directory_is_named_by_its_last_path_with_the_fix(tmp_path):

@@ -126,3 +126,40 @@ def test_another_stores_prefix_is_refused(make_log, tmp_path, tier):
     assert manifest(tier) == before and objects(tier) == names
     assert second.verify() == []
     assert bytes(second.read(second.append(b"still writable"))) == b"still writable"
+
+
+# Every way object_store finds S3 credentials besides tier_options (its environment variables).
+CREDENTIAL_VARS = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_SKIP_SIGNATURE",
+)
+
+
+def test_an_s3_open_without_credentials_says_how_to_give_them(s3_bucket, tmp_path, monkeypatch):
+    for var in CREDENTIAL_VARS:
+        monkeypatch.delenv(var, raising=False)
+    kwargs = tier_kwargs(s3_bucket)
+    with CommitLog(tmp_path / "store", segment_size=SEGMENT, tier_after=0, **kwargs) as log:
+        append_records(log, 3 * SEGMENT // 1000)
+        uploaded(log)
+    no_keys = {k: v for k, v in s3_bucket.options.items() if "key" not in k}
+    # The instance metadata service, where object_store looks then, is a closed port here.
+    no_keys["metadata_endpoint"] = "http://127.0.0.1:9"
+    with pytest.raises(OSError) as info:
+        CommitLog(s3_bucket.url, read_only=True, tier_options=no_keys)
+    msg = str(info.value)
+    for words in ("No S3 credentials were given", "access_key_id", "AWS_ACCESS_KEY_ID", "endpoint"):
+        assert words in msg, msg
+    # With the keys, the same open reads the log: the hint was about them alone.
+    with CommitLog(s3_bucket.url, read_only=True, tier_options=s3_bucket.options) as remote:
+        assert remote.max_offset >= 2 * SEGMENT
+    # Keys given, the same failure of another kind carries no hint.
+    s3_bucket.server.stop()
+    with pytest.raises(OSError) as info:
+        CommitLog(s3_bucket.url, read_only=True, tier_options=s3_bucket.options)
+    assert "No S3 credentials" not in str(info.value)

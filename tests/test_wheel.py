@@ -260,19 +260,15 @@ def test_spark_extra_installed(installed, tmp_path):
 SPARK_READ = textwrap.dedent(
     """
     import json, os, sys
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from pyspark.sql import SparkSession
+    # This venv's Python for Spark's workers, whatever the calling test process had set.
+    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     import rmqlog.spark
     from rmqlog import CommitLog
 
     dirs = [os.path.join(sys.argv[1], f"d{i}") for i in range(2)]
     with CommitLog(dirs, segment_size=4096) as log:
         offsets = log.append_batch([b"event-%d" % i for i in range(300)])
-    spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
-             .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    rmqlog.spark.register(spark)
+    spark = rmqlog.spark.local_session("local[1]", "rmqlog-wheel-test")
     rows = spark.read.format("rmqlog").load(os.pathsep.join(dirs)).select("offset", "body")
     got = sorted((r.offset, bytes(r.body)) for r in rows.collect())
     spark.stop()

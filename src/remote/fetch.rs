@@ -149,7 +149,7 @@ impl Tier {
                 Some(e.start),
                 "the object is missing, but the tier's manifest lists it (deleted by hand?)",
             ),
-            other => Error::tier("reading", url, other),
+            other => self.remote.failed("reading", url, other),
         }
     }
 

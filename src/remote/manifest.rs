@@ -169,7 +169,7 @@ async fn load_once(remote: &Remote) -> Result<Option<Manifest>> {
         }
         Err(e) => Err(e),
     }
-    .map_err(|e| Error::tier("reading", remote.url_of(&name), e))?;
+    .map_err(|e| remote.failed("reading", remote.url_of(&name), e))?;
     let m = Manifest::decode(&bytes, &remote.url_of(&name))?;
     if m.version != version {
         return Err(Error::corruption(
@@ -218,9 +218,9 @@ pub(crate) async fn publish(remote: &Remote, m: &Manifest) -> Result<()> {
                 .store
                 .put(&path, PutPayload::from(m.encode()))
                 .await
-                .map_err(|e| Error::tier("writing", remote.url_of(&name), e))?;
+                .map_err(|e| remote.failed("writing", remote.url_of(&name), e))?;
         }
-        Err(e) => return Err(Error::tier("writing", remote.url_of(&name), e)),
+        Err(e) => return Err(remote.failed("writing", remote.url_of(&name), e)),
     }
     remote
         .store
@@ -229,7 +229,7 @@ pub(crate) async fn publish(remote: &Remote, m: &Manifest) -> Result<()> {
             PutPayload::from(format!("{}\n", m.version)),
         )
         .await
-        .map_err(|e| Error::tier("writing", remote.url_of(POINTER), e))?;
+        .map_err(|e| remote.failed("writing", remote.url_of(POINTER), e))?;
     Ok(())
 }
 
@@ -240,7 +240,7 @@ async fn pointer(remote: &Remote) -> Result<Option<u64>> {
         Err(object_store::Error::NotFound { .. }) => return Ok(None),
         Err(e) => Err(e),
     }
-    .map_err(|e| Error::tier("reading", remote.url_of(POINTER), e))?;
+    .map_err(|e| remote.failed("reading", remote.url_of(POINTER), e))?;
     let text = String::from_utf8_lossy(&bytes);
     let version = text.trim().parse().map_err(|_| {
         Error::corruption(

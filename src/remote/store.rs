@@ -22,6 +22,9 @@ pub(crate) struct Remote {
     pub url: String,
     /// Whether objects carry user metadata (S3 does; a local directory does not).
     pub metadata: bool,
+    /// S3 with no credentials given (options or environment): object_store asks the instance
+    /// metadata service for them, and a failure says how to give them instead.
+    pub implicit_credentials: bool,
     /// A `file://` tier's directory.
     pub dir: Option<std::path::PathBuf>,
 }
@@ -37,7 +40,28 @@ impl Remote {
     pub fn url_of(&self, name: &str) -> String {
         format!("{}/{name}", self.url)
     }
+
+    /// A failed request `op` on `object`, as the error it is.
+    pub fn failed(
+        &self,
+        op: &'static str,
+        object: impl Into<String>,
+        e: object_store::Error,
+    ) -> Error {
+        let mut reason = e.to_string();
+        if self.implicit_credentials {
+            reason.push_str(CREDENTIALS_HINT);
+        }
+        Error::tier(op, object, reason)
+    }
 }
+
+/// What a failed request of an S3 client with no credentials given adds.
+const CREDENTIALS_HINT: &str = ". No S3 credentials were given, so they were looked up from the \
+    instance metadata service (as on EC2). Elsewhere give them: tier_options access_key_id and \
+    secret_access_key (Spark: options tier.access_key_id, tier.secret_access_key), or the \
+    environment variables AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; for an S3-compatible \
+    server also endpoint (and allow_http=true for http://)";
 
 /// Whether `path` is a tier URL (`scheme://...`) rather than a directory.
 pub(crate) fn is_url(path: &str) -> bool {
@@ -48,8 +72,9 @@ pub(crate) fn is_url(path: &str) -> bool {
 
 /// Where a tier URL points, found without touching anything (no request, no directory made).
 enum Target {
-    /// An S3 client (built, not connected) and the prefix inside its bucket.
-    S3(Arc<dyn ObjectStore>, ObjPath),
+    /// An S3 client (built, not connected), the prefix inside its bucket, and whether no
+    /// credentials were given.
+    S3(Arc<dyn ObjectStore>, ObjPath, bool),
     File(PathBuf),
 }
 
@@ -66,7 +91,10 @@ fn target(url: &str, options: &BTreeMap<String, String>) -> Result<Target> {
         ))
     })?;
     match parsed.scheme() {
-        "s3" | "s3a" => Ok(Target::S3(s3(url, &parsed, options)?, prefix_of(&parsed)?)),
+        "s3" | "s3a" => {
+            let (store, implicit) = s3(url, &parsed, options)?;
+            Ok(Target::S3(store, prefix_of(&parsed)?, implicit))
+        }
         "file" => {
             if let Some(k) = options.keys().next() {
                 return Err(Error::config(format!(
@@ -95,9 +123,13 @@ pub(crate) fn connect(
 ) -> Result<Remote> {
     let url = url.trim_end_matches('/').to_string();
     let mut local = None;
+    let mut implicit_credentials = false;
     let (store, prefix, metadata): (Arc<dyn ObjectStore>, ObjPath, bool) =
         match target(&url, options)? {
-            Target::S3(store, prefix) => (store, prefix, true),
+            Target::S3(store, prefix, implicit) => {
+                implicit_credentials = implicit;
+                (store, prefix, true)
+            }
             Target::File(dir) => {
                 local = Some(dir.clone());
                 if create {
@@ -119,6 +151,7 @@ pub(crate) fn connect(
         prefix,
         url,
         metadata,
+        implicit_credentials,
         dir: local,
     })
 }
@@ -129,12 +162,13 @@ fn prefix_of(url: &url::Url) -> Result<ObjPath> {
 }
 
 /// An S3 client that fails fast when the store is unreachable: the uploader retries on its own
-/// schedule (with backoff), and a read should say the store is down, not hang for minutes.
+/// schedule (with backoff), and a read should say the store is down, not hang for minutes. With
+/// it, whether no credentials were given (object_store then asks the instance metadata service).
 fn s3(
     url: &str,
     parsed: &url::Url,
     options: &BTreeMap<String, String>,
-) -> Result<Arc<dyn ObjectStore>> {
+) -> Result<(Arc<dyn ObjectStore>, bool)> {
     if parsed.host_str().is_none_or(str::is_empty) {
         return Err(Error::config(format!(
             "tier_url {url:?} names no bucket: expected s3://bucket/prefix"
@@ -167,8 +201,18 @@ fn s3(
         })?;
         b = b.with_config(key, v.clone());
     }
+    let given = |k: AmazonS3ConfigKey| b.get_config_value(&k).is_some_and(|v| !v.is_empty());
+    // object_store's order: static keys, web identity, the container's endpoints, else the
+    // instance metadata service; unsigned requests need none.
+    let implicit = !(given(AmazonS3ConfigKey::AccessKeyId)
+        || given(AmazonS3ConfigKey::SecretAccessKey)
+        || given(AmazonS3ConfigKey::WebIdentityTokenFile)
+        || given(AmazonS3ConfigKey::ContainerCredentialsRelativeUri)
+        || given(AmazonS3ConfigKey::ContainerCredentialsFullUri)
+        || b.get_config_value(&AmazonS3ConfigKey::SkipSignature)
+            .is_some_and(|v| v.eq_ignore_ascii_case("true")));
     let store = b
         .build()
         .map_err(|e| Error::config(format!("tier_url {url:?}: {e}")))?;
-    Ok(Arc::new(store))
+    Ok((Arc::new(store), implicit))
 }

@@ -7,7 +7,7 @@ use object_store::{ObjectStore, ObjectStoreExt};
 
 use super::manifest::{named, Manifest, Named};
 use super::Tier;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 impl Tier {
     /// Deletes the leftovers under the prefix, given the current manifest `m`; how many went.
@@ -17,7 +17,7 @@ impl Tier {
         let mut listing = remote.store.list(prefix);
         let mut stale = Vec::new();
         while let Some(meta) = listing.next().await {
-            let meta = meta.map_err(|e| Error::tier("listing", remote.url.clone(), e))?;
+            let meta = meta.map_err(|e| remote.failed("listing", remote.url.clone(), e))?;
             let location = meta.location.as_ref();
             let relative = match prefix {
                 Some(p) => location

@@ -68,7 +68,7 @@ impl Tier {
             let existed = match self.remote.store.put_opts(&path, payload, opts).await {
                 Ok(_) => false,
                 Err(object_store::Error::AlreadyExists { .. }) => true,
-                Err(e) => return Err(Error::tier("uploading", url.clone(), e)),
+                Err(e) => return Err(self.remote.failed("uploading", url.clone(), e)),
             };
             match self.read_back(&entry).await {
                 Err(Error::Corruption { reason, .. }) if existed => Err(Error::config(format!(
@@ -94,9 +94,9 @@ impl Tier {
                     Some(e.start),
                     "the object is missing, but the tier's manifest lists it (deleted by hand?)",
                 )),
-                Err(err) => return Err(Error::tier("reading back", url, err)),
+                Err(err) => return Err(self.remote.failed("reading back", url, err)),
             };
-        let on_error = |err| Error::tier("reading back", url.clone(), err);
+        let on_error = |err| self.remote.failed("reading back", url.clone(), err);
         let (len, crc) = each_chunk(got, &url, on_error, |_| Ok(())).await?;
         check_object(&url, e, len, crc)
     }

@@ -155,7 +155,10 @@ fn trim_remote(state: &State, tier: &Tier) -> Result<()> {
         let path = tier.remote.path(&name);
         let deleted = tier.block_on(async {
             let done = tier.remote.store.delete(&path).await;
-            done.map_err(|err| Error::tier("deleting", tier.remote.url_of(&name), err))
+            done.map_err(|err| {
+                tier.remote
+                    .failed("deleting", tier.remote.url_of(&name), err)
+            })
         });
         match deleted {
             Ok(()) => Tier::count(&tier.stats.remote_deleted, 1),

@@ -2,7 +2,7 @@
 
     from rmqlog.spark import register, body_udf
 
-    register(spark)
+    register(spark)                 # or: spark = local_session() (this machine, source registered)
     df = spark.read.format("rmqlog").load("/d0/store:/d1/store")  # offset timestamp body segment
     meta = spark.read.format("rmqlog").schema("offset long, timestamp timestamp").load(...)
     stream = spark.readStream.format("rmqlog").load("/d0/store:/d1/store")
@@ -35,6 +35,7 @@ from rmqlog.spark.options import parse_options as parse_options
 from rmqlog.spark.schema import ARROW_SCHEMA, SCHEMA, SCHEMA_DDL
 from rmqlog.spark.schema import Projection as Projection
 from rmqlog.spark.schema import projection as projection
+from rmqlog.spark.session import local_session
 from rmqlog.spark.source import NAME, PUSHDOWN_CONF, RmqlogDataSource, register
 from rmqlog.spark.store import Store as Store
 from rmqlog.spark.stream import RmqlogStreamReader
@@ -60,6 +61,7 @@ __all__ = [
     "RmqlogStreamReader",
     "body_udf",
     "body_udf_nulls",
+    "local_session",
     "lookup_bodies",
     "register",
 ]

@@ -194,4 +194,6 @@ def body_udf(
     def rmqlog_body(offsets: pd.Series) -> pd.Series:
         return _bodies_series(store, strict, offsets)
 
-    return pandas_udf(rmqlog_body, BinaryType())
+    # PySpark's stubs type only the pre-3.0 form with a functionType; the type-hinted form
+    # (this one, checked at run time from the hints) has no overload there.
+    return pandas_udf(rmqlog_body, BinaryType())  # type: ignore[call-overload]
