@@ -247,8 +247,17 @@ impl Writer {
         mut sink: impl FnMut(u64),
     ) -> Result<()> {
         state.check_open()?;
-        for b in bodies {
-            check_size(state, b.as_ref().len())?;
+        for (i, b) in bodies.iter().enumerate() {
+            check_size(state, b.as_ref().len()).map_err(|e| match e {
+                // Which one, in a batch.
+                Error::MessageTooLarge { size, limit } if bodies.len() > 1 => {
+                    Error::MessageTooLarge {
+                        size,
+                        limit: format!("{limit} (bodies[{i}])"),
+                    }
+                }
+                e => e,
+            })?;
         }
         // Format 1's body CRCs depend on nothing the locks guard: computed before, they keep the
         // time other writers wait short. (Format 2's covers the offset: see `record::encode`.)

@@ -142,58 +142,6 @@ def test_append_batch_continues_after_appends_and_accepts_generators(make_log, b
     assert mixed[0] == log.read_record(gen_offsets[-1]).next_offset
 
 
-def bytes_likes() -> list[tuple[str, object, bytes]]:
-    """(name, object, the bytes it holds): every kind of exporter a body may come as."""
-    strided = memoryview(b"a-b-c-d")[::2]  # not contiguous: copied, not read in place
-    ints = array.array("i", [1, 2, 3])
-    kinds = [
-        ("bytes", b"plain", b"plain"),
-        ("bytearray", bytearray(b"mutable"), b"mutable"),
-        ("memoryview", memoryview(b"viewed"), b"viewed"),
-        ("memoryview slice", memoryview(b"0123456789")[2:5], b"234"),
-        ("strided memoryview", strided, b"abcd"),
-        ("array of int", ints, ints.tobytes()),
-        ("empty bytearray", bytearray(), b""),
-        ("empty memoryview", memoryview(b""), b""),
-    ]
-    try:
-        import numpy as np
-    except ImportError:
-        return kinds
-    matrix = np.arange(12, dtype=np.uint16).reshape(3, 4)
-    kinds.append(("numpy 2-d", matrix, matrix.tobytes()))
-    kinds.append(("numpy column (strided)", matrix[:, 1], matrix[:, 1].tobytes()))
-    return kinds
-
-
-def test_every_bytes_like_body_is_stored_as_its_bytes(make_log):
-    log = make_log()
-    kinds = bytes_likes()
-    singles = [log.append(obj) for _, obj, _ in kinds]
-    batch = log.append_batch([obj for _, obj, _ in kinds])
-    as_tuple = log.append_batch(tuple(obj for _, obj, _ in kinds))
-    as_iter = log.append_batch(obj for _, obj, _ in kinds)
-    for offsets in (singles, batch, as_tuple, as_iter):
-        got = [bytes(log.read(o)) for o in offsets]
-        assert got == [want for _, _, want in kinds], [name for name, *_ in kinds]
-
-
-def test_a_bytearray_is_free_again_after_an_append(make_log):
-    # The append reads it in place; once done, the export is released (else this raises
-    # BufferError: "Existing exports of data: object cannot be re-sized").
-    log = make_log()
-    body = bytearray(b"grow me")
-    log.append(body)
-    log.append_batch([body, body])
-    body.extend(b" and more")
-    end = log.max_offset
-    with pytest.raises(TypeError, match=r"bodies\[1\] must be bytes-like .*got str"):
-        log.append_batch([body, "text", body])
-    body.extend(b"!")
-    assert bytes(body) == b"grow me and more!"
-    assert log.max_offset == end  # the refused batch wrote nothing
-
-
 def test_append_batch_empty_changes_nothing(make_log, body):
     log = make_log()
     assert log.append_batch([]) == []

@@ -335,8 +335,11 @@ class CommitLog:
     def append(self, body: Buffer, /) -> int:
         """Appends one record; returns its physical offset.
 
-        ``body`` is any bytes-like object; one exporting a contiguous buffer (bytes, bytearray,
-        memoryview, array, NumPy) is read in place, without a copy.
+        ``body`` is any bytes-like object: ``bytes`` is read in place; any other (bytearray,
+        memoryview, array, NumPy, mmap) is copied from its buffer first, with the GIL held, so
+        that a change to it while the append runs cannot make a record that fails its check.
+        A body over ``max_message_size`` is refused before the copy; a buffer of Python
+        objects (format ``O``) is refused.
         """
     @overload
     def append_batch(
@@ -344,8 +347,8 @@ class CommitLog:
     ) -> list[int]:
         """Appends many records at once (all visible together, or none).
 
-        ``bodies`` is an iterable of bytes-like objects (read in place, as ``append`` reads
-        one), or an Arrow array of binary,
+        ``bodies`` is an iterable of bytes-like objects (taken as ``append`` takes one; a single
+        bytes-like object is refused: use ``append``), or an Arrow array of binary,
         large_binary, binary_view, fixed_size_binary or string types (any object with
         ``__arrow_c_array__``, or ``__arrow_c_stream__`` such as a ``pyarrow.ChunkedArray`` or a
         Polars Series), framed in Rust with the GIL released; a null element is refused before

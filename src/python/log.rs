@@ -10,7 +10,7 @@ use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use super::args::{self, Arg};
 use super::arrow;
-use super::body::Body;
+use super::body::{self, Bodies, Body};
 use super::buffer::SegmentBuffer;
 use super::consumer::{self, PyConsumer};
 use super::dirs::PyDirInfo;
@@ -31,23 +31,22 @@ pub struct PyCommitLog {
     views: ViewCache,
 }
 
-/// `append_batch`'s bodies, held for reading with the GIL released: a list or tuple by index,
-/// any other iterable by iterating it.
-fn bodies_of<'py>(bodies: &Bound<'py, PyAny>) -> PyResult<Vec<Body<'py>>> {
-    let what = |i: usize| move || format!("bodies[{i}]");
+/// `append_batch`'s bodies, readable with the GIL released: a list or tuple by index, any other
+/// iterable by iterating it; each of at most `limit` bytes.
+fn bodies_of<'py>(bodies: &Bound<'py, PyAny>, limit: usize) -> PyResult<Bodies<'py>> {
     if let Ok(list) = bodies.cast::<PyList>() {
-        let mut held = Vec::with_capacity(list.len());
+        let mut held = Bodies::with_capacity(list.len(), limit);
         for (i, item) in list.iter().enumerate() {
-            held.push(Body::of(&item, what(i))?);
+            held.push(i, &item)?;
         }
         return Ok(held);
     }
     if let Ok(tuple) = bodies.cast::<PyTuple>() {
-        return tuple
-            .iter()
-            .enumerate()
-            .map(|(i, item)| Body::of(&item, what(i)))
-            .collect();
+        let mut held = Bodies::with_capacity(tuple.len(), limit);
+        for (i, item) in tuple.iter().enumerate() {
+            held.push(i, &item)?;
+        }
+        return Ok(held);
     }
     let iter = bodies.try_iter().map_err(|_| {
         PyTypeError::new_err(format!(
@@ -55,9 +54,11 @@ fn bodies_of<'py>(bodies: &Bound<'py, PyAny>) -> PyResult<Vec<Body<'py>>> {
             args::type_of(bodies)
         ))
     })?;
-    iter.enumerate()
-        .map(|(i, item)| Body::of(&item?, what(i)))
-        .collect()
+    let mut held = Bodies::with_capacity(0, limit);
+    for (i, item) in iter.enumerate() {
+        held.push(i, &item?)?;
+    }
+    Ok(held)
 }
 
 /// A scan's `follow`, `timeout` and `durable` arguments: `None` for a scan of the records there
@@ -83,6 +84,11 @@ fn follow_args(
 }
 
 impl PyCommitLog {
+    /// The largest body this log takes (`max_message_size`).
+    fn max_body(&self) -> usize {
+        self.log.options().max_message_size as usize
+    }
+
     /// The `start` and `end` of a scan: offsets, `start` in the log, `end` clamped.
     fn range_args(
         &self,
@@ -309,7 +315,7 @@ impl PyCommitLog {
     /// Appends one record; returns its physical offset.
     #[pyo3(signature = (body, /))]
     fn append(&self, py: Python<'_>, body: &Bound<'_, PyAny>) -> PyResult<u64> {
-        let body = Body::of(body, || "body".into())?;
+        let body = Body::of(body, "body", self.max_body())?;
         let data = body.as_slice();
         // Fast path with the GIL held: no waiting, no device I/O (at most the page cache warmed
         // 256 KiB ahead). Otherwise release the GIL.
@@ -343,8 +349,16 @@ impl PyCommitLog {
         if !sequence && arrow::is_arrow(bodies)? {
             return arrow::append_arrow(self, py, bodies, offsets);
         }
-        let held = bodies_of(bodies)?;
-        let slices: Vec<&[u8]> = held.iter().map(Body::as_slice).collect();
+        if body::is_bytes_like(bodies) {
+            // Iterating a bytearray gives ints, a 1-D array its items: never what was meant.
+            return Err(PyTypeError::new_err(format!(
+                "append_batch takes an iterable of bodies, and this {} is one bytes-like body: \
+                 use append() for it, or pass a list of bodies (list(rows) for an array's rows)",
+                args::type_of(bodies)
+            )));
+        }
+        let held = bodies_of(bodies, self.max_body())?;
+        let slices = held.slices();
         let found = py.detach(|| self.log.append_batch(&slices))?;
         if !offsets {
             return Ok(None);
