@@ -669,7 +669,12 @@ impl Scan {
                     self.next = hole.end();
                     continue;
                 }
-                self.current = Some(locate(&self.state, &mut self.list, self.next)?);
+                let (seg, map) = locate(&self.state, &mut self.list, self.next)?;
+                // A remote segment next downloads while this one is read.
+                if let Some(next) = self.list.find(seg.end()).filter(|n| n.start() < self.end) {
+                    next.prefetch();
+                }
+                self.current = Some((seg, map));
             }
             let Some((seg, map)) = &self.current else {
                 return Err(Error::Internal("a scan lost its segment".into()));

@@ -187,6 +187,14 @@ impl Segment {
         self.map.get()
     }
 
+    /// Starts downloading a remote-only segment into the tier's cache in the background (a scan
+    /// will read it next); nothing for any other.
+    pub(crate) fn prefetch(&self) {
+        if let (Place::Remote(tier), Some(e)) = (&self.place, self.remote.get()) {
+            tier.prefetch(e);
+        }
+    }
+
     /// The segment's map, created on first use; the file descriptor is closed once mapped.
     pub fn map(&self) -> Result<Arc<Mapping>> {
         if let Some(m) = self.map.get() {

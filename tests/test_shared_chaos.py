@@ -181,7 +181,8 @@ def describe_process(pid: int) -> str:
     """What a stalled process is doing: its state and where each thread waits."""
     out = []
     for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
-        with contextlib.suppress(OSError):
+        # A thread that ends meanwhile: its files go (OSError) or read empty (IndexError).
+        with contextlib.suppress(OSError, IndexError):
             stat = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
             wchan = (task / "wchan").read_text()
             syscall = (task / "syscall").read_text().split()[:1]

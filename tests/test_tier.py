@@ -5,6 +5,7 @@ them, followers and URL-only opens, reopen, tier_after, and retention over both 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -66,6 +67,42 @@ def test_reads_across_tiers(make_log, tier):
     assert st["fetched_bytes"] >= st["remote_bytes"] == (len(segs) - 1) * SEGMENT
     stats = log.stats()
     assert stats["tier_uploads"] == len(segs) - 1 and stats["tier_last_error"] is None
+
+
+def test_a_scan_downloads_the_next_remote_segment_while_it_reads_one(make_log, tier):
+    """The scan's first batch brings its segment, and the next remote segment downloads in the
+    background while the scan stays there; each is downloaded once in all. (Small batches on one
+    worker: the scan is then at most two batches into the first segment.)"""
+    log = make_log(segment_size=SEGMENT, local_retention_bytes=SEGMENT, **tier_kwargs(tier))
+    recs = append_records(log, 300)
+    remote = len(log.segments()) - 1
+    assert remote >= 4
+    remote_only(log)
+    with CommitLog(tier.url, read_only=True, tier_options=tier.options or None) as url_log:
+        scan = iter(url_log.scan_batches(max_records=10, threads=1, body="binary"))
+        batches = [next(scan)]
+        st = status_when(url_log, lambda s: s["downloads"] >= 2, "the next segment prefetched")
+        assert st["downloads"] == 2, st  # that one only: the scan is still in the first
+        batches += list(scan)
+        got = pa.Table.from_batches(batches)
+        assert got.column("offset").to_pylist() == [r.offset for r in recs[: got.num_rows]]
+        assert got.column("body").to_pylist() == [r.body for r in recs[: got.num_rows]]
+        assert url_log.tier_status()["downloads"] == remote  # each once
+    # A scan left in its first segment, then a close: the prefetch thread ends with the close.
+    with CommitLog(tier.url, read_only=True, tier_options=tier.options or None) as url_log:
+        next(iter(url_log.scan_batches(max_records=10, threads=1)))
+    assert prefetch_threads() == 0
+
+
+def prefetch_threads() -> int:
+    """This process's threads named rmqlog-prefetch."""
+    names = []
+    for comm in Path("/proc/self/task").glob("*/comm"):
+        try:
+            names.append(comm.read_text().strip())
+        except FileNotFoundError:  # a thread that ended meanwhile
+            pass
+    return names.count("rmqlog-prefetch")
 
 
 def test_point_reads_fetch_each_byte_about_once(make_log, tier):

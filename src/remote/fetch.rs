@@ -42,6 +42,34 @@ impl Tier {
         self.cache.put_whole(e.start, e.size)
     }
 
+    /// Starts downloading segment `e` into the cache on the `rmqlog-prefetch` thread, unless it
+    /// is cached or a prefetch is under way: a scan asks for the next remote segment while it
+    /// reads the current one, so the download overlaps the reading. A failure is left for the
+    /// scan to meet when it gets there.
+    pub fn prefetch(self: &Arc<Self>, e: &Entry) {
+        if self.cache.get(e.start, None).is_some() {
+            return;
+        }
+        let mut slot = self.prefetcher();
+        // Checked under the slot's lock, which `close` takes after setting it: no thread starts
+        // after `close` joined the last one.
+        if self.is_closed() || slot.as_ref().is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        if let Some(done) = slot.take() {
+            let _ = done.join();
+        }
+        let (tier, e) = (Arc::clone(self), e.clone());
+        let started = std::thread::Builder::new()
+            .name("rmqlog-prefetch".into())
+            .spawn(move || {
+                if let Err(err) = tier.map_whole(&e) {
+                    log::debug!("prefetching segment {} failed: {err}", e.start);
+                }
+            });
+        *slot = started.ok();
+    }
+
     /// Streams object `e` into `path`, checking its length and CRC32C against the manifest.
     async fn download(&self, e: &Entry, path: &PathBuf) -> Result<()> {
         let name = object_name(e.start);

@@ -121,6 +121,8 @@ pub(crate) struct Tier {
     pub stats: TierStats,
     /// Set by [`Tier::close`].
     closed: AtomicBool,
+    /// The `rmqlog-prefetch` thread of [`Tier::prefetch`], joined by [`Tier::close`].
+    prefetcher: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Tier {
@@ -157,6 +159,7 @@ impl Tier {
             health: Mutex::new(Health::default()),
             stats: TierStats::default(),
             closed: AtomicBool::new(false),
+            prefetcher: Mutex::new(None),
         })
     }
 
@@ -178,9 +181,22 @@ impl Tier {
         })
     }
 
-    /// Ends every request in flight and refuses new ones (the log is closing).
+    /// Ends every request in flight and refuses new ones (the log is closing); a prefetch in
+    /// flight ends with them and its thread is joined.
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
+        if let Some(running) = locked(&self.prefetcher).take() {
+            let _ = running.join();
+        }
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// The slot of the prefetch thread (see [`Tier::prefetch`]).
+    fn prefetcher(&self) -> std::sync::MutexGuard<'_, Option<std::thread::JoinHandle<()>>> {
+        locked(&self.prefetcher)
     }
 
     /// The manifest as last published (or loaded).
