@@ -29,7 +29,7 @@ impl<'py> Body<'py> {
             return Ok(Body::Bytes(b.clone()));
         }
         let mut copy = Vec::new();
-        copy_into(obj, what, limit, &mut copy)?;
+        copy_into(obj, || what.to_owned(), limit, &mut copy)?;
         Ok(Body::Copied(copy))
     }
 
@@ -71,7 +71,7 @@ impl<'py> Bodies<'py> {
             return Ok(());
         }
         let start = self.copies.len();
-        copy_into(obj, &format!("bodies[{i}]"), self.limit, &mut self.copies)?;
+        copy_into(obj, || format!("bodies[{i}]"), self.limit, &mut self.copies)?;
         self.held.push(Held::Copied(start..self.copies.len()));
         Ok(())
     }
@@ -94,11 +94,18 @@ pub fn is_bytes_like(obj: &Bound<'_, PyAny>) -> bool {
     unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) == 1 }
 }
 
-/// Appends the bytes of `obj` (in C order) to `out`, refusing what is not a body.
-fn copy_into(obj: &Bound<'_, PyAny>, what: &str, limit: usize, out: &mut Vec<u8>) -> PyResult<()> {
+/// Appends the bytes of `obj` (in C order) to `out`, refusing what is not a body; `what` names
+/// it in an error (formatted only then).
+fn copy_into(
+    obj: &Bound<'_, PyAny>,
+    what: impl Fn() -> String,
+    limit: usize,
+    out: &mut Vec<u8>,
+) -> PyResult<()> {
     let refused = |detail: String| {
         PyTypeError::new_err(format!(
-            "{what} must be bytes-like (bytes, bytearray, memoryview, ...), got {}{detail}",
+            "{} must be bytes-like (bytes, bytearray, memoryview, ...), got {}{detail}",
+            what(),
             args::type_of(obj)
         ))
     };
@@ -124,25 +131,22 @@ fn copy_into(obj: &Bound<'_, PyAny>, what: &str, limit: usize, out: &mut Vec<u8>
     };
     if export.holds_objects() {
         return Err(PyValueError::new_err(format!(
-            "{what} is a buffer of Python object references (format {:?}), not of bytes: its \
+            "{} is a buffer of Python object references (format {:?}), not of bytes: its \
              bytes would be memory addresses; store a serialized form (bytes) instead",
+            what(),
             String::from_utf8_lossy(export.format())
         )));
     }
     let len = export.len();
     if len > limit {
-        return Err(too_large(len, limit, what));
+        // The core's refusal, naming the body.
+        return Err(Error::MessageTooLarge {
+            size: len,
+            limit: format!("max_message_size is {limit} ({})", what()),
+        }
+        .into());
     }
     export.copy_to(obj.py(), out)
-}
-
-/// The core's refusal of a body over `max_message_size`, naming the body.
-fn too_large(len: usize, limit: usize, what: &str) -> PyErr {
-    Error::MessageTooLarge {
-        size: len,
-        limit: format!("max_message_size is {limit} ({what})"),
-    }
-    .into()
 }
 
 /// Row-major order, for the buffer API.

@@ -4,6 +4,7 @@
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::ops::Range;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -50,10 +51,10 @@ impl Tier {
         if self.cache.get(e.start, None).is_some() {
             return;
         }
-        let mut slot = self.prefetcher();
+        let mut slot = locked(&self.prefetcher);
         // Checked under the slot's lock, which `close` takes after setting it: no thread starts
         // after `close` joined the last one.
-        if self.is_closed() || slot.as_ref().is_some_and(|t| !t.is_finished()) {
+        if self.closed.load(Ordering::Acquire) || slot.as_ref().is_some_and(|t| !t.is_finished()) {
             return;
         }
         if let Some(done) = slot.take() {

@@ -190,15 +190,6 @@ impl Tier {
         }
     }
 
-    pub(crate) fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
-    }
-
-    /// The slot of the prefetch thread (see [`Tier::prefetch`]).
-    fn prefetcher(&self) -> std::sync::MutexGuard<'_, Option<std::thread::JoinHandle<()>>> {
-        locked(&self.prefetcher)
-    }
-
     /// The manifest as last published (or loaded).
     pub fn manifest(&self) -> Arc<Manifest> {
         Arc::clone(&locked(&self.manifest))
