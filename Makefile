@@ -14,6 +14,9 @@ EXTRAS_STAMP := $(VENV)/.extras
 EXTRAS ?= test,spark,bench
 # Full passes of benches/compare.py in `make bench` (each row reported as min/median/max).
 BENCH_RUNS ?= 5
+# Cargo features: the Rust tests' build, and every feature (clippy). The lean core has none.
+TEST_FEATURES := failpoints,arrow,tier
+ALL_FEATURES := python,$(TEST_FEATURES)
 # Seconds of the randomized chaos test (tests/chaos.rs) in `make test`; `make chaos` runs longer.
 CHAOS_SECS ?= 30
 # `make demo` numbers its steps: [1/3], [2/3], [3/3].
@@ -53,8 +56,11 @@ $(EXTRAS_STAMP): $(TOOLS)
 	@$(PY) -m pip install -q -r $(VENV)/extras-requirements.txt
 	@touch $@
 
-## develop: create .venv and install rmqlog editable (release build) with the extras.
-develop: $(BUILT) $(EXTRAS_STAMP)
+## develop: create .venv and install rmqlog editable (release build) with the extras. The build
+## and the extras' install (two pip runs into one venv; their packages do not overlap) run side
+## by side.
+develop: $(TOOLS)
+	@$(MAKE) --no-print-directory -j2 $(BUILT) $(EXTRAS_STAMP)
 
 ## demo: the main job: write across three directories, read back zero-copy, show placement.
 ## Installs rmqlog alone (no extras) into .venv.
@@ -71,25 +77,39 @@ test:
 	@MAKE="$(MAKE)" bash tools/steps.sh $(TEST_STEPS)
 
 # The Rust tests run with fail points compiled in (tests/interleavings.rs pauses operations at
-# their critical steps) and the Arrow API (tests/arrow.rs), and the chaos test for CHAOS_SECS.
+# their critical steps), the Arrow API (tests/arrow.rs) and the tier (tests/tier.rs), and the
+# chaos test for CHAOS_SECS. The doc tests and tests/lean.rs run on the lean core (no feature),
+# where what needs the tier is refused with Error::FeatureMissing.
 test-rust:
-	RMQLOG_CHAOS_SECS=$(CHAOS_SECS) cargo test --all-targets --features failpoints,arrow
+	RMQLOG_CHAOS_SECS=$(CHAOS_SECS) cargo test --all-targets --features $(TEST_FEATURES)
 	cargo test --doc
+	cargo test --test lean
 
 ## chaos: the randomized chaos test alone, for CHAOS_SECS (e.g. `make chaos CHAOS_SECS=600`);
 ## RMQLOG_CHAOS_SEED=N replays a run.
 chaos:
-	RMQLOG_CHAOS_SECS=$(CHAOS_SECS) cargo test --release --test chaos -- --nocapture
+	RMQLOG_CHAOS_SECS=$(CHAOS_SECS) cargo test --release --features tier --test chaos -- --nocapture
 
+# The Python suite on PYTEST_WORKERS processes (pytest-xdist; 1 until the wheel build races no
+# other test: a 2-worker CI run failed it). The Spark tests share one session
+# on one of them, and so do the wheel tests (tests/conftest.py).
+PYTEST_WORKERS ?= 1
 test-python: $(BUILT) $(EXTRAS_STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
+
+# `make test` builds the benches to check that they build and run, not to measure: in the Rust
+# tests' configuration (test profile, TEST_FEATURES), the build `cargo test --all-targets` made
+# (it also runs each bench once, quick), where the bench profile's thin LTO and debug info took
+# 460 s. bench-quick's Rust rows run that binary too. `make bench` measures in the bench profile.
+CHECK_BENCHES := --profile test --features $(TEST_FEATURES)
 
 bench-build:
-	cargo bench --no-run
+	cargo bench --no-run $(CHECK_BENCHES)
 
 ## bench-quick: the comparison script in quick mode (checks it runs; asserts nothing about speed).
 bench-quick: $(BUILT) $(EXTRAS_STAMP)
-	$(PY) benches/compare.py --quick --out $(VENV)/bench-quick.json
+	RMQLOG_RUST_ROWS_CARGO_ARGS="$(CHECK_BENCHES)" $(PY) benches/compare.py --quick \
+		--out $(VENV)/bench-quick.json
 
 ## fuzz-quick: both libFuzzer targets for 30 s each (see docs/fuzzing.md).
 fuzz-quick:
@@ -100,22 +120,22 @@ bench: $(BUILT) $(EXTRAS_STAMP)
 	cargo bench
 	$(PY) benches/compare.py --runs $(BENCH_RUNS) --out bench-results.json
 
-## lint: rustfmt, clippy with and without the python and failpoints features, the module graph
+## lint: rustfmt, clippy on the lean core (no feature) and with every feature, the module graph
 ## of the core (no cycle, nothing imports the facade), ruff, mypy on rmqlog.spark.
 lint: $(EXTRAS_STAMP)
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
-	cargo clippy --all-targets --features python,failpoints -- -D warnings
+	cargo clippy --all-targets --features $(ALL_FEATURES) -- -D warnings
 	$(PY) tools/module_graph.py
-	$(VENV)/bin/ruff check python tests benches examples
-	$(VENV)/bin/ruff format --check python tests benches examples
+	$(VENV)/bin/ruff check python tests benches examples tools
+	$(VENV)/bin/ruff format --check python tests benches examples tools
 	$(VENV)/bin/mypy
 
 ## fmt: format Rust and Python.
 fmt: $(EXTRAS_STAMP)
 	cargo fmt
-	$(VENV)/bin/ruff format python tests benches examples
-	$(VENV)/bin/ruff check --fix python tests benches examples
+	$(VENV)/bin/ruff format python tests benches examples tools
+	$(VENV)/bin/ruff check --fix python tests benches examples tools
 
 ## wheel: build the abi3 wheel into dist/ (replacing older rmqlog wheels there).
 wheel: $(TOOLS)

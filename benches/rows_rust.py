@@ -13,6 +13,9 @@ from typing import Any
 from harness import ROW_FIELDS, Row, Sizes, row, say, skipped
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Extra arguments of the build, split on spaces: `make bench-quick` gives `--profile test` and the
+# tests' features, to run the binary `cargo test` already built (quick rows measure nothing).
+CARGO_ARGS_ENV = "RMQLOG_RUST_ROWS_CARGO_ARGS"
 # In the order they run in a pass; the recovery row runs first and alone (see compare.py).
 NAMES = (
     "rust_append_1k_vs_memcpy",
@@ -43,6 +46,7 @@ class RustRows:
         if cargo is None:
             raise RustRowsError("cargo is not on PATH")
         cmd = [cargo, "bench", "--no-run", "--bench", "rust_rows", "--message-format=json"]
+        cmd += os.environ.get(CARGO_ARGS_ENV, "").split()
         say(f"rust rows: building ({' '.join(cmd[1:])})")
         proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True, check=False)
         for line in proc.stdout.splitlines():
@@ -50,9 +54,7 @@ class RustRows:
             if msg.get("reason") == "compiler-artifact" and msg.get("executable"):
                 if msg["target"]["name"] == "rust_rows":
                     return str(msg["executable"])
-        raise RustRowsError(
-            f"cargo bench --no-run --bench rust_rows failed (exit {proc.returncode})"
-        )
+        raise RustRowsError(f"{' '.join(cmd[1:])} failed (exit {proc.returncode})")
 
     def measure(self, names: tuple[str, ...], reps: int | None = None) -> dict[str, dict[str, Any]]:
         """Runs the named rows or references; returns them by name as rust_rows printed them."""

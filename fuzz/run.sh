@@ -55,16 +55,26 @@ done
 RUSTFLAGS="$flags" cargo build --release --target "$host" "${bins[@]}"
 echo "== built in $(( $(date +%s) - start )) s"
 
-failed=()
+# The targets run side by side (libFuzzer runs one on one core), each for SECONDS.
+pids=()
+# A fuzzer left running when this script ends early is stopped.
+trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
 for t in "${targets[@]}"; do
     mkdir -p "work/corpus/$t" "artifacts/$t"
     echo "== fuzzing $t for $secs s"
     # The first corpus directory receives new inputs; corpus/$t (the committed seeds) is only read.
     # Crash reproducers go to artifacts/$t/, where cargo-fuzz puts them.
     # libFuzzer's progress lines go to work/$t.log; the final stats (or the crash) are shown.
-    if "target/$host/release/$t" "work/corpus/$t" "corpus/$t" -artifact_prefix="artifacts/$t/" \
+    "target/$host/release/$t" "work/corpus/$t" "corpus/$t" -artifact_prefix="artifacts/$t/" \
         -max_total_time="$secs" -max_len="$(max_len "$t")" -timeout=20 \
-        -rss_limit_mb=4096 -print_final_stats=1 >"work/$t.log" 2>&1; then
+        -rss_limit_mb=4096 -print_final_stats=1 >"work/$t.log" 2>&1 &
+    pids+=($!)
+done
+failed=()
+for i in "${!targets[@]}"; do
+    t="${targets[$i]}"
+    if wait "${pids[$i]}"; then
+        echo "== $t:"
         grep -E '^(stat::|Done )' "work/$t.log" || tail -n 5 "work/$t.log"
     else
         tail -n 60 "work/$t.log" >&2

@@ -67,6 +67,33 @@ pub enum Error {
     #[error("{0}")]
     Unsupported(String),
 
+    /// The call needs a cargo feature this build of rmqlog was compiled without (`tier`: object
+    /// storage). The wheel has every feature. In a build without `tier`:
+    ///
+    /// ```
+    /// use rmqlog::{CommitLog, Error, Options, TierOptions};
+    /// # if cfg!(feature = "tier") { return; } // the example is about a build without it
+    ///
+    /// let dir = std::env::temp_dir().join(format!("rmqlog-doc-feature-{}", std::process::id()));
+    /// let tier = TierOptions::new(format!("file://{}", dir.join("tier").display()));
+    /// let opened = CommitLog::open(&[dir.join("store")], Options::default().tier(Some(tier)));
+    /// let Err(Error::FeatureMissing { feature, needed_for }) = opened else {
+    ///     panic!("expected FeatureMissing")
+    /// };
+    /// assert_eq!(feature, "tier");
+    /// assert!(needed_for.starts_with("the tier \"file://"), "{needed_for}");
+    /// assert!(!dir.exists(), "refused before anything was created");
+    /// ```
+    #[error(
+        "{needed_for} needs rmqlog's cargo feature `{feature}`, which this build was compiled \
+         without; build it with the feature (cargo: features = [\"{feature}\"]; the wheel \
+         `make wheel` builds has it)"
+    )]
+    FeatureMissing {
+        feature: &'static str,
+        needed_for: String,
+    },
+
     /// The log would pass [`MAX_OFFSET`](crate::MAX_OFFSET), the largest offset it can hold.
     #[error(
         "the log is full: a new segment at offset {start} would end at {end}, past {limit}, the \
@@ -161,6 +188,7 @@ impl Error {
         }
     }
 
+    #[cfg_attr(not(feature = "tier"), allow(dead_code))]
     pub(crate) fn tier(op: &'static str, object: impl Into<String>, reason: impl ToString) -> Self {
         Error::Tier {
             op,
@@ -175,6 +203,15 @@ impl Error {
 
     pub(crate) fn config(msg: impl Into<String>) -> Self {
         Error::Configuration(msg.into())
+    }
+
+    /// [`Error::FeatureMissing`]: `needed_for` needs the cargo feature `feature`.
+    #[cfg_attr(feature = "tier", allow(dead_code))] // only `tier` can be missing at run time
+    pub(crate) fn feature_missing(feature: &'static str, needed_for: impl Into<String>) -> Self {
+        Error::FeatureMissing {
+            feature,
+            needed_for: needed_for.into(),
+        }
     }
 
     pub(crate) fn not_found(path: impl Into<PathBuf>, detail: impl Into<String>) -> Self {

@@ -29,75 +29,59 @@
 //!
 //! The on-disk format is described in `docs/format.md`, the guarantees in `docs/recovery.md`.
 
-mod active_file;
-mod append_lock;
-#[cfg(feature = "arrow")]
-pub mod arrow;
-mod background;
-mod checkpoint;
-mod cleaner;
-mod consumer;
-mod control;
-mod crc_line;
-mod dirs;
+// The parts, roughly bottom to top (README.md, "Layout of the code"); each folder's mod.rs says
+// what it holds. `log` is the facade over them all.
 mod error;
-mod events;
 mod failpoint;
-mod flusher;
-mod follow;
-mod fs;
-mod futex;
-mod identity;
-mod interrupted_move;
-mod layout;
-mod listing;
-mod locate;
-mod lock;
-mod log;
-mod mapping;
-mod missing;
-mod mover;
-mod open;
-mod options;
-mod paths;
-mod placement;
-mod positions;
-mod reader;
-mod record;
-mod recovery;
-mod remote;
-mod roll;
-mod segment;
-mod segments;
-mod settings;
-mod shared;
-mod state;
-mod stats;
 mod sync;
 
-mod tail_hint;
+mod storage;
+
+mod options;
+mod state;
+
+mod background;
 mod tier;
-mod verify;
-mod wait;
-mod warmer;
-mod writer;
+
+mod open;
+mod shared;
+mod write;
+
+#[cfg(feature = "arrow")]
+pub mod arrow;
+mod consumers;
+mod maintain;
+mod read;
+
+mod log;
 
 #[cfg(feature = "python")]
 mod python;
 
-pub use crate::consumer::{Consumer, ConsumerOptions, Lag, OnLoss, Start};
-pub use crate::dirs::{DirEvent, DirInfo, DirState};
+pub use crate::consumers::consumer::{Consumer, ConsumerOptions, Lag, OnLoss, Start};
+pub use crate::consumers::{ConsumerInfo, MAX_NAME_LEN, POSITIONS_FILE};
 pub use crate::error::{Error, Result};
 pub use crate::log::{CommitLog, SegmentInfo};
-pub use crate::mover::Moved;
+pub use crate::maintain::mover::Moved;
+pub use crate::maintain::verify::BadRange;
 pub use crate::options::{
     EventFn, FlushMode, Options, PerDir, PlaceFn, Strategy, TierOptions, SEGMENT_ALIGN,
 };
-pub use crate::positions::{ConsumerInfo, MAX_NAME_LEN, POSITIONS_FILE};
-pub use crate::reader::{Follow, RecordRef, Scan};
-pub use crate::record::{Format as RecordFormat, FILLER_LEN, HEADER_LEN};
-pub use crate::segment::{Mapping, MAX_OFFSET};
-pub use crate::settings::{TierPolicy, WriterSettings};
-pub use crate::stats::StatsSnapshot;
+pub use crate::read::reader::{Follow, RecordRef, Scan};
+pub use crate::state::dirs::{DirEvent, DirInfo, DirState};
+pub use crate::state::stats::StatsSnapshot;
+pub use crate::storage::record::{Format as RecordFormat, FILLER_LEN, HEADER_LEN};
+pub use crate::storage::segment::{Mapping, MAX_OFFSET};
+pub use crate::storage::settings::{TierPolicy, WriterSettings};
 pub use crate::tier::TierStatus;
-pub use crate::verify::BadRange;
+
+/// The optional cargo features this build was compiled with, of `arrow` and `tier` (the Python
+/// extension reports them as `rmqlog.FEATURES`). The Arrow API exists only with `arrow`; a call
+/// that needs a missing `tier` (a tier option, a tier URL, a store that ships to a tier) fails
+/// with [`Error::FeatureMissing`].
+pub const FEATURES: &[&str] = &[
+    #[cfg(feature = "arrow")]
+    "arrow",
+    #[cfg(feature = "tier")]
+    "tier",
+];

@@ -5,29 +5,31 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::background::Periodic;
-use crate::cleaner::{clean_pass, start_cleaner, truncate_before};
-use crate::consumer::{Consumer, ConsumerOptions};
-use crate::dirs::DirInfo;
+use crate::consumers::consumer::{Consumer, ConsumerOptions};
+use crate::consumers::names;
+use crate::consumers::ConsumerInfo;
 use crate::error::{Error, Result};
-use crate::flusher::{flush_data, start_flusher};
-use crate::follow;
-use crate::lock::{ByteLocks, JoinLock, MaintenanceGuard, StoreLock};
-use crate::mover::{self, Moved};
+use crate::maintain::cleaner::{clean_pass, start_cleaner, truncate_before};
+use crate::maintain::mover::{self, Moved};
+use crate::maintain::verify::{self, BadRange};
+use crate::open::lock::{ByteLocks, JoinLock, MaintenanceGuard, StoreLock};
 use crate::open::{open, Opened};
 use crate::options::Options;
-use crate::positions::names;
-use crate::positions::ConsumerInfo;
-use crate::reader::{self, Follow, RecordRef, Scan};
-use crate::settings::WriterSettings;
+use crate::read::follow;
+use crate::read::reader::{self, Follow, RecordRef, Scan};
+use crate::read::wait::{self, Waited};
 use crate::shared;
+use crate::state::dirs::DirInfo;
+use crate::state::stats::StatsSnapshot;
 use crate::state::State;
-use crate::stats::StatsSnapshot;
+use crate::storage::settings::WriterSettings;
 use crate::sync::locked;
-use crate::tier::{start_shipper, TierStatus};
-use crate::verify::{self, BadRange};
-use crate::wait::{self, Waited};
-use crate::warmer::start_warmer;
-use crate::writer::Writer;
+#[cfg(feature = "tier")]
+use crate::tier::start_shipper;
+use crate::tier::TierStatus;
+use crate::write::flusher::{flush_data, start_flusher};
+use crate::write::warmer::start_warmer;
+use crate::write::writer::Writer;
 
 /// A segmented, memory-mapped commit log spread over one or more directories.
 ///
@@ -50,6 +52,7 @@ struct Threads {
     flusher: Option<Periodic>,
     cleaner: Option<Periodic>,
     warmer: Option<Periodic>,
+    #[cfg(feature = "tier")]
     shipper: Option<Periodic>,
 }
 
@@ -116,6 +119,7 @@ impl CommitLog {
         if !self.state.opts.clean_interval.is_zero() {
             t.cleaner = Some(start_cleaner(&self.state)?);
         }
+        #[cfg(feature = "tier")]
         if self.state.tier.is_some() {
             t.shipper = Some(start_shipper(&self.state)?);
         }

@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::dirs::{DirEvent, DirInfo};
 use crate::error::{Error, Result};
-use crate::record::{Format as RecordFormat, HEADER_LEN};
-pub use crate::remote::TierOptions;
+use crate::state::dirs::{DirEvent, DirInfo};
+use crate::storage::record::{Format as RecordFormat, HEADER_LEN};
+pub use crate::tier::TierOptions;
 
 /// Page granularity that segment sizes must respect.
 pub const SEGMENT_ALIGN: u64 = 4096;

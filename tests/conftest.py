@@ -78,6 +78,20 @@ def pytest_make_collect_report(collector):
         _refuse(report, f"skipped: {_skip_reason(report)}")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``): the tests that share one
+    costly session run on one worker, in one session: the Spark tests (a local driver and a
+    local-cluster, started once), and the wheel tests (one wheel build). A test that marks its own
+    group (``xdist_group``: one fixed path for all its cases) keeps it."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        if {"spark", "spark_cluster"} & set(item.fixturenames):
+            item.add_marker(pytest.mark.xdist_group("spark"))
+        elif item.module is not None and item.module.__name__ == "test_wheel":
+            item.add_marker(pytest.mark.xdist_group("wheel"))
+
+
 def pytest_terminal_summary(terminalreporter):
     if _refused:
         terminalreporter.section(f"skips refused by {REQUIRE_ALL_TESTS}=1", sep="=", red=True)

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use common::{assert_readable, body, check_body, dirs, fill, quiet};
+use common::{assert_readable, body, check_body, dirs, quiet};
 use rmqlog::{CommitLog, Error, FlushMode, Options};
 
 /// Pauses the first thread that reaches fail point `name`, until released.
@@ -665,6 +665,7 @@ fn a_follower_paused_in_its_catch_up_while_the_writer_rolls_and_truncates() {
 
 /// What `tier_status()` and `segments()` say while the tier thread is paused between the steps
 /// of shipping a segment: each agrees with the other and with its own counters, at every step.
+#[cfg(feature = "tier")]
 #[test]
 fn the_tier_status_and_the_segments_agree_in_the_middle_of_shipping() {
     let _scenario = fail::FailScenario::setup();
@@ -677,7 +678,7 @@ fn the_tier_status_and_the_segments_agree_in_the_middle_of_shipping() {
 
     let uploaded = Pause::at("tier::uploaded");
     let log = CommitLog::open(&d, opts).unwrap();
-    let acked = fill(&log, 700, 200);
+    let acked = common::fill(&log, 700, 200);
     log.flush().unwrap();
     // The first segment's object is written; the manifest does not list it yet (and may never,
     // if the store fails now): not shipped, not counted.

@@ -15,7 +15,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rmqlog::{CommitLog, Error, FlushMode, Options, TierOptions, TierStatus};
+use rmqlog::{CommitLog, Error, FlushMode, Options, TierOptions};
 
 /// Set in a child: the store's directories, joined by ':'.
 const DIRS_ENV: &str = "RMQLOG_SHARED_DIRS";
@@ -1045,7 +1045,12 @@ impl Drop for Killed {
 }
 
 /// Polls `log`'s tier status until `done` holds (at most 60 s).
-fn wait_for_tier(log: &CommitLog, what: &str, done: impl Fn(&TierStatus) -> bool) -> TierStatus {
+#[cfg(feature = "tier")]
+fn wait_for_tier(
+    log: &CommitLog,
+    what: &str,
+    done: impl Fn(&rmqlog::TierStatus) -> bool,
+) -> rmqlog::TierStatus {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let status = log.tier_status().unwrap().expect("the log has a tier");
@@ -1060,6 +1065,7 @@ fn wait_for_tier(log: &CommitLog, what: &str, done: impl Fn(&TierStatus) -> bool
     }
 }
 
+#[cfg(feature = "tier")]
 #[test]
 fn the_tier_ships_from_one_open_and_moves_on_when_its_process_dies() {
     let t = tempfile::tempdir().unwrap();

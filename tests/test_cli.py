@@ -182,7 +182,9 @@ def test_help_shows_every_default(run, sub):
 def test_version(run):
     proc = run("--version")
     assert proc.returncode == 0
-    assert proc.stdout.strip() == f"rmqlog {rmqlog.__version__}"
+    # The wheel (and `make develop`) builds every feature; the line names them.
+    assert proc.stdout.strip() == f"rmqlog {rmqlog.__version__} (features: arrow, tier)"
+    assert rmqlog.FEATURES == frozenset({"arrow", "tier"})
 
 
 def test_console_script_is_the_cli_main():

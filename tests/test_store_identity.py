@@ -356,6 +356,8 @@ def old_store(request, tmp_path):
         yield tmp_path / "restored"
 
 
+# Its cases share FIXTURE_HOME, one fixed path: one pytest-xdist worker runs them all.
+@pytest.mark.xdist_group("fixture-home")
 @pytest.mark.parametrize(("tag", "n"), [("clean", 150), ("crashed", 120)])
 def test_a_0_1_store_opens_and_is_upgraded_in_place(old_store, tag, n):
     dirs = [old_store / tag / "a", old_store / tag / "b"]

@@ -218,7 +218,7 @@ def test_console_script_in_fresh_venv(installed, tmp_path):
     for sub in ("demo", "stat", "dump", "verify", "bench"):
         assert sub in proc.stdout
     proc = _run(["python", "-m", "rmqlog", "--version"], env=env, cwd=tmp_path)
-    assert proc.stdout.strip() == f"rmqlog {rmqlog.__version__}"
+    assert proc.stdout.strip() == f"rmqlog {rmqlog.__version__} (features: arrow, tier)"
     # a real command through the installed script (it imports tqdm, the one dependency)
     proc = _run(["rmqlog", "demo", "--dir", tmp_path / "demo", "--records", 2000], env, tmp_path)
     assert "checksums match" in proc.stdout

@@ -361,8 +361,9 @@ fn a_copy_of_a_tiered_store_cannot_overwrite_the_originals_objects() {
     }
 }
 
-#[test]
-fn a_store_whose_metadata_is_lost_learns_its_head_from_the_tier_and_deletes_nothing() {
+/// A closed store with at least 3 remote-only segments whose checkpoint is then lost: its local
+/// and tier directories, the tier's URL, and the offsets written.
+fn checkpoint_lost() -> (tempfile::TempDir, tempfile::TempDir, String, Vec<u64>) {
     let local = tempfile::tempdir().unwrap();
     let remote = tempfile::tempdir().unwrap();
     let url = url_of(remote.path());
@@ -372,6 +373,12 @@ fn a_store_whose_metadata_is_lost_learns_its_head_from_the_tier_and_deletes_noth
     });
     log.close().unwrap();
     std::fs::remove_file(local.path().join("rmqlog.meta")).unwrap();
+    (local, remote, url, offsets)
+}
+
+#[test]
+fn a_store_whose_metadata_is_lost_learns_its_head_from_the_tier_and_deletes_nothing() {
+    let (local, _remote, url, offsets) = checkpoint_lost();
     std::fs::remove_file(local.path().join("rmqlog.tier")).unwrap();
     let log = CommitLog::open(&[local.path()], opts(&url)).unwrap();
     assert_eq!(log.min_offset().unwrap(), offsets[0]);
@@ -379,6 +386,42 @@ fn a_store_whose_metadata_is_lost_learns_its_head_from_the_tier_and_deletes_noth
     check_all(&log, &offsets);
     assert_eq!(log.verify_remote_with(|_, _| {}).unwrap(), vec![]);
     assert_eq!(log.tier_status().unwrap().unwrap().remote_deleted, 0);
+}
+
+/// With its checkpoint lost, a store's remote-only segments are known only to the manifest copy
+/// in its directories, which does not name the tier: an open without `tier_url` is refused
+/// before it changes anything (else they would drop out of the log), and the open with it
+/// reads every record.
+#[test]
+fn a_lost_checkpoint_without_tier_url_is_refused_while_the_manifest_copy_lists_segments() {
+    let (local, _remote, url, offsets) = checkpoint_lost();
+    let listing = |p: &Path| {
+        let mut names: Vec<(String, u64)> = std::fs::read_dir(p)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    e.metadata().unwrap().len(),
+                )
+            })
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing(local.path());
+    let plain = Options::default().segment_size(SEG);
+    for o in [plain.clone(), plain.read_only(true)] {
+        match CommitLog::open(&[local.path()], o) {
+            Err(Error::Configuration(m)) => {
+                assert!(m.contains("tier_url") && m.contains("rmqlog.tier"), "{m}")
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert_eq!(listing(local.path()), before, "the open changed the store");
+    }
+    let log = CommitLog::open(&[local.path()], opts(&url)).unwrap();
+    check_all(&log, &offsets);
 }
 
 #[test]

@@ -1,11 +1,16 @@
-"""The module graph of the Rust core (src/*.rs, without the Python bindings): who imports whom.
+"""The module graph of the Rust core (src/, without the Python bindings): who imports whom.
 
     python tools/module_graph.py            # checks: no cycle, nothing imports the facade
     python tools/module_graph.py --print    # also prints each module's imports and its depth
 
-A module's imports are the `crate::NAME` paths in its source (`use` lines and inline paths,
-including `use crate::{a, b::c}` groups). `lib.rs` (the crate root) and `python/` (bindings, above
-the core) are left out. Checks:
+The nodes are the core's modules, files and folders alike: `log`, `storage::record`, `tier`
+(tier/mod.rs), `tier::remote::fetch`. A module's imports are the `crate::...` paths in its source
+(`use` lines and inline paths, including `use crate::{a, b::c}` groups), each resolved to the
+deepest module it names; a name a folder's mod.rs re-exports (`pub(crate) use
+self::shipper::start_shipper;`) resolves to the module that defines it (to each one, when `#[cfg]`
+picks between two). `lib.rs` (the crate root) and `python/` (bindings, above the core) are left
+out.
+Checks:
 - the graph has no cycle (no two core modules import each other, directly or through others);
 - no core module imports `log` (the `CommitLog` facade): it is the top, nothing below it calls up.
 Exit status 1 and a report when a check fails.
@@ -20,30 +25,86 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parent.parent / "src"
 FACADE = "log"
 _GROUP = re.compile(r"crate::\{([^}]*)\}", re.S)
-_PATH = re.compile(r"crate::([a-z_][a-z0-9_]*)")
+_PATH = re.compile(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
+_GROUP_REL = re.compile(r"\b(super|self)::\{([^}]*)\}", re.S)
+# A `#[cfg(test)] mod tests { ... }` block to the end of the file (its `super::*` is the file).
+_TESTS = re.compile(r"#\[cfg\(test\)\]\s*mod\s+\w+\s*\{.*", re.S)
+_REEXPORT = re.compile(
+    r"pub(?:\([a-z]+\))?\s+use\s+(?!crate::|super::)(?:self::)?([a-z_][a-z0-9_]*)::"
+    r"(\{[^}]*\}|[A-Za-z_]\w*(?:\s+as\s+\w+)?)"
+)
 _COMMENT = re.compile(r"//[^\n]*")
 
 
+def _name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "mod":
+        parts.pop()
+    return "::".join(parts)
+
+
+def _sources() -> dict[str, list[Path]]:
+    out: dict[str, list[Path]] = {}
+    for p in sorted(SRC.rglob("*.rs")):
+        rel = p.relative_to(SRC)
+        if rel.parts[0] == "python" or rel == Path("lib.rs"):
+            continue
+        out.setdefault(_name(p), []).append(p)
+    return out
+
+
+def _reexports(files: dict[str, list[Path]]) -> dict[str, dict[str, set[str]]]:
+    """For each folder module, the names its mod.rs re-exports, each with its defining module."""
+    out: dict[str, dict[str, set[str]]] = {}
+    for name, paths in files.items():
+        for p in paths:
+            if p.name != "mod.rs" or _name(p) != name:
+                continue
+            for child, items in _REEXPORT.findall(_COMMENT.sub("", p.read_text())):
+                for item in items.strip("{}").split(","):
+                    item = item.strip().split(" as ")[-1].strip()
+                    if item:
+                        out.setdefault(name, {}).setdefault(item, set()).add(f"{name}::{child}")
+    return out
+
+
 def modules() -> dict[str, set[str]]:
-    files = {p.stem if p.name != "mod.rs" else p.parent.name: p for p in SRC.glob("*.rs")}
-    files.update({p.parent.name: p for p in SRC.glob("*/mod.rs") if p.parent.name != "python"})
-    for p in SRC.glob("*/*.rs"):
-        if p.parent.name != "python" and p.name != "mod.rs":
-            files[f"{p.parent.name}::{p.stem}"] = p
-    files.pop("lib", None)
-    tops = {name.split("::")[0] for name in files}
+    files = _sources()
+    reexports = _reexports(files)
+
+    def resolve(segments: list[str]) -> set[str]:
+        for n in range(len(segments), 0, -1):
+            name = "::".join(segments[:n])
+            if name in files:
+                if n < len(segments) and segments[n] in reexports.get(name, {}):
+                    return reexports[name][segments[n]]
+                return {name}
+        return set()
+
+    def base(name: str, head: str) -> list[str]:
+        """The module path `head` (crate, super, self) stands for in module `name`."""
+        own = name.split("::")
+        return {"crate": [], "self": own, "super": own[:-1]}[head]
+
     graph: dict[str, set[str]] = {}
-    for name, path in files.items():
-        text = _COMMENT.sub("", path.read_text())
+    for name, paths in files.items():
         deps: set[str] = set()
-        for group in _GROUP.findall(text):
-            for item in group.split(","):
-                head = item.strip().split("::")[0].strip()
-                if head:
-                    deps.add(head)
-        deps.update(_PATH.findall(text))
-        own = name.split("::")[0]
-        graph[name] = {d for d in deps if d in tops and d != own}
+        for p in paths:
+            # A folder's re-exports are not its own imports: a name imported through them
+            # resolves to the child that defines it.
+            text = _REEXPORT.sub("", _TESTS.sub("", _COMMENT.sub("", p.read_text())))
+            for group in _GROUP.findall(text):
+                for item in group.split(","):
+                    segs = [s.strip() for s in item.split(" as ")[0].split("::") if s.strip()]
+                    deps |= resolve(segs)
+            for head, group in _GROUP_REL.findall(text):
+                for item in group.split(","):
+                    segs = [s.strip() for s in item.split(" as ")[0].split("::") if s.strip()]
+                    if segs and segs[0] != "self":
+                        deps |= resolve(base(name, head) + segs)
+            for head, path in _PATH.findall(text):
+                deps |= resolve(base(name, head) + path.strip(":").split("::"))
+        graph[name] = {d for d in deps if d != name and d in files}
     return graph
 
 
@@ -54,16 +115,12 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     stack: list[str] = []
     on: set[str] = set()
     out: list[list[str]] = []
-    top = {n: n.split("::")[0] for n in graph}
-    g = {t: set() for t in top.values()}
-    for n, ds in graph.items():
-        g[top[n]] |= ds - {top[n]}
 
     def visit(v: str) -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
         on.add(v)
-        for w in sorted(g.get(v, ())):
+        for w in sorted(graph.get(v, ())):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -81,7 +138,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
                 out.append(sorted(comp))
 
     sys.setrecursionlimit(10_000)
-    for v in sorted(g):
+    for v in sorted(graph):
         if v not in index:
             visit(v)
     return out
@@ -89,18 +146,14 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def depths(graph: dict[str, set[str]]) -> dict[str, int]:
     """Longest import chain below each module (0: imports no core module). Acyclic graphs only."""
-    top = {n: n.split("::")[0] for n in graph}
-    g = {t: set() for t in top.values()}
-    for n, ds in graph.items():
-        g[top[n]] |= ds - {top[n]}
     memo: dict[str, int] = {}
 
     def depth(v: str) -> int:
         if v not in memo:
-            memo[v] = 1 + max((depth(w) for w in g[v]), default=-1)
+            memo[v] = 1 + max((depth(w) for w in graph[v]), default=-1)
         return memo[v]
 
-    return {v: depth(v) for v in g}
+    return {v: depth(v) for v in graph}
 
 
 def main() -> int:
@@ -109,9 +162,9 @@ def main() -> int:
     up = sorted(n for n, ds in graph.items() if FACADE in ds)
     if "--print" in sys.argv:
         d = depths(graph) if not found else {}
-        for name in sorted(graph, key=lambda n: (d.get(n.split("::")[0], 0), n)):
-            level = d.get(name.split("::")[0], "?")
-            print(f"{name:14} depth {level!s:>2}  imports {', '.join(sorted(graph[name])) or '-'}")
+        for name in sorted(graph, key=lambda n: (d.get(n, 0), n)):
+            level = d.get(name, "?")
+            print(f"{name:24} depth {level!s:>2}  imports {', '.join(sorted(graph[name])) or '-'}")
         if d:
             print(f"depth of the graph: {max(d.values())}")
     for comp in found:

@@ -150,7 +150,7 @@ pub fn full_segment_offset(k: usize, segment_size: u64, body_len: usize) -> u64 
     (k / per) as u64 * segment_size + ((k % per) * (HEADER_LEN + body_len)) as u64
 }
 
-/// The rmqlog record layout, format 2 (see `docs/format.md`; `src/record.rs` keeps its encoder
+/// The rmqlog record layout, format 2 (see `docs/format.md`; `src/storage/record.rs` keeps its encoder
 /// crate-private): 32-byte little-endian header, one CRC-32C over bytes 12..length (attributes,
 /// offset, timestamp, body). Writes header + body into `out`, which must be `HEADER_LEN +
 /// body.len()` long.

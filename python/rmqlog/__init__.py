@@ -11,6 +11,7 @@ from types import MappingProxyType
 from rmqlog import _native
 from rmqlog._arrow import to_arrow
 from rmqlog._native import (
+    FEATURES,
     HEADER_LEN,
     MAX_OFFSET,
     BatchScan,
@@ -50,6 +51,7 @@ atexit.register(_native._shutdown_logging)
 
 __all__ = [
     "DEFAULTS",
+    "FEATURES",
     "HEADER_LEN",
     "MAX_OFFSET",
     "PRESETS",

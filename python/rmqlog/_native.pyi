@@ -11,6 +11,7 @@ from typing_extensions import Buffer
 
 __all__ = [
     "DEFAULTS",
+    "FEATURES",
     "HEADER_LEN",
     "MAX_OFFSET",
     "PRESETS",
@@ -43,6 +44,8 @@ __all__ = [
 ]
 
 __version__: str
+FEATURES: frozenset[str]
+"""The optional cargo features the extension was built with, of ``arrow`` and ``tier``."""
 HEADER_LEN: int
 MAX_OFFSET: int
 """The largest offset a log holds, 2**63 - 1: offsets are signed 64-bit in Arrow, Spark and Java."""

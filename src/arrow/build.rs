@@ -14,8 +14,8 @@ use arrow_schema::SchemaRef;
 
 use super::columns::{BatchOptions, BodyLayout, Column};
 use crate::error::{Error, Result};
-use crate::reader::Found;
-use crate::segment::Mapping;
+use crate::read::reader::Found;
+use crate::storage::segment::Mapping;
 
 /// The columns of one batch, filled a record at a time.
 pub(super) struct BatchBuilder<'a> {

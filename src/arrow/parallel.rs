@@ -17,7 +17,7 @@ use arrow_schema::{ArrowError, SchemaRef};
 use super::columns::BatchOptions;
 use super::reader::BatchReader;
 use crate::error::{Error, Result};
-use crate::reader::{Check, Found, Scan};
+use crate::read::reader::{Check, Found, Scan};
 use crate::state::State;
 
 /// The most worker threads a reader takes.
@@ -468,6 +468,15 @@ impl Iterator for ParallelReader {
         self.next_batch()
             .map_err(|e| ArrowError::ExternalError(Box::new(e)))
             .transpose()
+    }
+}
+
+// Here rather than in reader.rs, so that this file builds on that one and not the other way round.
+impl BatchReader {
+    /// This reader's batches built on `threads` worker threads (at least one), while the caller
+    /// works on the last: see [`ParallelReader`]. A following reader builds on the caller's thread.
+    pub fn parallel(self, threads: usize) -> ParallelReader {
+        ParallelReader::new(self, threads)
     }
 }
 

@@ -7,9 +7,8 @@ use std::sync::Arc;
 
 use super::build::BatchBuilder;
 use super::columns::BatchOptions;
-use super::parallel::ParallelReader;
 use crate::error::{Error, Result};
-use crate::reader::{RecordRef, Scan};
+use crate::read::reader::{RecordRef, Scan};
 use crate::state::State;
 
 /// Record batches over a fixed range of a log (the range as of the call that made it). Each
@@ -65,12 +64,6 @@ impl BatchReader {
     /// The options the batches are built with.
     pub fn options(&self) -> &BatchOptions {
         &self.opts
-    }
-
-    /// This reader's batches built on `threads` worker threads (at least one), while the caller
-    /// works on the last: see [`ParallelReader`]. A following reader builds on the caller's thread.
-    pub fn parallel(self, threads: usize) -> ParallelReader {
-        ParallelReader::new(self, threads)
     }
 
     pub(super) fn state(&self) -> &Arc<State> {

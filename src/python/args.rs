@@ -42,7 +42,7 @@ pub fn one_path(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<PathBuf> {
 /// a sequence of them.
 pub fn paths(obj: &Bound<'_, PyAny>) -> PyResult<Vec<PathBuf>> {
     if let Ok(s) = obj.cast::<PyString>() {
-        if crate::remote::is_url(s.to_str()?) {
+        if crate::tier::is_url(s.to_str()?) {
             return Ok(vec![PathBuf::from(s.to_str()?)]); // a tier URL, opened read-only
         }
         let sep: String = obj.py().import("os")?.getattr("pathsep")?.extract()?;

@@ -20,8 +20,8 @@ use super::args;
 use super::log::PyCommitLog;
 use super::wait;
 use crate::arrow::{BatchOptions, BatchReader, ParallelReader};
+use crate::read::wait::Waited;
 use crate::sync::try_locked;
-use crate::wait::Waited;
 use crate::Error;
 
 const SCHEMA: &CStr = c"arrow_schema";

@@ -13,8 +13,8 @@ use super::buffer::SegmentBuffer;
 use super::ints;
 use super::log::PyCommitLog;
 use super::wait;
+use crate::read::wait::Waited;
 use crate::sync::try_locked;
-use crate::wait::Waited;
 use crate::{Consumer, ConsumerInfo, Error, OnLoss, Start};
 
 /// Records a `poll()` returns at most by default.

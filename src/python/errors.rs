@@ -211,6 +211,7 @@ fn to_py(e: Error) -> PyErr {
             Error::ConsumerBusy { .. } => &t.consumer_busy,
             Error::CleanerFailed { .. }
             | Error::Unsupported(_)
+            | Error::FeatureMissing { .. }
             | Error::OffsetLimit { .. }
             | Error::Internal(_) => &t.base,
         };

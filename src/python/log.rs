@@ -21,7 +21,7 @@ use super::record::{PyRecord, PySegment};
 use super::scan::{PyScan, ScanState};
 use super::views::ViewCache;
 use super::wait;
-use crate::wait::Waited;
+use crate::read::wait::Waited;
 use crate::{CommitLog, Error, Follow, RecordRef};
 
 /// A segmented, memory-mapped commit log over one or more directories.
@@ -267,7 +267,7 @@ impl PyCommitLog {
         let url_path = match dirs.as_slice() {
             [one] => one
                 .to_str()
-                .filter(|p| crate::remote::is_url(p))
+                .filter(|p| crate::tier::is_url(p))
                 .map(str::to_string),
             _ => None,
         };

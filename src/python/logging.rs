@@ -30,7 +30,7 @@ struct Bridge {
 impl Bridge {
     /// The delivery queue and thread, `None` in a forked child (the thread is the parent's).
     fn delivery(&self) -> Option<std::sync::MutexGuard<'_, Option<Delivery>>> {
-        (self.generation == crate::lock::fork_generation())
+        (self.generation == crate::open::lock::fork_generation())
             .then(|| self.delivery.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
@@ -88,7 +88,7 @@ pub fn install() {
     if BRIDGE.get().is_some() {
         return;
     }
-    crate::lock::watch_forks();
+    crate::open::lock::watch_forks();
     let (tx, rx) = mpsc::channel::<Message>();
     let Ok(thread) = std::thread::Builder::new()
         .name("rmqlog-logging".into())
@@ -107,7 +107,7 @@ pub fn install() {
     };
     let bridge = BRIDGE.get_or_init(|| Bridge {
         delivery: Mutex::new(Some((tx, thread))),
-        generation: crate::lock::fork_generation(),
+        generation: crate::open::lock::fork_generation(),
     });
     if log::set_logger(bridge).is_ok() {
         log::set_max_level(LevelFilter::Info);

@@ -20,6 +20,7 @@ mod views;
 mod wait;
 
 use pyo3::prelude::*;
+use pyo3::types::PyFrozenSet;
 
 /// The native half of the `rmqlog` package.
 #[pymodule]
@@ -42,6 +43,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULTS", options::defaults(m.py())?)?;
     m.add("PRESETS", options::presets(m.py())?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("FEATURES", PyFrozenSet::new(m.py(), crate::FEATURES)?)?;
     Ok(())
 }
 

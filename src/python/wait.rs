@@ -5,7 +5,7 @@ use std::time::Instant;
 use pyo3::prelude::*;
 
 use super::args;
-use crate::wait::Waited;
+use crate::read::wait::Waited;
 use crate::CommitLog;
 
 /// Waits until the end (`durable`: the flushed end) passes `offset` or `deadline` passes, with

@@ -21,10 +21,10 @@ use std::sync::Arc;
 use super::State;
 use crate::error::{Error, Result};
 use crate::failpoint::fail_point;
-use crate::fs::remove_durably;
-use crate::segment::Segment;
-use crate::segments::SegmentList;
-use crate::stats::Stats;
+use crate::state::stats::Stats;
+use crate::storage::fs::remove_durably;
+use crate::storage::segment::Segment;
+use crate::storage::segments::SegmentList;
 use crate::sync::locked;
 
 /// A change of the segment list.

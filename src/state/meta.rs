@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
 use super::State;
-use crate::checkpoint::{Checkpoint, Move, TierMark};
 use crate::error::{Error, Result};
-use crate::settings::WriterSettings;
+use crate::storage::checkpoint::{Checkpoint, Move, TierMark};
+use crate::storage::settings::WriterSettings;
 use crate::sync::locked;
 
 impl State {
@@ -62,7 +62,7 @@ impl State {
         c.max_offset = if c.clean { max } else { 0 };
         if let Some(t) = &self.tier {
             c.tier = Some(TierMark {
-                url: t.remote.url.clone(),
+                url: t.url().to_owned(),
                 manifest_version: t.manifest().version,
             });
         }
@@ -80,7 +80,7 @@ impl State {
         if self.shared.is_some() {
             // Another open may have written checkpoints since this one read the store (it did the
             // background work before this one): the newest copy on disk must stay outranked.
-            if let Ok(Some(newest)) = crate::checkpoint::read_newest(&dirs) {
+            if let Ok(Some(newest)) = crate::storage::checkpoint::read_newest(&dirs) {
                 c.seq = c.seq.max(newest.seq);
             }
         }

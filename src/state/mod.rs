@@ -15,8 +15,11 @@
 //! 4. `checkpoint`, `flush_lock`, directory states, events: leaves, held briefly.
 
 mod changes;
+pub(crate) mod dirs;
+pub(crate) mod events;
 mod meta;
 mod shared;
+pub(crate) mod stats;
 
 use std::path::Path;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -26,18 +29,18 @@ use arc_swap::{ArcSwap, Guard};
 
 pub(crate) use self::changes::{Change, Plan};
 pub(crate) use self::shared::Shared;
-use crate::checkpoint::Checkpoint;
-use crate::control::{Control, Seen};
-use crate::dirs::{Dir, DirInfo, DirState};
 use crate::error::{Error, Result};
-use crate::events::Events;
-use crate::lock::fork_generation;
+use crate::open::lock::fork_generation;
 use crate::options::Options;
-use crate::record::Format;
-use crate::remote::Tier;
-use crate::segments::SegmentList;
-use crate::stats::Stats;
+use crate::shared::control::{Control, Seen};
+use crate::state::dirs::{Dir, DirInfo, DirState};
+use crate::state::events::Events;
+use crate::state::stats::Stats;
+use crate::storage::checkpoint::Checkpoint;
+use crate::storage::record::Format;
+use crate::storage::segments::SegmentList;
 use crate::sync::locked;
+use crate::tier::Tier;
 
 /// What every part of one open log shares.
 #[derive(Debug)]
@@ -308,7 +311,7 @@ impl State {
 
     /// Index of the directory `path` (made absolute) names.
     pub fn dir_index(&self, path: &Path) -> Option<usize> {
-        let abs = crate::paths::normalize(&std::path::absolute(path).ok()?);
+        let abs = crate::open::paths::normalize(&std::path::absolute(path).ok()?);
         self.dirs.iter().position(|d| d.path == abs)
     }
 

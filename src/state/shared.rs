@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::lock::{MaintenanceLock, OwnerLock};
+use crate::open::lock::{MaintenanceLock, OwnerLock};
 
 /// What a shared writer's state adds.
 #[derive(Debug)]

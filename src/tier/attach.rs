@@ -1,15 +1,15 @@
 //! Joining a store and its tier at open: which tier (given or recorded), which manifest, and
-//! where the log starts when only the tier knows. (A listing's remote segments:
-//! `layout::with_remote`.)
+//! where the log starts when only the tier knows; and a tier opened alone, by its URL. (A
+//! listing's remote segments: `layout::with_remote`.)
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::options::Options;
-use crate::remote::manifest::{self, Manifest};
-use crate::remote::{Tier, TierOptions};
+use crate::storage::checkpoint::Checkpoint;
+use crate::tier::manifest::{self, Manifest};
+use crate::tier::{Tier, TierOptions};
 
 /// The tier of a store being opened: as `opts.tier` gives it, or as the checkpoint recorded it
 /// (a store remembers its tier; credentials come from the environment then). `dirs`: where the
@@ -92,4 +92,34 @@ pub(crate) fn learn_head(tier: &Tier, store_id: &str) -> Result<()> {
         }
         _ => Ok(()),
     }
+}
+
+/// The tier at `url` for a read-only open of the tier alone, with its current manifest.
+pub(crate) fn open_url(url: &str, opts: &Options) -> Result<Arc<Tier>> {
+    let given = opts.tier.clone().unwrap_or_else(|| TierOptions::new(url));
+    if given.url.trim_end_matches('/') != url.trim_end_matches('/') {
+        return Err(Error::config(format!(
+            "tier_url {:?} differs from the URL opened, {url:?}; give it once",
+            given.url
+        )));
+    }
+    let tier = Tier::new(
+        url,
+        &given.options,
+        given.cache_dir.as_deref(),
+        given.cache_bytes,
+        false,
+        Manifest::empty(""),
+    )?;
+    if let Some(dir) = tier.remote.dir.as_ref().filter(|d| !d.is_dir()) {
+        return Err(Error::not_found(
+            dir,
+            " (the tier directory does not exist)",
+        ));
+    }
+    let manifest = tier
+        .load_remote_manifest()?
+        .ok_or_else(|| Error::not_found(url, " (no rmqlog tier manifest under this prefix)"))?;
+    tier.set_manifest(manifest);
+    Ok(Arc::new(tier))
 }

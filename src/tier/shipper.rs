@@ -10,15 +10,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use object_store::ObjectStoreExt;
 
 use crate::background::{Next, Periodic};
-use crate::dirs::{DirEvent, DirState};
 use crate::error::{Error, Result};
 use crate::failpoint::fail_point;
-use crate::fs::remove_durably;
-use crate::remote::manifest::{self, object_name, Manifest};
-use crate::remote::Tier;
-use crate::segment::Segment;
+use crate::state::dirs::{DirEvent, DirState};
 use crate::state::{Change, State};
+use crate::storage::fs::remove_durably;
+use crate::storage::segment::Segment;
 use crate::sync::locked;
+use crate::tier::manifest::{self, object_name, Manifest};
+use crate::tier::remote::published;
+use crate::tier::Tier;
 
 /// How often the thread looks for work.
 const INTERVAL: Duration = Duration::from_millis(100);
@@ -117,12 +118,12 @@ fn commit(
     // Shared writers: the checkpoint and the local copy change one open at a time.
     let _maintenance = crate::shared::maintenance(state)?;
     next.min_offset = next.min_offset.max(state.min_offset());
-    tier.block_on(manifest::publish(&tier.remote, &next))?;
+    tier.block_on(published::publish(&tier.remote, &next))?;
     fail_point!("tier::published");
     let version = next.version;
     save(state, tier, next, uploaded)?;
     tier.block_on(async {
-        manifest::prune(&tier.remote, version).await;
+        published::prune(&tier.remote, version).await;
         Ok(())
     })?;
     Ok(())

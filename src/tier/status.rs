@@ -1,10 +1,13 @@
 //! What `tier_status()` reports: where the segments are, what waits, how the tier is doing.
 
+#[cfg(feature = "tier")]
 use std::sync::atomic::Ordering;
 
-use crate::remote::Tier;
 use crate::state::State;
+#[cfg(feature = "tier")]
 use crate::sync::locked;
+#[cfg(feature = "tier")]
+use crate::tier::Tier;
 
 /// The remote tier of a log, at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +49,15 @@ pub struct TierStatus {
     pub cache_bytes: u64,
 }
 
+#[cfg(not(feature = "tier"))]
+impl State {
+    /// Always `None`: no tier in this build.
+    pub(crate) fn tier_status(&self) -> Option<TierStatus> {
+        match *self.tier.as_deref()? {}
+    }
+}
+
+#[cfg(feature = "tier")]
 impl State {
     /// See [`TierStatus`]; `None` without a tier.
     pub(crate) fn tier_status(&self) -> Option<TierStatus> {

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from rmqlog import __version__
+from rmqlog import FEATURES, __version__
 from rmqlog._sizes import SIZE_FORMS, format_size, parse_size
 from rmqlog.cli.bench import cmd_bench
 from rmqlog.cli.common import PROG, UsageError
@@ -105,7 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
         f"directories, or a tier URL. SIZE: {SIZE_FORMS}. Exit codes: 0 ok, 1 corruption found "
         "(verify, tier), 2 error. Progress bars go to stderr when it is a terminal.",
     )
-    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    p.add_argument(
+        "--version",
+        action="version",
+        version=f"{PROG} {__version__} (features: {', '.join(sorted(FEATURES)) or 'none'})",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level to stderr")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 

@@ -1,0 +1,8 @@
+//! Reads: one record by offset, ordered scans and the timestamp search (`reader.rs`), a read-only
+//! follower picking up what a writer in another process did (`follow.rs`), and waiting for the
+//! next record without spinning (`wait.rs`). Arrow batches are `crate::arrow`; named consumers
+//! are `crate::consumers`.
+
+pub(crate) mod follow;
+pub(crate) mod reader;
+pub(crate) mod wait;

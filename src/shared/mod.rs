@@ -1,0 +1,343 @@
+//! Shared writers (`exclusive=False`): several opens, in one process or many, appending to one
+//! store through its control page.
+//!
+//! The control page holds the truth while any shared writer is open: the published end, the
+//! generation of the segment list, and the append lock. An append takes the lock, brings this
+//! open's view up to the page ([`sync_locked`]), writes after the published end, publishes, and
+//! lets go. A view is brought up to date two ways:
+//! - the end moved and the generation did not: the new records are in this open's last segment
+//!   (a roll bumps the generation before it writes), so the end is taken as it is, no listing;
+//! - the generation moved (a roll, a deletion, a move, in any open): the store is listed again
+//!   under the append lock (no roll runs meanwhile) and the page's end is taken as the end.
+//!
+//! The end needs no validation: every shared writer lives in one page cache (the open checks it),
+//! and each publishes only what it wrote. A writer that dies holding the lock leaves the lock to
+//! the next taker with `EOWNERDEAD`; that taker cuts the tail back to the published end before it
+//! writes ([`repair`]): the dead writer's unpublished segments go, and the bytes it wrote past the
+//! end in the last one are zeroed and synced, so no recovery ever takes them for records.
+//!
+//! Below it: the lock every append takes (`append_lock.rs`), the control page every process maps
+//! (`control.rs`: published end, flushed end, segment-list generation) and futex(2) on a word of
+//! it (`futex.rs`), which readers waiting for records sleep on.
+
+pub(crate) mod append_lock;
+pub(crate) mod control;
+pub(crate) mod futex;
+
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::error::{Error, IoContext, Result};
+use crate::open::layout;
+use crate::open::listing;
+use crate::open::lock::{MaintenanceGuard, Taken};
+use crate::shared::control::{Control, PageGuard, CONTROL_FILE};
+pub(crate) use crate::state::Shared;
+use crate::state::{Change, State};
+use crate::storage::fs::remove_durably;
+use crate::storage::segment::Segment;
+use crate::write::warmer::ZEROS;
+
+/// Whether this open does the store's background work (cleaning, the checkpoint): always for an
+/// exclusive writer; for a shared one, while it holds `rmqlog.owner` (taken over when free), its
+/// view then brought up to date.
+pub(crate) fn owns_background(state: &State) -> Result<bool> {
+    let Some(shared) = &state.shared else {
+        return Ok(true);
+    };
+    match shared.owner.take() {
+        Taken::No => Ok(false),
+        Taken::Held => catch_up(state).map(|()| true),
+        Taken::Now => {
+            catch_up(state)?;
+            sweep_leftovers(state);
+            Ok(true)
+        }
+    }
+}
+
+/// The open that takes the background work over removes what a dead predecessor left: files
+/// wholly below the head the checkpoint records (it died between the checkpoint and the unlink).
+fn sweep_leftovers(state: &State) {
+    let paths: Vec<_> = state.dirs.iter().map(|d| d.path.clone()).collect();
+    let online = vec![true; paths.len()];
+    let Ok(Some(ckpt)) = crate::storage::checkpoint::read_newest(&paths) else {
+        return;
+    };
+    let sizes = listing::known_sizes(Some(&ckpt), state.opts.segment_size);
+    let Ok(listed) = layout::list(&paths, &online, None, &sizes) else {
+        return;
+    };
+    let min = ckpt.min_offset.min(state.min_offset());
+    for f in listed.segments.iter().filter(|f| f.end() <= min) {
+        log::warn!(
+            "removing {} (deleted by retention before its cleaner died)",
+            f.path.display()
+        );
+        if let Err(e) = remove_durably(&f.path) {
+            log::warn!("cannot remove {}: {e}", f.path.display());
+        }
+    }
+}
+
+/// Held while an open changes a shared store's segments or checkpoint (a maintenance call in any
+/// open; a cleaning pass or a checkpoint of the open doing the background work): one open at a
+/// time, its view brought up to the store first, so that what it deletes, moves or records
+/// starts from what the others did. `None` for an exclusive writer (it alone changes the store).
+pub(crate) fn maintenance(state: &State) -> Result<Option<MaintenanceGuard<'_>>> {
+    let Some(shared) = &state.shared else {
+        return Ok(None);
+    };
+    let guard = shared.maintenance.hold()?;
+    catch_up(state)?;
+    finish_dead_maintenance(state)?;
+    take_tier_manifest(state);
+    Ok(Some(guard))
+}
+
+/// With the maintenance lock held (no change of the store's segments runs): finishes what a
+/// process that died changing them left, before any checkpoint of this open could undo it.
+/// - A move's intent on disk: its mover died in it (the listings need the intent to pick a
+///   copy). The move is finished, then a checkpoint without the intent written.
+/// - A head on disk above this view's: a deletion recorded it, then died before it announced
+///   the change (this view would record the old head again, above files gone). The view takes
+///   it, and what the deletion left below it goes.
+fn finish_dead_maintenance(state: &State) -> Result<()> {
+    let Some(on_disk) = crate::storage::checkpoint::read_newest(&state.metadata_dirs())? else {
+        return Ok(());
+    };
+    let moved = match &on_disk.moving {
+        Some(m) => crate::open::interrupted_move::finish_dead_move(state, m)?,
+        None => false,
+    };
+    let deleted = on_disk.min_offset > state.min_offset();
+    if deleted {
+        log::warn!(
+            "a shared writer died deleting the log's head: taking the head it recorded, {}",
+            on_disk.min_offset
+        );
+    }
+    if moved || deleted {
+        state.announce_file_gone(); // every view lists the store again, this one too
+        catch_up(state)?;
+    }
+    if deleted {
+        sweep_leftovers(state);
+    }
+    if moved {
+        state.write_checkpoint()?;
+    }
+    Ok(())
+}
+
+/// Takes the tier's manifest as the open doing the background work last published it (the
+/// local copy in the store's directories), so that this open's listings and checkpoints follow
+/// it. Nothing without a tier.
+pub(crate) fn take_tier_manifest(state: &State) {
+    if let Some(tier) = &state.tier {
+        tier.take_newer_local_copy(&state.metadata_dirs());
+    }
+}
+
+fn lock_error(e: std::io::Error) -> Error {
+    Error::io("taking the append lock", CONTROL_FILE, e)
+}
+
+/// Brings a shared writer's view up to the control page (a read, a wait, a flush); nothing for
+/// an exclusive writer. Takes the append lock only when the segment list changed.
+pub(crate) fn catch_up(state: &State) -> Result<()> {
+    let Some(shared) = &state.shared else {
+        return Ok(());
+    };
+    let ctl = state.control_full();
+    let before = ctl.generation();
+    let end = ctl.end();
+    let unchanged = before == ctl.generation() && before == shared.seen.load(Ordering::Acquire);
+    if !(unchanged && take_end(state, end, ctl.last_ts())) {
+        let mut guard = ctl.lock_appends().map_err(lock_error)?;
+        sync_locked(state, &ctl, &mut guard)?;
+    }
+    take_flushed(state, &ctl);
+    Ok(())
+}
+
+/// With the append lock held: repairs what a dead holder left, lists the store again if its
+/// segment list changed, and takes the published end.
+pub(crate) fn sync_locked(state: &State, ctl: &Control, guard: &mut PageGuard<'_>) -> Result<()> {
+    let Some(shared) = &state.shared else {
+        return Ok(());
+    };
+    if guard.owner_died() || ctl.reserved() > ctl.end() {
+        repair(state, ctl)?;
+        guard.repaired().map_err(lock_error)?;
+    }
+    let generation = ctl.generation();
+    if generation != shared.seen.load(Ordering::Acquire) {
+        reload(state, ctl.end(), ctl.last_ts())?;
+        shared.seen.store(generation, Ordering::Release);
+    } else if !take_end(state, ctl.end(), ctl.last_ts()) {
+        // The end lies past this view's last segment although no change was announced: list.
+        reload(state, ctl.end(), ctl.last_ts())?;
+    }
+    Ok(())
+}
+
+/// Takes in, with no lock, the others' records in this view's last segment and what they made
+/// durable (a sync covers them then).
+pub(crate) fn look(state: &State) {
+    let Some(shared) = &state.shared else {
+        return;
+    };
+    let ctl = state.control_full();
+    let generation = ctl.generation();
+    let (end, ts) = (ctl.end(), ctl.last_ts());
+    if generation == shared.seen.load(Ordering::Acquire) && generation == ctl.generation() {
+        take_end(state, end, ts);
+    }
+    take_flushed(state, &ctl);
+}
+
+/// Takes what another open made durable (a reader's look: appends need not know).
+fn take_flushed(state: &State, ctl: &Control) {
+    let flushed = ctl.flushed().min(state.max_offset());
+    if flushed > state.flushed_offset() {
+        state.set_flushed(flushed);
+    }
+}
+
+/// Takes `end` when it lies in this view's last segment (false otherwise).
+fn take_end(state: &State, end: u64, ts: u64) -> bool {
+    if end <= state.max_offset() {
+        return true;
+    }
+    let list = state.segments();
+    let Some(last) = list.last().filter(|l| l.start() <= end && end <= l.end()) else {
+        return false;
+    };
+    // A segment the log went on past was sealed by the roll that bumped the generation.
+    last.advance_written(end - last.start());
+    state.publish(end, ts);
+    true
+}
+
+/// Lists the store and takes it, ending at `end`: segments wholly below it are sealed, the one
+/// holding it is the last and is mapped for writing.
+fn reload(state: &State, end: u64, ts: u64) -> Result<()> {
+    let paths: Vec<_> = state.dirs.iter().map(|d| d.path.clone()).collect();
+    let ids: Vec<_> = state.dirs.iter().map(|d| d.id.clone()).collect();
+    let view = listing::consistent(
+        &paths,
+        &ids,
+        state.opts.segment_size,
+        &state.opts.accept_lost,
+        0,
+        state.tier.as_ref(),
+    )?
+    .ok_or_else(|| {
+        Error::Unsupported(format!(
+            "the store in {} kept changing while a shared writer listed it; try again",
+            paths[0].display()
+        ))
+    })?;
+    let mut found = view.segments;
+    // Under the append lock no roll is under way: a segment at or past the end is none of the
+    // view's (a dead holder's, which the repair removes).
+    found.retain(|f| f.start < end);
+    let current = state.segments_full();
+    let list = layout::to_list(
+        found,
+        current.as_slice(),
+        state.opts.segment_size,
+        state.tier.as_ref(),
+    );
+    let n = list.as_slice().len();
+    let mut segs: Vec<Arc<Segment>> = list.as_slice().to_vec();
+    for (i, seg) in segs.iter_mut().enumerate() {
+        if !seg.is_local() {
+            continue; // remote only: as written as its object
+        }
+        if i + 1 < n {
+            seg.advance_written(seg.size());
+            continue;
+        }
+        if !seg.is_writable() {
+            *seg = Arc::new(seg.writable_copy());
+        }
+        seg.advance_written(end.saturating_sub(seg.start()).min(seg.size()));
+    }
+    let list = crate::storage::segments::SegmentList::new(segs, state.opts.segment_size);
+    if list.last().is_some_and(|l| l.end() < end) {
+        return Err(Error::Corruption {
+            path: None,
+            offset: Some(end),
+            reason: format!(
+                "the shared writers' published end {end} lies past the last segment listed \
+                 (ending at {})",
+                list.last().map_or(0, |l| l.end())
+            ),
+        });
+    }
+    state.change(|_| {
+        // A deletion this open made while the store was listed (its cleaner, under the list
+        // lock now released) stays made: the head never comes back.
+        let list = list.without_head_before(state.min_offset());
+        Ok((
+            Some(Change::Reload {
+                list,
+                end,
+                last_timestamp_ms: ts,
+            }),
+            (),
+        ))
+    })
+}
+
+/// Cuts the tail back to the published end after its writer died holding the lock: the segments
+/// it created past the end go, the bytes it wrote past the end are zeroed and synced.
+fn repair(state: &State, ctl: &Control) -> Result<()> {
+    let end = ctl.end();
+    let reserved = ctl.reserved().max(end);
+    log::warn!(
+        "a shared writer died holding the append lock: cutting what it wrote past the published \
+         end {end} (up to {reserved})"
+    );
+    let paths: Vec<_> = state.dirs.iter().map(|d| d.path.clone()).collect();
+    let online = vec![true; paths.len()];
+    let sizes = listing::known_sizes(None, state.opts.segment_size);
+    let listed = layout::list(&paths, &online, None, &sizes)?;
+    let unpublished: Vec<_> = listed.segments.iter().filter(|f| f.start >= end).collect();
+    if let Some(first) = unpublished.first() {
+        log::warn!(
+            "removing {} never published segment(s), from {}",
+            unpublished.len(),
+            first.path.display()
+        );
+    }
+    for f in unpublished {
+        remove_durably(&f.path)?;
+    }
+    if let Some(f) = listed
+        .segments
+        .iter()
+        .find(|f| f.start < end && end < f.start + f.len)
+    {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&f.path)
+            .ctx("repairing", &f.path)?;
+        let mut at = end - f.start;
+        let upto = (reserved.min(f.start + f.len)) - f.start;
+        while at < upto {
+            let n = (upto - at).min(ZEROS.len() as u64) as usize;
+            file.write_all_at(&ZEROS[..n], at)
+                .ctx("repairing", &f.path)?;
+            at += n as u64;
+        }
+        file.sync_data().ctx("repairing", &f.path)?;
+    }
+    ctl.cut_to(end);
+    // Every view lists again: the removed segments leave.
+    ctl.bump_generation();
+    Ok(())
+}

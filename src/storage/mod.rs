@@ -1,0 +1,18 @@
+//! What a store is on disk: the record layout (`record.rs`, pure), one segment file and its map
+//! (`segment.rs`, `mapping.rs`), the ordered segment list and its O(1) lookup (`segments.rs`), and
+//! the store's small metadata files, each written atomically and framed by `crc_line.rs`: the
+//! checkpoint `rmqlog.meta` (`checkpoint.rs`), a directory's identity `rmqlog.id` (`identity.rs`),
+//! the recovery hint `rmqlog.tail` (`tail_hint.rs`) and the writer settings it records
+//! (`settings.rs`). `fs.rs` has the file-system helpers (names, preallocation, directory sync).
+//! Nothing here knows the log's state.
+
+pub(crate) mod checkpoint;
+pub(crate) mod crc_line;
+pub(crate) mod fs;
+pub(crate) mod identity;
+pub(crate) mod mapping;
+pub(crate) mod record;
+pub(crate) mod segment;
+pub(crate) mod segments;
+pub(crate) mod settings;
+pub(crate) mod tail_hint;

@@ -1,0 +1,197 @@
+//! The manifest: which segments are in the object store, and the log's head there.
+//!
+//! Every change writes a new object `manifest/<version, 20 digits>.json`, then the pointer
+//! `manifest/CURRENT` (the version, in decimal). A reader follows the pointer, so it never sees a
+//! segment object before it is listed, and never a listed one that was not verified first: an
+//! upload interrupted anywhere leaves the pointer at the old version. The writer also keeps a
+//! copy in each directory of the store (`rmqlog.tier`, written atomically), so opening and
+//! following a local store never need the network.
+
+// Without the feature `tier` only the types are used (a segment's remote copy, none ever made).
+#![cfg_attr(not(feature = "tier"), allow(dead_code))]
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::storage::fs::{atomic_write, parse_segment_name, segment_name};
+
+/// Name of the local copy of the manifest, in every directory of the store.
+pub(crate) const LOCAL_COPY: &str = "rmqlog.tier";
+const FORMAT: u32 = 1;
+
+/// One segment in the object store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Start offset: the object's name.
+    pub start: u64,
+    /// Length of the object (the segment file's length).
+    pub size: u64,
+    /// End of the segment's records and filler, relative to `start`.
+    pub written: u64,
+    /// CRC32C (Castagnoli) of the whole object.
+    pub crc32c: u32,
+    /// When the segment was last written (its file's mtime), in ms since the epoch: its age for
+    /// retention.
+    pub modified_ms: u64,
+}
+
+impl Entry {
+    /// One past the last offset the segment can hold.
+    pub fn end(&self) -> u64 {
+        self.start + self.size
+    }
+}
+
+/// The remote part of one log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: u32,
+    /// The store this tier belongs to: another store's tier is refused.
+    pub store_id: String,
+    /// Incremented on every change; 0 for a tier that holds nothing yet.
+    pub version: u64,
+    /// First offset of the log (remote retention moves it).
+    pub min_offset: u64,
+    /// The segments, in offset order, each with a verified object.
+    pub segments: Vec<Entry>,
+}
+
+impl Manifest {
+    pub fn empty(store_id: &str) -> Manifest {
+        Manifest {
+            format: FORMAT,
+            store_id: store_id.to_string(),
+            version: 0,
+            min_offset: 0,
+            segments: Vec::new(),
+        }
+    }
+
+    /// The entry of the segment starting at `start`.
+    pub fn get(&self, start: u64) -> Option<&Entry> {
+        self.segments
+            .binary_search_by_key(&start, |e| e.start)
+            .ok()
+            .map(|i| &self.segments[i])
+    }
+
+    /// The next version, with `entry` added (or replacing the entry of the same start).
+    pub fn with(&self, entry: Entry) -> Manifest {
+        let mut next = self.clone();
+        next.version += 1;
+        match next
+            .segments
+            .binary_search_by_key(&entry.start, |e| e.start)
+        {
+            Ok(i) => next.segments[i] = entry,
+            Err(i) => next.segments.insert(i, entry),
+        }
+        next
+    }
+
+    /// The next version, with the head moved to `min` and the entries wholly below it dropped;
+    /// returns them too (their objects may go once this version is current).
+    pub fn without_head(&self, min: u64) -> (Manifest, Vec<Entry>) {
+        let mut next = self.clone();
+        next.version += 1;
+        next.min_offset = next.min_offset.max(min);
+        let keep = next.segments.partition_point(|e| e.end() <= min);
+        let gone = next.segments.drain(..keep).collect();
+        (next, gone)
+    }
+
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec_pretty(self).unwrap_or_default();
+        v.push(b'\n');
+        v
+    }
+
+    pub(crate) fn decode(bytes: &[u8], what: &str) -> Result<Manifest> {
+        let m: Manifest = serde_json::from_slice(bytes)
+            .map_err(|e| Error::corruption(None, None, format!("manifest {what}: {e}")))?;
+        if m.format != FORMAT {
+            return Err(Error::corruption(
+                None,
+                None,
+                format!(
+                    "manifest {what} has format {}; this rmqlog reads {FORMAT}",
+                    m.format
+                ),
+            ));
+        }
+        Ok(m)
+    }
+}
+
+/// The name of a segment's object.
+pub(crate) fn object_name(start: u64) -> String {
+    segment_name(start)
+}
+
+pub(crate) fn version_name(version: u64) -> String {
+    format!("manifest/{}.json", segment_name(version))
+}
+
+/// What the name of an object under the prefix says it is.
+pub(crate) enum Named {
+    /// A segment's object, by its start offset.
+    Segment(u64),
+    /// A manifest version.
+    Version(u64),
+    Other,
+}
+
+/// Classifies an object by its name relative to the prefix (`00000000000000000000`,
+/// `manifest/00000000000000000003.json`).
+pub(crate) fn named(relative: &str) -> Named {
+    if let Some(v) = relative
+        .strip_prefix("manifest/")
+        .and_then(|n| n.strip_suffix(".json"))
+        .and_then(parse_segment_name)
+    {
+        return Named::Version(v);
+    }
+    match parse_segment_name(relative) {
+        Some(start) => Named::Segment(start),
+        None => Named::Other,
+    }
+}
+
+/// The newest local copy among `dirs`, if any.
+pub(crate) fn load_local(dirs: &[PathBuf]) -> Option<Manifest> {
+    let mut newest: Option<Manifest> = None;
+    for dir in dirs {
+        let path = dir.join(LOCAL_COPY);
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        match Manifest::decode(&bytes, &path.display().to_string()) {
+            Ok(m) if newest.as_ref().is_none_or(|n| n.version < m.version) => newest = Some(m),
+            Ok(_) => {}
+            Err(e) => log::warn!("ignoring {}: {e}", path.display()),
+        }
+    }
+    newest
+}
+
+/// Writes the local copy into each of `dirs` (atomically); fails only if no directory took it.
+pub(crate) fn save_local(dirs: &[PathBuf], m: &Manifest, mode: u32) -> Result<()> {
+    let bytes = m.encode();
+    let mut first_error = None;
+    let mut written = 0;
+    for dir in dirs {
+        match atomic_write(&dir.join(LOCAL_COPY), &bytes, mode) {
+            Ok(()) => written += 1,
+            Err(e) => {
+                log::warn!("tier manifest copy not updated in {}: {e}", dir.display());
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) if written == 0 => Err(e),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,250 @@
+//! Reading remote segments: whole objects for scans (checked against the manifest's CRC32C),
+//! byte ranges for point reads (checked by the records' own CRCs, as every read is).
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use object_store::{GetResult, GetResultPayload, ObjectStoreExt};
+
+use super::Tier;
+use crate::error::{Error, IoContext, Result};
+use crate::storage::mapping::Mapping;
+use crate::storage::record::HEADER_LEN;
+use crate::sync::locked;
+use crate::tier::manifest::{object_name, Entry};
+
+/// Bytes a point read fetches at least: one request usually brings the whole record.
+const RANGE_WINDOW: u64 = 64 * 1024;
+
+impl Tier {
+    /// The whole of segment `e`, from the cache or downloaded into it.
+    pub fn map_whole(&self, e: &Entry) -> Result<Arc<Mapping>> {
+        if let Some(m) = self.cache.get(e.start, None) {
+            Tier::count(&self.stats.cache_hits, 1);
+            return Ok(m);
+        }
+        let _one = locked(&self.cache.fetching);
+        if let Some(m) = self.cache.get(e.start, None) {
+            Tier::count(&self.stats.cache_hits, 1);
+            return Ok(m);
+        }
+        let path = self.cache.download_path(e.start);
+        let downloaded = self.block_on(self.download(e, &path));
+        if let Err(err) = downloaded {
+            let _ = std::fs::remove_file(&path);
+            return Err(err);
+        }
+        Tier::count(&self.stats.downloads, 1);
+        Tier::count(&self.stats.fetched_bytes, e.size);
+        self.cache.put_whole(e.start, e.size)
+    }
+
+    /// Starts downloading segment `e` into the cache on the `rmqlog-prefetch` thread, unless it
+    /// is cached or a prefetch is under way: a scan asks for the next remote segment while it
+    /// reads the current one, so the download overlaps the reading. A failure is left for the
+    /// scan to meet when it gets there.
+    pub fn prefetch(self: &Arc<Self>, e: &Entry) {
+        if self.cache.get(e.start, None).is_some() {
+            return;
+        }
+        let mut slot = locked(&self.prefetcher);
+        // Checked under the slot's lock, which `close` takes after setting it: no thread starts
+        // after `close` joined the last one.
+        if self.closed.load(Ordering::Acquire) || slot.as_ref().is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        if let Some(done) = slot.take() {
+            let _ = done.join();
+        }
+        let (tier, e) = (Arc::clone(self), e.clone());
+        let started = std::thread::Builder::new()
+            .name("rmqlog-prefetch".into())
+            .spawn(move || {
+                if let Err(err) = tier.map_whole(&e) {
+                    log::debug!("prefetching segment {} failed: {err}", e.start);
+                }
+            });
+        *slot = started.ok();
+    }
+
+    /// Streams object `e` into `path`, checking its length and CRC32C against the manifest.
+    async fn download(&self, e: &Entry, path: &PathBuf) -> Result<()> {
+        let name = object_name(e.start);
+        let url = self.remote.url_of(&name);
+        let got = self
+            .remote
+            .store
+            .get(&self.remote.path(&name))
+            .await
+            .map_err(|err| self.read_error(e, err))?;
+        let mut file = std::io::BufWriter::with_capacity(
+            1 << 20,
+            std::fs::File::create(path).ctx("creating a tier cache file", path)?,
+        );
+        let (len, crc) = each_chunk(
+            got,
+            &url,
+            |err| self.read_error(e, err),
+            |chunk| file.write_all(chunk).ctx("writing to the tier cache", path),
+        )
+        .await?;
+        file.flush().ctx("writing to the tier cache", path)?;
+        check_object(&url, e, len, crc)
+    }
+
+    /// Segment `e`'s map with the record at `offset` in it: from the cache, or fetched by range
+    /// into the segment's sparse cache file. A record not cached brings the window of records
+    /// after it; a record an earlier window brought needs no request (asking the cache for a
+    /// whole window instead would miss on nearly every read of the next record).
+    pub fn map_range(&self, e: &Entry, offset: u64) -> Result<Arc<Mapping>> {
+        if let Some(m) = self.cache.get(e.start, None) {
+            Tier::count(&self.stats.cache_hits, 1);
+            return Ok(m);
+        }
+        let at = offset - e.start;
+        let mut fetched = false;
+        if at >= e.written {
+            // Past the records: the reader reports it from an empty (zero) header.
+            let end = (at + HEADER_LEN as u64).min(e.size);
+            return self.cached_or_fetch(e, at..end, end, &mut fetched);
+        }
+        let head_end = (at + HEADER_LEN as u64).min(e.written);
+        let window = (at + RANGE_WINDOW).min(e.written).max(head_end);
+        let map = self.cached_or_fetch(e, at..head_end, window, &mut fetched)?;
+        let head = map.bytes(at as usize, head_end as usize);
+        let len = head
+            .get(..4)
+            .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64);
+        let end = (at + len).min(e.written);
+        if end <= head_end {
+            return Ok(map);
+        }
+        // A record across the end of the cached bytes brings the next window with it.
+        self.cached_or_fetch(e, at..end, window, &mut fetched)
+    }
+
+    /// Segment `e`'s map with `want` in it: cached (one hit per read: none once this read has
+    /// `fetched`), or fetched from `want.start` up to `fetch_to`.
+    fn cached_or_fetch(
+        &self,
+        e: &Entry,
+        want: Range<u64>,
+        fetch_to: u64,
+        fetched: &mut bool,
+    ) -> Result<Arc<Mapping>> {
+        if let Some(m) = self.cache.get(e.start, Some(want.clone())) {
+            if !*fetched {
+                Tier::count(&self.stats.cache_hits, 1);
+            }
+            return Ok(m);
+        }
+        *fetched = true;
+        let (from, to) = (want.start, fetch_to.max(want.end));
+        let name = object_name(e.start);
+        let path = self.remote.path(&name);
+        let bytes = self.block_on(async {
+            let got = self.remote.store.get_range(&path, from..to).await;
+            got.map_err(|err| self.read_error(e, err))
+        })?;
+        if bytes.len() as u64 != to - from {
+            return Err(Error::corruption(
+                Some(PathBuf::from(self.remote.url_of(&name))),
+                Some(e.start + from),
+                format!(
+                    "a range read of {} bytes returned {}: the object is shorter than the \
+                     manifest's {} bytes",
+                    to - from,
+                    bytes.len(),
+                    e.size
+                ),
+            ));
+        }
+        Tier::count(&self.stats.range_reads, 1);
+        Tier::count(&self.stats.fetched_bytes, bytes.len() as u64);
+        self.cache.put_range(e.start, e.size, from, &bytes)
+    }
+
+    /// A failed read of segment `e`'s object: a missing object is damage (the manifest lists
+    /// it), anything else the store failing.
+    fn read_error(&self, e: &Entry, err: object_store::Error) -> Error {
+        let url = self.object_url(e.start);
+        match err {
+            object_store::Error::NotFound { .. } => Error::corruption(
+                Some(PathBuf::from(url)),
+                Some(e.start),
+                "the object is missing, but the tier's manifest lists it (deleted by hand?)",
+            ),
+            other => self.remote.failed("reading", url, other),
+        }
+    }
+
+    /// Forgets the cached copy of segment `start` (after it failed a check).
+    pub fn forget_cached(&self, start: u64) {
+        self.cache.forget(start);
+    }
+}
+
+/// Reads a whole object, handing each chunk to `sink`; returns its length and CRC32C. A local
+/// store's file is read directly, 1 MiB at a time (its stream would be 8 KiB chunks).
+pub(crate) async fn each_chunk(
+    got: GetResult,
+    url: &str,
+    on_error: impl Fn(object_store::Error) -> Error,
+    mut sink: impl FnMut(&[u8]) -> Result<()>,
+) -> Result<(u64, u32)> {
+    let (mut crc, mut len) = (0u32, 0u64);
+    match got.payload {
+        GetResultPayload::File(mut file, _) => {
+            let mut buf = vec![0u8; 1 << 20];
+            let mut left = got.range.end - got.range.start;
+            file.seek(SeekFrom::Start(got.range.start))
+                .ctx("reading", url)?;
+            while left > 0 {
+                let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+                let n = file.read(&mut buf[..want]).ctx("reading", url)?;
+                if n == 0 {
+                    break;
+                }
+                crc = crc32c::crc32c_append(crc, &buf[..n]);
+                sink(&buf[..n])?;
+                len += n as u64;
+                left -= n as u64;
+            }
+        }
+        GetResultPayload::Stream(mut stream) => {
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(&on_error)?;
+                crc = crc32c::crc32c_append(crc, &chunk);
+                sink(&chunk)?;
+                len += chunk.len() as u64;
+            }
+        }
+    }
+    Ok((len, crc))
+}
+
+/// An object's length and CRC32C must be what the manifest says.
+pub(crate) fn check_object(url: &str, e: &Entry, len: u64, crc: u32) -> Result<()> {
+    if len != e.size {
+        return Err(Error::corruption(
+            Some(PathBuf::from(url)),
+            Some(e.start),
+            format!("the object has {len} bytes, the manifest says {}", e.size),
+        ));
+    }
+    if crc != e.crc32c {
+        return Err(Error::corruption(
+            Some(PathBuf::from(url)),
+            Some(e.start),
+            format!(
+                "the object's CRC32C is {crc:#010x}, the manifest says {:#010x}",
+                e.crc32c
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,108 @@
+//! One segment's upload: put as a single object with its length and CRC32C in the object's
+//! metadata (where the store keeps metadata), then read back whole and checked. Only a checked
+//! object goes into the manifest.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use object_store::{
+    Attribute, Attributes, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
+};
+
+use super::fetch::{check_object, each_chunk};
+use super::Tier;
+use crate::error::{Error, Result};
+use crate::storage::mapping::Mapping;
+use crate::tier::manifest::{object_name, Entry};
+
+/// A sealed segment's mapped bytes, lent to the upload without a copy.
+struct Sealed(Arc<Mapping>);
+
+impl AsRef<[u8]> for Sealed {
+    fn as_ref(&self) -> &[u8] {
+        // A sealed segment's bytes are never written again (segment.rs invariants).
+        self.0.bytes(0, self.0.len())
+    }
+}
+
+impl Tier {
+    /// Uploads the sealed segment at `start` (`map`, whose records end at `written`), last
+    /// written at `modified_ms`, and checks the object.
+    pub fn upload(
+        &self,
+        start: u64,
+        written: u64,
+        map: Arc<Mapping>,
+        modified_ms: u64,
+    ) -> Result<Entry> {
+        let entry = Entry {
+            start,
+            size: map.len() as u64,
+            written,
+            crc32c: crc32c::crc32c(map.bytes(0, map.len())),
+            modified_ms,
+        };
+        let name = object_name(start);
+        let url = self.remote.url_of(&name);
+        let path = self.remote.path(&name);
+        let mut attributes = Attributes::new();
+        if self.remote.metadata {
+            attributes.insert(
+                Attribute::Metadata("rmqlog-crc32c".into()),
+                format!("{:08x}", entry.crc32c).into(),
+            );
+            attributes.insert(
+                Attribute::Metadata("rmqlog-length".into()),
+                entry.size.to_string().into(),
+            );
+        }
+        // Created, never overwritten: an object already there must hold these very bytes (an
+        // upload interrupted before its manifest); other bytes are another writer's.
+        let opts = PutOptions {
+            attributes,
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        let payload = PutPayload::from(Bytes::from_owner(Sealed(map)));
+        self.block_on(async {
+            let existed = match self.remote.store.put_opts(&path, payload, opts).await {
+                Ok(_) => false,
+                Err(object_store::Error::AlreadyExists { .. }) => true,
+                Err(e) => return Err(self.remote.failed("uploading", url.clone(), e)),
+            };
+            match self.read_back(&entry).await {
+                Err(Error::Corruption { reason, .. }) if existed => Err(Error::config(format!(
+                    "{url} exists with other bytes ({reason}): another writer ships to this \
+                     prefix (another store, or a copy of this one); give each store its own \
+                     prefix"
+                ))),
+                other => other,
+            }
+        })?;
+        Ok(entry)
+    }
+
+    /// [`Tier::read_back`] from a thread outside the runtime (`verify`).
+    pub(crate) fn verify_object(&self, e: &Entry) -> Result<()> {
+        self.block_on(self.read_back(e))
+    }
+
+    /// Reads object `e` back whole and checks its length and CRC32C.
+    pub(crate) async fn read_back(&self, e: &Entry) -> Result<()> {
+        let name = object_name(e.start);
+        let url = self.remote.url_of(&name);
+        let got =
+            match self.remote.store.get(&self.remote.path(&name)).await {
+                Ok(g) => g,
+                Err(object_store::Error::NotFound { .. }) => return Err(Error::corruption(
+                    Some(url.clone().into()),
+                    Some(e.start),
+                    "the object is missing, but the tier's manifest lists it (deleted by hand?)",
+                )),
+                Err(err) => return Err(self.remote.failed("reading back", url, err)),
+            };
+        let on_error = |err| self.remote.failed("reading back", url.clone(), err);
+        let (len, crc) = each_chunk(got, &url, on_error, |_| Ok(())).await?;
+        check_object(&url, e, len, crc)
+    }
+}
