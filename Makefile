@@ -90,10 +90,10 @@ test-rust:
 chaos:
 	RMQLOG_CHAOS_SECS=$(CHAOS_SECS) cargo test --release --features tier --test chaos -- --nocapture
 
-# The Python suite on PYTEST_WORKERS processes (pytest-xdist; 1 until the wheel build races no
-# other test: a 2-worker CI run failed it). The Spark tests share one session
-# on one of them, and so do the wheel tests (tests/conftest.py).
-PYTEST_WORKERS ?= 1
+# The Python suite on PYTEST_WORKERS processes (pytest-xdist). The Spark tests share one session
+# on one of them, and so do the wheel tests (tests/conftest.py, which stops a run whose groups
+# xdist lost).
+PYTEST_WORKERS ?= 2
 test-python: $(BUILT) $(EXTRAS_STAMP)
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 

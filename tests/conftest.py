@@ -78,11 +78,15 @@ def pytest_make_collect_report(collector):
         _refuse(report, f"skipped: {_skip_reason(report)}")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``): the tests that share one
     costly session run on one worker, in one session: the Spark tests (a local driver and a
     local-cluster, started once), and the wheel tests (one wheel build). A test that marks its own
-    group (``xdist_group``: one fixed path for all its cases) keeps it."""
+    group (``xdist_group``: one fixed path for all its cases) keeps it.
+
+    ``tryfirst``: xdist reads the groups in its own hook of this name (it appends ``@group`` to
+    each test id), which runs before this one otherwise, and the marks added here were ignored."""
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
             continue
@@ -90,6 +94,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group("spark"))
         elif item.module is not None and item.module.__name__ == "test_wheel":
             item.add_marker(pytest.mark.xdist_group("wheel"))
+
+
+def pytest_collection_finish(session):
+    """Under ``--dist loadgroup`` a grouped test's id ends in ``@group`` on the worker: that suffix
+    is how xdist keeps a group on one worker. Without it the groups are silently lost (the Spark
+    sessions start twice, the wheel is built twice at once into one directory): stop the run. (xdist
+    shows a worker's error as an INTERNALERROR naming the first test id, without this message.)"""
+    if not getattr(session.config.option, "loadgroup", False):  # set on xdist workers
+        return
+    lost = [
+        item.nodeid
+        for item in session.items
+        if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid
+    ]
+    if lost:
+        raise pytest.UsageError(
+            f"pytest-xdist ignored the xdist_group marks of {len(lost)} tests (e.g. {lost[0]}): "
+            f"pytest {pytest.__version__} with this pytest-xdist loses --dist loadgroup "
+            "(pytest-xdist#1386); install the versions pyproject.toml's test extra pins"
+        )
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -520,6 +520,45 @@ fn a_writer_killed_holding_the_lock_mid_roll_leaves_nothing() {
     killed_holder("batch");
 }
 
+/// Seen once in the process chaos test: the repair after a dead holder lists the store while
+/// other processes' maintenance deletes and moves segments, and an append failed with "opening
+/// segment: No such file" for a copy deleted between the directory read and the read of its
+/// head. A copy deleted meanwhile is gone, not an error, and the append goes on.
+#[test]
+fn a_repair_listing_a_copy_deleted_under_it_goes_on() {
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    let mut keeper = Killed(spawn(&dirs, "keep"));
+    read_until(&mut keeper.0, "keeping");
+    let log = Arc::new(CommitLog::open(&dirs, opts()).unwrap());
+    for i in 0..200 {
+        log.append(&tagged(0, i, 1000)).unwrap();
+    }
+    let acked = kill_holding_the_lock(&dirs, "single");
+    // A spare, never written copy of a sealed segment in the other directory (what a roll
+    // interrupted by a crash leaves), which another open deletes while the repair lists.
+    let seg = log.segments().unwrap()[0].clone();
+    let other = dirs.iter().find(|d| !seg.path.starts_with(d)).unwrap();
+    let spare = other.join(seg.path.file_name().unwrap());
+    std::fs::write(&spare, vec![0u8; SEGMENT as usize]).unwrap();
+    let (found, release) = pause_in("layout::duplicates_found", "appender");
+    let appender = {
+        let log = Arc::clone(&log);
+        std::thread::Builder::new()
+            .name("appender".into())
+            .spawn(move || log.append(&tagged(0, 200, 1000)))
+            .unwrap()
+    };
+    found.recv().unwrap(); // the repair listed both copies
+    std::fs::remove_file(&spare).unwrap();
+    release.send(()).unwrap();
+    let at = appender.join().unwrap();
+    fail::remove("layout::duplicates_found");
+    assert_eq!(at.expect("the append after the repair"), acked);
+    drop(keeper);
+    assert_eq!(check_store(&log), HashMap::from([(9, 50), (0, 201)]));
+}
+
 #[test]
 fn the_open_doing_the_background_work_syncs_everyones_records() {
     let t = tempfile::tempdir().unwrap();

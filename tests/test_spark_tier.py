@@ -46,6 +46,7 @@ class Written:
     rows: list[tuple[int, int, bytes, int]]  # (offset, timestamp ms, body, segment start)
     remote: list[int]  # start offsets of the uploaded segments
     segments: list = field(default_factory=list)  # log.segments() when the rows were taken
+    drops_local: bool = False  # local_retention_bytes=0: an uploaded segment's file goes too
 
     @property
     def paths(self) -> str:
@@ -58,10 +59,14 @@ class Written:
 
 
 def _snapshot(log: CommitLog, written: Written) -> Written:
-    """Waits for every sealed segment to be uploaded, then records the log's rows."""
+    """Waits for every sealed segment to be uploaded (and, where the writer keeps no local
+    copies, for their files to be deleted: the shipper does that after its uploads), then
+    records the log's rows."""
     deadline = time.monotonic() + 60
-    while log.tier_status()["pending_segments"]:
-        assert time.monotonic() < deadline, log.tier_status()
+    while (st := log.tier_status())["pending_segments"] or (
+        written.drops_local and st["both_segments"]
+    ):
+        assert time.monotonic() < deadline, st
         time.sleep(0.05)
     rows = []
     for batch in log.scan_batches(columns=("offset", "timestamp", "body", "segment")):
@@ -78,7 +83,8 @@ def _snapshot(log: CommitLog, written: Written) -> Written:
 def _open_writer(root, tier, **kwargs) -> tuple[CommitLog, Written]:
     dirs = [str(root / "d0"), str(root / "d1")]
     log = CommitLog(dirs, segment_size=SEG, tier_url=tier.url, tier_options=tier.options, **kwargs)
-    return log, Written(dirs, tier.url, dict(tier.options), [], [])
+    drops_local = kwargs.get("local_retention_bytes") == 0
+    return log, Written(dirs, tier.url, dict(tier.options), [], [], drops_local=drops_local)
 
 
 def _append(log: CommitLog, first: int, count: int = RECORDS_PER_BURST) -> None:

@@ -133,8 +133,8 @@ from rmqlog import CommitLog
 if sys.argv[2] == "batches":
     import pyarrow  # noqa: F401  (loaded before "ready": the signal is for the wait)
 log = CommitLog(sys.argv[1], read_only=True)
-print("ready", flush=True)
-try:
+try:  # from "ready" on: a SIGINT the parent sends once it sees a futex sleep lands in here
+    print("ready", flush=True)
     if sys.argv[2] == "wait":
         log.wait(log.max_offset)
     elif sys.argv[2] == "scan":
@@ -159,9 +159,11 @@ def test_ctrl_c_interrupts_a_waiting_follower(tmp_path, how):
         try:
             expect_line(w, "ready")
             deadline = time.monotonic() + 30
-            while not sleeps_in_futex(w.pid):  # into the wait, asleep in the kernel
+            asleep = 0  # consecutive samples: a wait for the GIL is a futex sleep too, a short one
+            while asleep < 5:  # into the wait, asleep in the kernel for 100 ms and more
                 assert time.monotonic() < deadline, "the child never went to sleep"
-                time.sleep(0.01)
+                asleep = asleep + 1 if sleeps_in_futex(w.pid) else 0
+                time.sleep(0.02)
             w.send_signal(signal.SIGINT)
             out, err = w.communicate(timeout=30)
         finally:

@@ -136,22 +136,21 @@ pub fn list(
             listing.segments.push(keep.clone());
             continue;
         }
-        let mut with_data = Vec::new();
+        fail_point!("layout::duplicates_found");
+        let (mut with_data, mut empty) = (Vec::new(), Vec::new());
         for f in &group {
-            if never_written(&f.path)? {
-                listing.empty_duplicates.push(f.path.clone());
-            } else {
-                with_data.push(f);
+            match never_written(&f.path)? {
+                Some(false) => with_data.push(f),
+                Some(true) => empty.push(f),
+                None => {} // deleted since the directory was read (a spare copy removed)
             }
         }
-        match with_data.as_slice() {
-            [] => {
-                // Keep the copy in the first directory; the others are spare.
-                listing.empty_duplicates.retain(|p| p != &group[0].path);
-                listing.segments.push(group[0].clone());
-            }
-            [one] => listing.segments.push((*one).clone()),
-            many => {
+        let (keep, spare) = match (with_data.as_slice(), empty.as_slice()) {
+            ([], []) => continue, // every copy deleted meanwhile
+            // None written: keep the copy in the first directory; the others are spare.
+            ([], [first, rest @ ..]) => (*first, rest),
+            ([one], _) => (*one, empty.as_slice()),
+            (many, _) => {
                 let names: Vec<String> =
                     many.iter().map(|f| f.path.display().to_string()).collect();
                 return Err(Error::corruption(
@@ -163,7 +162,11 @@ pub fn list(
                     ),
                 ));
             }
-        }
+        };
+        listing.segments.push(keep.clone());
+        listing
+            .empty_duplicates
+            .extend(spare.iter().map(|f| f.path.clone()));
     }
     set_lengths(&mut listing.segments, sizes)?;
     for f in &listing.segments {
@@ -216,11 +219,16 @@ fn set_lengths(segments: &mut Vec<Found>, sizes: &[u64]) -> Result<()> {
 }
 
 /// A file whose first record word is zero was never published to: no record starts at its head.
-fn never_written(path: &Path) -> Result<bool> {
+/// `None`: the file is gone (deleted since the directory was read).
+fn never_written(path: &Path) -> Result<Option<bool>> {
     let mut head = [0u8; FILLER_LEN];
-    let mut f = File::open(path).ctx("opening segment", path)?;
+    let mut f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("opening segment", path, e)),
+    };
     let n = f.read(&mut head).ctx("reading segment", path)?;
-    Ok(head[..n].iter().all(|&b| b == 0))
+    Ok(Some(head[..n].iter().all(|&b| b == 0)))
 }
 
 /// Fills the gaps in `segments` (and a missing head or tail up to `[min, must_reach)`) with holes

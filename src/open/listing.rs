@@ -133,6 +133,33 @@ pub(crate) fn check_covers(
     }
 }
 
+/// The store's segment files as they are, without the checks of [`consistent`]: for a repair
+/// under the append lock, which looks only at the tail. Listed again (as `consistent` does) when
+/// it fails while the metadata changed: a move or deletion of another process's maintenance.
+pub(crate) fn files(
+    paths: &[PathBuf],
+    ids: &[Option<String>],
+    segment_size: u64,
+) -> Result<layout::Listing> {
+    let online = vec![true; paths.len()];
+    let mut attempt = 0;
+    loop {
+        let before = read_newest(paths)?;
+        let sizes = known_sizes(before.as_ref(), segment_size);
+        let prefer = move_preference(before.as_ref(), paths, ids);
+        let e = match layout::list(paths, &online, prefer, &sizes) {
+            Err(e @ (Error::Corruption { .. } | Error::Io { .. })) => e,
+            other => return other,
+        };
+        let seq = |c: Option<Checkpoint>| c.map(|c| c.seq);
+        if attempt + 1 == ATTEMPTS || seq(read_newest(paths)?) == seq(before) {
+            return Err(e);
+        }
+        attempt += 1;
+        std::thread::sleep(Duration::from_micros(200 << attempt.min(6)));
+    }
+}
+
 /// Lists the store in `paths` until the listing is consistent (module docs). `floor`: an offset
 /// the caller already knows exists, so the log may not end below it.
 ///

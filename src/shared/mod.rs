@@ -303,9 +303,8 @@ fn repair(state: &State, ctl: &Control) -> Result<()> {
          end {end} (up to {reserved})"
     );
     let paths: Vec<_> = state.dirs.iter().map(|d| d.path.clone()).collect();
-    let online = vec![true; paths.len()];
-    let sizes = listing::known_sizes(None, state.opts.segment_size);
-    let listed = layout::list(&paths, &online, None, &sizes)?;
+    let ids: Vec<_> = state.dirs.iter().map(|d| d.id.clone()).collect();
+    let listed = listing::files(&paths, &ids, state.opts.segment_size)?;
     let unpublished: Vec<_> = listed.segments.iter().filter(|f| f.start >= end).collect();
     if let Some(first) = unpublished.first() {
         log::warn!(

@@ -76,21 +76,16 @@ impl Tier {
 pub(crate) fn open_tier(
     opts: &Options,
     ckpt: Option<&Checkpoint>,
-    _dirs: &[PathBuf],
+    dirs: &[PathBuf],
     _store_id: &str,
     _writer: bool,
 ) -> Result<Option<Arc<Tier>>> {
     if let Some(t) = &opts.tier {
         return Err(missing(format!("the tier {:?}", t.url)));
     }
-    // Refused earlier, before the open changed anything (`check_reachable`).
-    match ckpt.and_then(|c| c.tier.as_ref()) {
-        Some(r) => Err(missing(format!(
-            "this store ships its sealed segments to the tier {}, and opening it",
-            r.url
-        ))),
-        None => Ok(None),
-    }
+    // Refused earlier, before the open changed anything; kept where the tier would be opened.
+    super::guard::check_reachable(opts, ckpt, dirs)?;
+    Ok(None)
 }
 
 pub(crate) fn learn_head(tier: &Tier, _: &str) -> Result<()> {
