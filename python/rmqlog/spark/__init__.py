@@ -22,6 +22,9 @@ Importing this module needs pyspark and pyarrow (the wheel's ``spark`` extra:
 never imports any of them.
 """
 
+# First: refuses a PySpark this source does not work with, before the API it lacks is imported.
+from rmqlog.spark import versions as versions  # isort: skip
+
 from pyspark.sql.datasource import InputPartition as InputPartition
 
 from rmqlog.spark.batch import NoPushdownReader as NoPushdownReader

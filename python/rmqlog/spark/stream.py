@@ -20,7 +20,7 @@ try:  # PySpark >= 4.2: admission control (read limits) and Trigger.AvailableNow
         ReadMaxRows,
         SupportsTriggerAvailableNow,
     )
-except ImportError:  # pragma: no cover - PySpark 4.0/4.1: no read limits
+except ImportError:  # pragma: no cover - PySpark 4.1: no read limits
 
     @dataclass
     class ReadAllAvailable:  # type: ignore[no-redef]
