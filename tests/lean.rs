@@ -11,7 +11,7 @@ use std::path::Path;
 use common::{dirs, quiet};
 use rmqlog::{CommitLog, Error, Options, TierOptions};
 
-fn feature_missing(opened: rmqlog::Result<CommitLog>, what: &str) -> String {
+fn feature_missing<T: std::fmt::Debug>(opened: rmqlog::Result<T>, what: &str) -> String {
     match opened {
         Err(
             e @ Error::FeatureMissing {
@@ -47,6 +47,13 @@ fn a_tier_url_is_refused() {
         let opened = CommitLog::open(&[url], Options::default().read_only(true));
         feature_missing(opened, &format!("opening the tier URL {url:?}"));
     }
+}
+
+#[test]
+fn listing_a_fleet_is_refused() {
+    let none = std::collections::BTreeMap::new();
+    let listed = rmqlog::tier_stores("s3://bucket/logs", &none);
+    feature_missing(listed, "listing the stores under \"s3://bucket/logs\"");
 }
 
 /// A store whose checkpoint records a tier (written by a build with the feature) may have sealed

@@ -276,6 +276,7 @@ OPTIONS = [
     ("batch_bytes", "lots", "64k, 64m, 1g", "1m", BOTH),
     ("batch_records", "0", "an integer >= 1", "1_000", BOTH),
     ("fail_on_data_loss", "maybe", '"true" or "false"', "false", BOTH),
+    ("pushdown", "maybe", '"true" or "false"', "true", BATCH),
     ("max_records_per_trigger", "none", "an integer >= 1", "500", STREAM),
     ("max_bytes_per_trigger", "1.5m", "64k, 64m, 1g", "64KiB", STREAM),
     ("wait_ms", "-1", "milliseconds, an integer >= 0", "50", STREAM),

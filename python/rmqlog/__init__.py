@@ -10,6 +10,7 @@ from types import MappingProxyType
 
 from rmqlog import _native
 from rmqlog._arrow import to_arrow
+from rmqlog._fleet import scan_batches
 from rmqlog._native import (
     FEATURES,
     HEADER_LEN,
@@ -37,6 +38,7 @@ from rmqlog._native import (
     TierError,
     WriterPoisonedError,
     __version__,
+    tier_stores,
 )
 
 DEFAULTS = MappingProxyType(_native.DEFAULTS)
@@ -78,5 +80,7 @@ __all__ = [
     "TierError",
     "WriterPoisonedError",
     "__version__",
+    "scan_batches",
+    "tier_stores",
     "to_arrow",
 ]

@@ -41,6 +41,7 @@ __all__ = [
     "__version__",
     "_flush_logging",
     "_shutdown_logging",
+    "tier_stores",
 ]
 
 __version__: str
@@ -59,6 +60,13 @@ def _shutdown_logging() -> None:
 
 def _flush_logging() -> None:
     """Returns once every log record logged before the call is delivered."""
+
+def tier_stores(url: str, tier_options: Mapping[str, str] | None = None) -> list[str]:
+    """The tier URLs of the stores ``url`` names, sorted: ``url`` itself when a store publishes
+    there; else the stores directly under it (one level); with ``*`` or ``?`` in its last part,
+    the stores directly under its parent whose names match. ``tier_options`` are the object
+    store's settings (endpoint, region, keys), as for ``CommitLog``. No store there raises
+    ``StoreNotFoundError``."""
 
 _StrPath = str | os.PathLike[str]
 

@@ -10,6 +10,7 @@ mod buffer;
 mod consumer;
 mod dirs;
 mod errors;
+mod fleet;
 mod ints;
 mod log;
 mod logging;
@@ -36,6 +37,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<arrow::PyBatchScan>()?;
     m.add_class::<buffer::SegmentBuffer>()?;
     m.add_class::<dirs::PyDirInfo>()?;
+    m.add_function(wrap_pyfunction!(fleet::tier_stores, m)?)?;
     m.add_function(wrap_pyfunction!(logging::_shutdown_logging, m)?)?;
     m.add_function(wrap_pyfunction!(logging::_flush_logging, m)?)?;
     m.add("HEADER_LEN", crate::HEADER_LEN)?;

@@ -1,6 +1,7 @@
 //! `CommitLog(...)` keyword arguments -> [`Options`]. Every value is checked here, before anything
 //! touches the disk.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -364,20 +365,7 @@ fn tier(k: &Kwargs<'_, '_>) -> PyResult<Option<TierOptions>> {
         }
     };
     let mut t = TierOptions::new(url);
-    if let Some(v) = k.tier_options.filter(|v| !v.is_none()) {
-        let map = v.cast::<PyDict>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "tier_options must be a dict of str to str (the store's settings: endpoint, \
-                 region, ...), got {}",
-                args::type_of(v)
-            ))
-        })?;
-        for (key, value) in map.iter() {
-            let key = args::string(&key, "a tier_options key")?;
-            let value = args::string(&value, &format!("tier_options[{key:?}]"))?;
-            t.options.insert(key, value);
-        }
-    }
+    t.options = tier_settings(k.tier_options)?;
     if let Some(v) = k.tier_after.filter(|v| !v.is_none()) {
         t.after = seconds(v, "tier_after", 1.0)?;
     }
@@ -405,4 +393,25 @@ fn seconds(v: &Bound<'_, PyAny>, what: &str, unit: f64) -> PyResult<Duration> {
         )));
     }
     Ok(Duration::from_secs_f64(n * unit))
+}
+
+/// `tier_options`: the object store's settings, a dict of str to str (None: none).
+pub fn tier_settings(v: Option<&Bound<'_, PyAny>>) -> PyResult<BTreeMap<String, String>> {
+    let mut settings = BTreeMap::new();
+    let Some(v) = v.filter(|v| !v.is_none()) else {
+        return Ok(settings);
+    };
+    let map = v.cast::<PyDict>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "tier_options must be a dict of str to str (the store's settings: endpoint, region, \
+             ...), got {}",
+            args::type_of(v)
+        ))
+    })?;
+    for (key, value) in map.iter() {
+        let key = args::string(&key, "a tier_options key")?;
+        let value = args::string(&value, &format!("tier_options[{key:?}]"))?;
+        settings.insert(key, value);
+    }
+    Ok(settings)
 }

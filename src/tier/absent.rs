@@ -92,6 +92,14 @@ pub(crate) fn learn_head(tier: &Tier, _: &str) -> Result<()> {
     match *tier {}
 }
 
+/// [`crate::tier_stores`]: needs the object store.
+pub fn tier_stores(
+    url: &str,
+    _: &std::collections::BTreeMap<String, String>,
+) -> Result<Vec<String>> {
+    Err(missing(format!("listing the stores under {url:?}")))
+}
+
 pub(crate) fn open_url(url: &str, _: &Options) -> Result<Arc<Tier>> {
     Err(missing(format!("opening the tier URL {url:?}")))
 }

@@ -7,7 +7,8 @@
 //! With the cargo feature `tier`: the object store itself (`remote/`: requests, cache, uploads),
 //! joining a store and its tier at open (`attach.rs`) and the `rmqlog-tier` thread that ships
 //! sealed segments and applies local and remote retention (`shipper.rs`; among shared writers, in
-//! the open doing the background work). Without it, `absent.rs` stands in: a tier that cannot
+//! the open doing the background work), and finding the stores of a fleet under one prefix
+//! (`fleet.rs`). Without it, `absent.rs` stands in: a tier that cannot
 //! exist, so the core keeps one code path, and a clear error for a store or URL that needs one.
 //! A listing takes the remote segments in through `layout::with_remote`.
 
@@ -19,6 +20,8 @@ mod status;
 #[cfg(feature = "tier")]
 mod attach;
 #[cfg(feature = "tier")]
+mod fleet;
+#[cfg(feature = "tier")]
 mod remote;
 #[cfg(feature = "tier")]
 mod shipper;
@@ -27,9 +30,13 @@ mod shipper;
 mod absent;
 
 #[cfg(not(feature = "tier"))]
+pub use self::absent::tier_stores;
+#[cfg(not(feature = "tier"))]
 pub(crate) use self::absent::{learn_head, open_tier, open_url, Tier};
 #[cfg(feature = "tier")]
 pub(crate) use self::attach::{learn_head, open_tier, open_url};
+#[cfg(feature = "tier")]
+pub use self::fleet::tier_stores;
 pub(crate) use self::guard::check_reachable;
 pub(crate) use self::manifest::{Entry, Manifest};
 pub(crate) use self::options::is_url;

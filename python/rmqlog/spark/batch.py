@@ -1,6 +1,7 @@
 """Planning a read as byte-range partitions of the log, and reading one as Arrow record batches.
 
 Also the batch reader (``spark.read``); the streaming reader plans and reads with the same pieces.
+A fleet's read plans each store's partitions in turn, each partition naming its store.
 """
 
 import sys
@@ -13,7 +14,7 @@ from rmqlog import CommitLog, OffsetOutOfRangeError
 from rmqlog.spark.errors import _data_loss
 from rmqlog.spark.options import Options
 from rmqlog.spark.pushdown import Interval, Pushed, intersect, push
-from rmqlog.spark.schema import _TIMESTAMP, FULL, Projection
+from rmqlog.spark.schema import _TIMESTAMP, FULL, STORE, Projection
 from rmqlog.spark.store import Store
 
 if sys.byteorder != "little":  # pragma: no cover
@@ -22,20 +23,28 @@ if sys.byteorder != "little":  # pragma: no cover
 
 class RangePartition(InputPartition):
     """The records that start in the byte ranges ``spans`` of one segment (by default the one
-    range ``[lo, hi)``): one Spark task. ``lo`` and ``hi`` bound every span."""
+    range ``[lo, hi)``): one Spark task. ``lo`` and ``hi`` bound every span. ``store``: the tier
+    URL of the store it reads, in a fleet (None: the read's one store)."""
 
     def __init__(
-        self, index: int, lo: int, hi: int, spans: Sequence[Interval] | None = None
+        self,
+        index: int,
+        lo: int,
+        hi: int,
+        spans: Sequence[Interval] | None = None,
+        store: str | None = None,
     ) -> None:
         self.spans: tuple[Interval, ...] = tuple(spans) if spans else ((lo, hi),)
-        super().__init__(self.spans)
+        super().__init__(self.spans if store is None else (store, self.spans))
         self.index = index
         self.lo = lo
         self.hi = hi
+        self.store = store
 
     def __repr__(self) -> str:
         spans = "" if self.spans == ((self.lo, self.hi),) else f", spans={list(self.spans)}"
-        return f"RangePartition(index={self.index}, lo={self.lo}, hi={self.hi}{spans})"
+        store = "" if self.store is None else f", store={self.store!r}"
+        return f"RangePartition(index={self.index}, lo={self.lo}, hi={self.hi}{spans}{store})"
 
 
 def _open(store: Store) -> CommitLog:
@@ -43,18 +52,23 @@ def _open(store: Store) -> CommitLog:
 
 
 def _byte_ranges(
-    log: CommitLog, ranges: Sequence[Interval], max_partition_bytes: int | None
+    log: CommitLog,
+    ranges: Sequence[Interval],
+    max_partition_bytes: int | None,
+    store: str | None = None,
+    first_index: int = 0,
 ) -> list[RangePartition]:
     """Partitions over ``ranges`` (sorted, disjoint): per segment, the parts of the ranges in it,
     grouped into partitions of at most ``max_partition_bytes`` bytes (a longer part is split;
     without the option, one partition per segment). A segment only in the remote tier is never
     split: a task reading any part of it downloads the whole object. A record belongs to the
-    partition its offset falls in."""
+    partition its offset falls in. The partitions name ``store`` and count from ``first_index``."""
     parts: list[RangePartition] = []
 
     def add(spans: list[Interval]) -> None:
         if spans:
-            parts.append(RangePartition(len(parts), spans[0][0], spans[-1][1], spans))
+            index = first_index + len(parts)
+            parts.append(RangePartition(index, spans[0][0], spans[-1][1], spans, store))
 
     for seg in log.segments():
         spans: list[Interval] = []
@@ -93,14 +107,18 @@ def _resolve_range(log: CommitLog, opts: Options) -> tuple[int, int]:
     return lo, max(lo, hi)
 
 
-def _spark_batch(proj: Projection, batch: pa.RecordBatch) -> pa.RecordBatch:
+def _spark_batch(proj: Projection, batch: pa.RecordBatch, store: str | None) -> pa.RecordBatch:
     """A batch of ``scan_batches`` as Spark takes it: microsecond timestamps (one vectorized
-    cast of the millisecond column) and the query's names for the columns."""
-    columns = [
-        col.cast(_TIMESTAMP) if name == "timestamp" else col
-        for name, col in zip(proj.columns, batch.columns, strict=True)
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=proj.arrow)
+    cast of the millisecond column), a fleet's ``store`` column, and the query's names for the
+    columns."""
+
+    def column(name: str) -> pa.Array:
+        if name == STORE:
+            return pa.array([store] * batch.num_rows, pa.string())
+        col = batch.column(name)
+        return col.cast(_TIMESTAMP) if name == "timestamp" else col
+
+    return pa.RecordBatch.from_arrays([column(n) for n in proj.columns], schema=proj.arrow)
 
 
 def _start_at(log: CommitLog, opts: Options, pos: int, hi: int) -> int | None:
@@ -122,7 +140,7 @@ def _start_at(log: CommitLog, opts: Options, pos: int, hi: int) -> int | None:
 
 
 def _read_span(
-    log: CommitLog, opts: Options, proj: Projection, lo: int, hi: int
+    log: CommitLog, opts: Options, proj: Projection, lo: int, hi: int, store: str | None = None
 ) -> Iterator[pa.RecordBatch]:
     """The records that start in ``[lo, hi)``, as batches of the query's columns built in Rust
     (only those columns: without ``body``, no body is read)."""
@@ -131,14 +149,14 @@ def _read_span(
         scan = log.scan_batches(
             pos,
             hi,
-            columns=proj.columns,
+            columns=proj.own or ("offset",),  # a query of the store column alone counts rows
             body="binary",  # Spark's Arrow ingestion takes plain binary, not binary_view
             max_records=opts.batch_records,
             max_bytes=opts.batch_bytes,
         )
         try:
             for batch in scan:
-                yield _spark_batch(proj, batch)
+                yield _spark_batch(proj, batch, store)
         except OffsetOutOfRangeError:
             pos = scan.position
             if log.min_offset <= pos:
@@ -162,10 +180,10 @@ def read_range(
     were there) follow ``fail_on_data_loss``."""
     if not isinstance(part, RangePartition):  # Spark's placeholder for an empty plan
         return
-    log = _open(opts.store)
+    log = _open(opts.store if part.store is None else opts.store.at(part.store))
     try:
         for lo, hi in part.spans:
-            yield from _read_span(log, opts, proj, lo, hi)
+            yield from _read_span(log, opts, proj, lo, hi, part.store)
     finally:
         log.close()
 
@@ -174,9 +192,12 @@ class RmqlogReader(DataSourceReader):
     """Batch reader: holds only the options, the query's columns and the filters it took;
     partitions are planned from the segment list."""
 
-    def __init__(self, opts: Options, proj: Projection = FULL) -> None:
+    def __init__(
+        self, opts: Options, proj: Projection = FULL, fleet: tuple[str, ...] | None = None
+    ) -> None:
         self.opts = opts
         self.proj = proj
+        self.fleet = fleet  # the stores' tier URLs, when the read names a fleet
         self.pushed = Pushed()
 
     def pushFilters(self, filters: list[Filter]) -> list[Filter]:
@@ -185,11 +206,20 @@ class RmqlogReader(DataSourceReader):
         return push(self.pushed, filters)
 
     def partitions(self) -> list[RangePartition]:
-        log = _open(self.opts.store)
+        if self.fleet is None:
+            return self._plan(self.opts.store, None, 0)
+        parts: list[RangePartition] = []
+        for url in self.pushed.of_stores(self.fleet):
+            parts += self._plan(self.opts.store.at(url), url, len(parts))
+        return parts
+
+    def _plan(self, store: Store, url: str | None, first_index: int) -> list[RangePartition]:
+        """One store's partitions (``url``: its tier URL in a fleet)."""
+        log = _open(store)
         try:
             lo, hi = _resolve_range(log, self.opts)
             ranges = self.pushed.ranges(log, lo, hi)
-            return _byte_ranges(log, ranges, self.opts.max_partition_bytes)
+            return _byte_ranges(log, ranges, self.opts.max_partition_bytes, url, first_index)
         finally:
             log.close()
 

@@ -37,13 +37,16 @@ class Options:
     tier_url: str | None = None
     tier_options: tuple[tuple[str, str], ...] = ()  # the tier.<key> options, sorted
     tier_cache_dir: str | None = None
+    # Filters prune the plan (docs/spark.md: PySpark 4.1-4.3 reuse a pruned plan for the next
+    # query of the same DataFrame, so this is opt-in).
+    pushdown: bool = False
 
     @property
     def store(self) -> Store:
         return Store(self.paths, self.tier_url, self.tier_options, self.tier_cache_dir)
 
 
-_BATCH_ONLY = ("end_offset", "end_timestamp")
+_BATCH_ONLY = ("end_offset", "end_timestamp", "pushdown")
 _STREAM_ONLY = ("max_bytes_per_trigger", "max_records_per_trigger", "wait_ms")
 _KNOWN = (
     "path",
@@ -56,6 +59,7 @@ _KNOWN = (
     "batch_bytes",
     "batch_records",
     "fail_on_data_loss",
+    "pushdown",
     *_STREAM_ONLY,
     "tier_url",
     "tier_cache_dir",
@@ -131,7 +135,8 @@ def _parse_paths(options: Mapping[str, str]) -> tuple[str, ...]:
         parts = [p.strip() for p in parts if p.strip()]
         if not parts:
             raise _bad("paths", raw, f"directories joined by {os.pathsep!r}, or a tier URL")
-        if len(parts) > 1 and any(is_url(p) for p in parts):
+        urls = [p for p in parts if is_url(p)]
+        if urls and len(urls) < len(parts):  # all URLs: a fleet of stores
             raise ValueError(f"rmqlog: paths {raw!r} mix {_MIXED}")
         found.append(tuple(parts))
     if len(found) == 2 and found[0] != found[1]:
@@ -251,6 +256,8 @@ def parse_options(options: Mapping[str, str], mode: str | None = None) -> Option
         kw["batch_records"] = _int("batch_records", keys["batch_records"], 1)
     if "fail_on_data_loss" in keys:
         kw["fail_on_data_loss"] = _bool("fail_on_data_loss", keys["fail_on_data_loss"])
+    if "pushdown" in keys:
+        kw["pushdown"] = _bool("pushdown", keys["pushdown"])
     if "max_bytes_per_trigger" in keys:
         kw["max_bytes_per_trigger"] = _size("max_bytes_per_trigger", keys["max_bytes_per_trigger"])
     if "max_records_per_trigger" in keys:

@@ -7,6 +7,9 @@ starts at the first record boundary at or after a range's start). Timestamps are
 within a log (docs/format.md: each is ``max(previous, now)``), so the records stored in
 ``[t0, t1)`` are those starting in ``[offset_for_timestamp(t0), offset_for_timestamp(t1))``, the
 same rule the ``start_timestamp``/``end_timestamp`` options rely on.
+
+In a fleet, filters on ``store`` (equality, ``IN``) choose the stores planned; the offset and
+timestamp filters then apply to each store's log.
 """
 
 import datetime
@@ -34,7 +37,7 @@ TOP = 1 << 64  # above every offset and every millisecond timestamp
 _ALL: tuple[Interval, ...] = ((0, TOP),)
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _US = datetime.timedelta(microseconds=1)
-_COLUMNS = ("offset", "timestamp", "body", "segment")
+_COLUMNS = ("offset", "timestamp", "body", "segment", "store")
 
 
 def intersect(a: Sequence[Interval], b: Sequence[Interval]) -> tuple[Interval, ...]:
@@ -111,6 +114,7 @@ class Pushed:
 
     offsets: tuple[Interval, ...] = _ALL
     times: tuple[Interval, ...] = _ALL
+    stores: frozenset[str] | None = None  # None: every store of the fleet
     taken: list[Filter] = field(default_factory=list)
 
     def take(self, f: Filter) -> bool:
@@ -124,6 +128,8 @@ class Pushed:
             column = "offset"
         elif isinstance(f, IsNull):
             sel, column = (), "offset"
+        elif column == "store":
+            return self._take_stores(f)
         elif column == "offset":
             sel = _selected(f, column, 1)
         elif column == "timestamp":
@@ -138,6 +144,22 @@ class Pushed:
             self.times = intersect(self.times, sel)
         self.taken.append(f)
         return True
+
+    def _take_stores(self, f: Filter) -> bool:
+        """``store = 'url'``, ``store <=> 'url'``, ``store IN (...)``: the stores to plan."""
+        if not isinstance(f, EqualTo | EqualNullSafe | In):
+            return False
+        values = f.value if isinstance(f, In) else (f.value,)
+        if not all(isinstance(v, str) or v is None for v in values):
+            return False
+        chosen = frozenset(v for v in values if v is not None)
+        self.stores = chosen if self.stores is None else self.stores & chosen
+        self.taken.append(f)
+        return True
+
+    def of_stores(self, fleet: Sequence[str]) -> list[str]:
+        """The stores of ``fleet`` the filters on ``store`` keep, in its order."""
+        return [u for u in fleet if self.stores is None or u in self.stores]
 
     def ranges(self, log: CommitLog, lo: int, hi: int) -> tuple[Interval, ...]:
         """The byte ranges of ``[lo, hi)`` whose records pass every filter taken."""

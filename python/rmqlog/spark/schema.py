@@ -1,4 +1,6 @@
-"""The data source's columns, as Spark and as Arrow see them, and the subset a query asks for."""
+"""The data source's columns, as Spark and as Arrow see them, and the subset a query asks for.
+
+A fleet (many stores read as one) has one more column, ``store``: the store's tier URL."""
 
 from dataclasses import dataclass
 
@@ -7,6 +9,7 @@ from pyspark.sql.types import (
     BinaryType,
     DataType,
     LongType,
+    StringType,
     StructField,
     StructType,
     TimestampType,
@@ -30,11 +33,16 @@ ARROW_SCHEMA = pa.schema(
         pa.field("segment", pa.int64()),
     ]
 )
-_TYPES: dict[str, DataType] = {f.name: f.dataType for f in SCHEMA.fields}
+STORE = "store"
+FLEET_SCHEMA_DDL = f"{SCHEMA_DDL}, {STORE} STRING"
+FLEET_SCHEMA = StructType([*SCHEMA.fields, StructField(STORE, StringType())])
+_TYPES: dict[str, DataType] = {f.name: f.dataType for f in FLEET_SCHEMA.fields}
+_ARROW_TYPES = {**{f.name: f.type for f in ARROW_SCHEMA}, STORE: pa.string()}
 
 
-def _accepted() -> str:
-    return f"accepted: any of {SCHEMA_DDL}, in any order (a subset reads only those columns)"
+def _accepted(fleet: bool) -> str:
+    ddl = FLEET_SCHEMA_DDL if fleet else SCHEMA_DDL
+    return f"accepted: any of {ddl}, in any order (a subset reads only those columns)"
 
 
 @dataclass(frozen=True)
@@ -49,30 +57,41 @@ class Projection:
     def body(self) -> bool:
         return "body" in self.columns
 
+    @property
+    def own(self) -> tuple[str, ...]:
+        """The columns a store's scan builds (all but ``store``, which the reader adds)."""
+        return tuple(c for c in self.columns if c != STORE)
 
-def projection(schema: StructType | None) -> Projection:
-    """Checks a query's schema against the source's columns: any non-empty subset, in any order,
-    names matched case-insensitively, each with its own type. Raises ValueError otherwise."""
+
+def projection(schema: StructType | None, fleet: bool = False) -> Projection:
+    """Checks a query's schema against the source's columns (with ``store`` for a fleet): any
+    non-empty subset, in any order, names matched case-insensitively, each with its own type.
+    Raises ValueError otherwise."""
     if schema is None:
-        schema = SCHEMA
+        schema = FLEET_SCHEMA if fleet else SCHEMA
     columns: list[str] = []
     for field in schema.fields:
         name = field.name.lower()
-        if name not in _TYPES:
-            raise ValueError(f"rmqlog: unknown column {field.name!r} in the schema; {_accepted()}")
+        if name not in _TYPES or (name == STORE and not fleet):
+            hint = " (a fleet's column: this read names one store)" if name == STORE else ""
+            raise ValueError(
+                f"rmqlog: unknown column {field.name!r} in the schema{hint}; {_accepted(fleet)}"
+            )
         if name in columns:
-            raise ValueError(f"rmqlog: column {name!r} appears twice in the schema; {_accepted()}")
+            raise ValueError(
+                f"rmqlog: column {name!r} appears twice in the schema; {_accepted(fleet)}"
+            )
         if field.dataType != _TYPES[name]:
             raise ValueError(
                 f"rmqlog: column {field.name!r} is {_TYPES[name].simpleString().upper()} in this "
-                f"source, not {field.dataType.simpleString().upper()}; {_accepted()}. "
+                f"source, not {field.dataType.simpleString().upper()}; {_accepted(fleet)}. "
                 "Cast it after loading instead"
             )
         columns.append(name)
     if not columns:
-        raise ValueError(f"rmqlog: the schema has no column; {_accepted()}")
+        raise ValueError(f"rmqlog: the schema has no column; {_accepted(fleet)}")
     arrow = pa.schema(
-        pa.field(f.name, ARROW_SCHEMA.field(name).type, f.nullable)
+        pa.field(f.name, _ARROW_TYPES[name], f.nullable)
         for f, name in zip(schema.fields, columns, strict=True)
     )
     return Projection(tuple(columns), arrow)

@@ -9,7 +9,11 @@ action), ``streamReader()`` when a streaming query starts. An option of the othe
 
 Filters reach a Python source only where ``spark.sql.python.filterPushdown.enabled`` is on, and
 there Spark builds the reader in its filter planner; elsewhere Spark refuses a reader that defines
-``pushFilters``. So ``reader()`` gives the one with ``pushFilters`` to that planner only.
+``pushFilters``. So ``reader()`` gives the one with ``pushFilters`` to that planner only, and only
+where the read asks for it (option ``pushdown``): PySpark 4.1 to 4.3 keep the plan of a DataFrame's
+filtered query (its partitions and its reader) for that DataFrame's next query without pushable
+filters, which then reads only what the filter kept. A reader that takes no filter plans the whole
+range, whichever query's plan is reused.
 """
 
 import sys
@@ -22,7 +26,7 @@ from pyspark.sql.types import StructType
 
 from rmqlog.spark.batch import NoPushdownReader, RmqlogReader, _open
 from rmqlog.spark.options import parse_options
-from rmqlog.spark.schema import SCHEMA, projection
+from rmqlog.spark.schema import FLEET_SCHEMA, SCHEMA, projection
 from rmqlog.spark.stream import RmqlogStreamReader
 
 NAME = "rmqlog"
@@ -49,23 +53,34 @@ class RmqlogDataSource(DataSource):
     def __init__(self, options: MutableMapping[str, str]) -> None:
         super().__init__(options)
         # Bad options fail at load(), before any job, schema given or not; so does a path that
-        # holds no store (a read-only open: no lock, nothing written).
-        _open(parse_options(options).store).close()
+        # holds no store (a read-only open: no lock, nothing written). A fleet's stores are
+        # found here, once: Spark pickles this object for the planning that follows.
+        store = parse_options(options).store
+        self.fleet = store.fleet()
+        _open(store if self.fleet is None else store.at(self.fleet[0])).close()
 
     @classmethod
     def name(cls) -> str:
         return NAME
 
     def schema(self) -> StructType:
-        return SCHEMA
+        return SCHEMA if self.fleet is None else FLEET_SCHEMA
 
     def reader(self, schema: StructType) -> RmqlogReader:
-        proj = projection(schema)
+        proj = projection(schema, self.fleet is not None)
         opts = parse_options(self.options, "batch")
-        cls = RmqlogReader if _built_by_filter_planner() else NoPushdownReader
-        return cls(opts, proj)
+        cls = RmqlogReader if opts.pushdown and _built_by_filter_planner() else NoPushdownReader
+        return cls(opts, proj, self.fleet)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if self.fleet is not None:
+            return _RefusedStreamReader(
+                ValueError(
+                    f"rmqlog: {self.fleet[0]} and the other {len(self.fleet) - 1} store(s) found "
+                    "form a fleet; spark.readStream reads one store (give its URL), a fleet is "
+                    "read by spark.read"
+                )
+            )
         proj = projection(schema)
         try:
             opts = parse_options(self.options, "stream")

@@ -5,21 +5,19 @@ A URL (``s3://bucket/prefix``, ``file:///dir``) alone is the remote part of a st
 uploaded segments, from the tier's manifest; nothing local is needed, so executors need no shared
 filesystem. Directories read the whole store, local and remote segments as one offset space: the
 remote ones through ``tier_url`` when given, else through the URL the store recorded.
+
+A fleet is many stores read as one table (``rmqlog._fleet``): a list of tier URLs, or a URL under
+which stores publish (a prefix, or a glob of their names).
 """
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from rmqlog import CommitLog, ConfigurationError
+from rmqlog._fleet import fleet_urls
+from rmqlog._fleet import is_url as is_url
 
 TIER_PREFIX = "tier."  # option tier.<key>: one setting of the object store (tier_options[key])
-_URL = re.compile(r"[A-Za-z0-9]+://")  # as the core's tier::is_url: an alphanumeric scheme
-
-
-def is_url(text: str) -> bool:
-    """Whether ``text`` is a tier URL rather than a directory."""
-    return _URL.match(text) is not None
 
 
 @dataclass(frozen=True)
@@ -30,6 +28,22 @@ class Store:
     tier_url: str | None = None  # the tier of the directories in ``paths``
     tier_options: tuple[tuple[str, str], ...] = ()  # object store settings, sorted by key
     tier_cache_dir: str | None = None
+
+    def at(self, url: str) -> "Store":
+        """The store of a fleet that publishes at ``url``, with this read's tier settings."""
+        return Store((url,), None, self.tier_options, self.tier_cache_dir)
+
+    def fleet(self) -> tuple[str, ...] | None:
+        """The tier URLs of the stores when ``paths`` name a fleet, else None (one store). Lists
+        the object store."""
+        if not is_url(self.paths[0]):
+            return None
+        source = self.paths[0] if len(self.paths) == 1 else list(self.paths)
+        try:
+            urls = fleet_urls(source, dict(self.tier_options) or None)
+        except ConfigurationError as e:
+            raise self._named(e) from None
+        return None if urls is None else tuple(urls)
 
     def open(self) -> CommitLog:
         """The log, read-only (no lock, nothing written). A setting the object store refuses
@@ -44,13 +58,15 @@ class Store:
         try:
             return CommitLog(list(self.paths), read_only=True, **kw)
         except ConfigurationError as e:
-            # The core quotes the key it refuses ('key "endpint" is not an S3 option') or the
-            # value it cannot parse ('failed to parse "maybe" as boolean').
-            text = str(e)
-            named = [k for k, _ in self.tier_options if f'"{k}"' in text]
-            named += [k for k, v in self.tier_options if v and f'"{v}"' in text]
-            if named:
-                raise ValueError(
-                    f"rmqlog: option {TIER_PREFIX}{named[0]} was refused: {e}"
-                ) from None
-            raise
+            raise self._named(e) from None
+
+    def _named(self, e: ConfigurationError) -> Exception:
+        """A refused tier setting as the ValueError naming its option ``tier.<key>``: the core
+        quotes the key it refuses ('key "endpint" is not an S3 option') or the value it cannot
+        parse ('failed to parse "maybe" as boolean'). Other errors unchanged."""
+        text = str(e)
+        named = [k for k, _ in self.tier_options if f'"{k}"' in text]
+        named += [k for k, v in self.tier_options if v and f'"{v}"' in text]
+        if named:
+            return ValueError(f"rmqlog: option {TIER_PREFIX}{named[0]} was refused: {e}")
+        return e

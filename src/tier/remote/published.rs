@@ -9,7 +9,8 @@ use super::store::Remote;
 use crate::error::{Error, Result};
 use crate::tier::manifest::{version_name, Manifest};
 
-const POINTER: &str = "manifest/CURRENT";
+/// The object naming the current manifest version: a store publishes under a prefix once it exists.
+pub(crate) const POINTER: &str = "manifest/CURRENT";
 
 /// Reads the current manifest from the store; `None` when the tier holds none yet.
 pub(crate) async fn load(remote: &Remote) -> Result<Option<Manifest>> {
