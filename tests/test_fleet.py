@@ -52,6 +52,7 @@ class Fleet:
     options: dict[str, str]
     records: dict[str, list[tuple[int, str]]]  # store URL -> its uploaded records (offset, body)
     segments: dict[str, int]  # store URL -> how many segments it uploaded
+    acked: dict[str, list[tuple[int, str]]]  # store URL -> every record it acknowledged
 
     def url(self, name: str) -> str:
         return f"{self.root}/{name}"
@@ -61,15 +62,14 @@ class Fleet:
         return sorted((u, o, b) for u, recs in self.records.items() if u in urls for o, b in recs)
 
 
-@pytest.fixture(params=["s3", "file"])
-def fleet(request, tmp_path):
-    """Three stores written at once by three processes, each with its own prefix of one tier."""
-    tier = request.getfixturevalue("s3_bucket" if request.param == "s3" else "file_tier")
-    root = tier.url
+def _writers(tmp_path, tier, root: str, names, records: int = 1000) -> list[dict]:
+    """Writes stores ``names`` (each under ``root/<name>``, its directories in ``tmp_path``) at
+    once, a process each (appending to what a store holds); returns what each said: its ``url``,
+    the ``records`` it acknowledged (offset, body), ``remote_end`` and ``segments`` uploaded."""
     procs = []
-    for i, name in enumerate(NAMES):
+    for i, name in enumerate(names):
         dirs = f"{tmp_path / name / 'd0'},{tmp_path / name / 'd1'}"
-        args = [name, dirs, f"{root}/{name}", json.dumps(tier.options), str(1000 + 250 * i)]
+        args = [name, dirs, f"{root}/{name}", json.dumps(tier.options), str(records + 250 * i)]
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-c", WRITER, *args],
@@ -78,16 +78,28 @@ def fleet(request, tmp_path):
                 text=True,
             )
         )
-    records, segments = {}, {}
+    said = []
     for p in procs:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
-        said = json.loads(out)
+        said.append(json.loads(out))
+    return said
+
+
+@pytest.fixture(params=["s3", "file"])
+def fleet(request, tmp_path):
+    """Three stores written at once by three processes, each with its own prefix of one tier."""
+    tier = request.getfixturevalue("s3_bucket" if request.param == "s3" else "file_tier")
+    records, segments, acked = {}, {}, {}
+    for said in _writers(tmp_path, tier, tier.url, NAMES):
         sealed = [(o, b) for o, b in said["records"] if o < said["remote_end"]]
         assert len(sealed) >= 250, said["remote_end"]
         records[said["url"]] = sealed
         segments[said["url"]] = said["segments"]
-    return Fleet(root, dict(tier.options), records, segments)
+        acked[said["url"]] = said["records"]
+    fleet = Fleet(tier.url, dict(tier.options), records, segments, acked)
+    fleet.tier = tier  # type: ignore[attr-defined]  (a stream test writes more)
+    return fleet
 
 
 def _rows(table) -> list[tuple[str, int, str]]:
@@ -199,22 +211,26 @@ def test_a_cluster_reads_the_fleet_as_one_table(spark_cluster, fleet):
 
 
 @pytest.mark.parametrize("fleet", ["s3"], indirect=True)
-def test_a_stream_of_a_fleet_is_refused_with_the_reason(spark, fleet):
-    stream = spark.readStream.format("rmqlog")
+def test_a_fleet_stream_refuses_trigger_limits(spark, fleet):
+    stream = spark.readStream.format("rmqlog").option("max_records_per_trigger", "10")
     for k, v in fleet.options.items():
         stream = stream.option(f"tier.{k}", v)
-    q = stream.load(fleet.root).writeStream.format("memory").queryName("fleet_stream").start()
+    q = stream.load(fleet.root).writeStream.format("memory").queryName("fleet_limits").start()
     try:
-        with pytest.raises(Exception, match=r"form a fleet; spark\.readStream reads one store"):
+        with pytest.raises(Exception, match=r"apply to one store's stream; a fleet's micro-batch"):
             q.awaitTermination(60)
     finally:
         q.stop()
 
 
-def test_a_single_store_schema_has_no_store_column(fleet):
+def test_a_single_store_schema_has_no_store_column():
     rs = pytest.importorskip("rmqlog.spark")
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    with_store = StructType([*rs.SCHEMA.fields, StructField("store", StringType())])
     with pytest.raises(ValueError, match="a fleet's column: this read names one store"):
-        rs.projection(rs.SCHEMA.add("store", "string"))
+        rs.projection(with_store)
+    assert rs.projection(with_store, fleet=True).columns[-1] == "store"
 
 
 def test_the_fleet_example_in_the_docs_runs_as_written(tmp_path):
@@ -241,3 +257,67 @@ def test_the_fleet_example_in_the_docs_runs_as_written(tmp_path):
     assert any("web-2" in line and str(counts["web-2"]) in line for line in lines)  # show()
     count, partitions = map(int, lines[-1].split())
     assert partitions == 2 and 0 < count < counts["web-1"]
+
+
+@pytest.mark.parametrize("fleet", ["s3"], indirect=True)
+def test_a_stream_of_a_fleet_takes_new_uploads_and_new_stores(spark, fleet, tmp_path):
+    """A stream of the prefix reads every store's uploaded records; then what a store uploads
+    later, and a store that starts publishing under the prefix, from its head."""
+    got: list[tuple[str, int, str]] = []
+
+    def collect(df, _batch_id):
+        got.extend(_spark_rows(df.select("store", "offset", "body")))
+
+    stream = spark.readStream.format("rmqlog")
+    for k, v in fleet.options.items():
+        stream = stream.option(f"tier.{k}", v)
+    q = (
+        stream.load(fleet.root)
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        q.processAllAvailable()
+        assert sorted(got) == fleet.rows()
+        # web-1 writes more (its old active segment is sealed and uploaded too); web-3 starts
+        said = {s["url"]: s for s in _writers(tmp_path, fleet.tier, fleet.root, ["web-1", "web-3"])}
+        q.processAllAvailable()
+        web1, web3 = fleet.url("web-1"), fleet.url("web-3")
+        acked = {web1: fleet.acked[web1] + said[web1]["records"], web3: said[web3]["records"]}
+        now = {
+            u: [(u, o, b) for o, b in recs if o < said[u]["remote_end"]]
+            for u, recs in acked.items()
+        }
+        assert len(now[web3]) >= 250 and len(now[web1]) > len(fleet.records[web1]) + 250
+        others = fleet.rows(("db-1", "web-2"))
+        assert len(got) == len(set(got))  # nothing read twice
+        assert sorted(got) == sorted(others + now[web1] + now[web3])
+    finally:
+        q.stop()
+    assert q.exception() is None
+
+
+def test_a_fleet_s_columns_range_and_spelling_are_checked(fleet):
+    opts = fleet.options or None
+    with pytest.raises(ValueError, match="columns is empty"):
+        rmqlog.to_arrow(fleet.root, columns=[], tier_options=opts)
+    with pytest.raises(ValueError, match="columns names 'store' twice"):
+        rmqlog.to_arrow(fleet.root, columns=["store", "offset", "store"], tier_options=opts)
+    with pytest.raises(TypeError, match="start must be an offset"):
+        rmqlog.to_arrow(fleet.root, -1, tier_options=opts)
+    stores = rmqlog.to_arrow(fleet.root, columns=["store"], tier_options=opts)
+    assert stores.column_names == ["store"] and stores.num_rows == len(fleet.rows())
+    # past every store's end: no row, the same schema as a table with rows
+    empty = rmqlog.to_arrow(fleet.root, 1 << 40, tier_options=opts)
+    full = rmqlog.to_arrow(fleet.root, tier_options=opts)
+    assert empty.num_rows == 0 and empty.schema == full.schema
+    assert pa.concat_tables([empty, full]).num_rows == full.num_rows
+    # a glob after a trailing slash, and a list of one store (that store, no store column)
+    assert rmqlog.tier_stores(fleet.root + "//web-*", opts) == [
+        fleet.url("web-1"),
+        fleet.url("web-2"),
+    ]
+    one = rmqlog.to_arrow([fleet.url("db-1")], tier_options=opts)
+    assert one.column_names == ["offset", "timestamp", "body"]
+    assert one.num_rows == len(fleet.rows(("db-1",)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
-from rmqlog._fleet import STORE, Source, _opened, fleet_urls, scan_batches
+from rmqlog._fleet import Source, _opened, fleet_urls, scan_fleet
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -45,19 +45,5 @@ def to_arrow(
         with _opened(source, tier_options) as log:
             scan = log.scan_batches(start, end, columns=columns, body=body, threads=threads)
             return pa.Table.from_batches(list(scan), schema=scan.schema)
-    batches = list(
-        scan_batches(
-            urls, start, end, columns=columns, body=body, threads=threads, tier_options=tier_options
-        )
-    )
-    if batches:
-        return pa.Table.from_batches(batches)
-    # No record in any store: the schema from the first store's (empty) scan.
-    own = [c for c in (columns or ("offset", "timestamp", "body")) if c != STORE]
-    with _opened(urls[0], tier_options) as log:
-        schema = log.scan_batches(log.max_offset, log.max_offset, columns=own, body=body).schema
-    names = list(columns) if columns is not None and STORE in columns else [*own, STORE]
-    fields = {f.name: f for f in schema}
-    return pa.schema(
-        [pa.field(STORE, pa.string()) if n == STORE else fields[n] for n in names]
-    ).empty_table()
+    schema, batches = scan_fleet(urls, start, end, columns, body, threads, tier_options)
+    return pa.Table.from_batches(list(batches), schema=schema)

@@ -3,7 +3,8 @@ per machine, each shipping its sealed segments to its own prefix of one bucket
 (``s3://bucket/logs/<machine>``); a reader names the prefix, a glob or a list of URLs, and reads
 every store, each record tagged with its store's URL (the ``store`` column). Offsets are per
 store: ``start`` and ``end`` bound each store's offsets, and a store's read starts at its first
-record at or after ``start`` (record boundaries differ from store to store)."""
+record at or after ``start`` (record boundaries differ from store to store; a ``start`` below a
+store's head reads it from its head)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 STORE = "store"  # the column naming a record's store
+DEFAULT_COLUMNS = ("offset", "timestamp", "body")  # CommitLog.scan_batches's
 _URL = re.compile(r"[A-Za-z0-9]+://")  # as the core's tier::is_url: an alphanumeric scheme
 
 Source = CommitLog | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
@@ -32,30 +34,94 @@ def fleet_urls(source: Source, tier_options: Mapping[str, str] | None = None) ->
     """The tier URLs of the stores ``source`` names when it is a fleet, else None (one store: an
     open log, its directories, or the URL its tier publishes at).
 
-    A fleet is a list of tier URLs (each a store, a prefix or a glob), or one URL under which
-    stores publish (``s3://bucket/logs``, ``s3://bucket/logs/web-*``): ``rmqlog.tier_stores``."""
+    A fleet is one URL under which stores publish (``s3://bucket/logs``, ``s3://bucket/logs/web-*``:
+    ``rmqlog.tier_stores``), or a list of tier URLs (each a store, a prefix or a glob) that names
+    more than one store or a prefix. A list of one store's URL is that store."""
     if isinstance(source, CommitLog):
         return None
+    settings = dict(tier_options) if tier_options else None
     if isinstance(source, (str, os.PathLike)):
-        text = os.fspath(source)
-        if not is_url(text):
+        items = [os.fspath(source)]
+        if not is_url(items[0]):
             return None
-        found = tier_stores(text, tier_options)
-        return None if found == [text.rstrip("/")] else found
-    items = [os.fspath(s) for s in source]
-    urls = [s for s in items if is_url(s)]
-    if not urls:
-        return None  # one store's directories
-    if len(urls) != len(items):
+    else:
+        items = [os.fspath(s) for s in source]
+        if not any(is_url(s) for s in items):
+            return None  # one store's directories
         dirs = [s for s in items if not is_url(s)]
-        raise ValueError(
-            f"a list of stores is a list of tier URLs; {dirs[0]!r} is a directory (a store's "
-            "directories are read alone: give them as one source)"
-        )
+        if dirs:
+            raise ValueError(
+                f"a list of stores is a list of tier URLs; {dirs[0]!r} is a directory (a store's "
+                "directories are read alone: give them as one source)"
+            )
     found: list[str] = []
-    for url in urls:
-        found += [u for u in tier_stores(url, tier_options) if u not in found]
-    return sorted(found)
+    for url in items:
+        found += tier_stores(url, settings)
+    urls = sorted(set(found))
+    return None if urls == [items[0].rstrip("/")] else urls
+
+
+def _checked_columns(columns: Sequence[str] | None) -> list[str]:
+    """A fleet's columns: the store's own (``CommitLog.scan_batches``'s) and ``store``, where
+    ``columns`` places it (last by default)."""
+    wanted = list(columns) if columns is not None else [*DEFAULT_COLUMNS, STORE]
+    if not wanted:
+        raise ValueError(f"columns is empty; give any of offset, timestamp, body, segment, {STORE}")
+    twice = sorted({c for c in wanted if wanted.count(c) > 1})
+    if twice:
+        raise ValueError(f"columns names {twice[0]!r} twice")
+    return wanted if STORE in wanted else [*wanted, STORE]
+
+
+def _bound(name: str, value: int | None) -> int | None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        raise TypeError(f"{name} must be an offset (an int >= 0) or None, got {value!r}")
+    return value
+
+
+def scan_fleet(
+    urls: Sequence[str],
+    start: int | None,
+    end: int | None,
+    columns: Sequence[str] | None,
+    body: Literal["view", "binary"],
+    threads: int | None,
+    tier_options: Mapping[str, str] | None,
+) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """The fleet of stores ``urls`` (found already): the batches' schema, and the batches."""
+    import pyarrow as pa
+
+    start, end = _bound("start", start), _bound("end", end)
+    wanted = _checked_columns(columns)
+    own = [c for c in wanted if c != STORE]
+    kw = {"tier_options": dict(tier_options)} if tier_options else {}
+    with CommitLog(urls[0], read_only=True, **kw) as log:
+        # The core's types (and names checked) for the store's own columns.
+        empty = log.scan_batches(
+            log.max_offset, log.max_offset, columns=own or ["offset"], body=body
+        )
+        types = empty.schema
+    fields = {f.name: f for f in types}
+    schema = pa.schema(
+        [pa.field(STORE, pa.string(), nullable=False) if c == STORE else fields[c] for c in wanted]
+    )
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for url in urls:
+            with CommitLog(url, read_only=True, **kw) as log:
+                first = log.min_offset if start is None else max(start, log.min_offset)
+                if first >= log.max_offset or (end is not None and first >= end):
+                    continue
+                first = log._record_start_at_or_after(first)
+                scan = log.scan_batches(
+                    first, end, columns=own or ["offset"], body=body, threads=threads
+                )
+                for batch in scan:
+                    tag = pa.array([url] * batch.num_rows, pa.string())
+                    arrays = [tag if c == STORE else batch.column(c) for c in wanted]
+                    yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    return schema, batches()
 
 
 def scan_batches(
@@ -75,30 +141,13 @@ def scan_batches(
     the store's tier URL), last unless ``columns`` places it; one store's batches are those of
     :meth:`CommitLog.scan_batches`. ``columns``, ``body`` and ``threads`` are that method's;
     ``tier_options`` are the object store's settings (endpoint, region, keys)."""
-    import pyarrow as pa
-
     urls = fleet_urls(source, tier_options)
     if urls is None:
         with _opened(source, tier_options) as log:
             yield from log.scan_batches(start, end, columns=columns, body=body, threads=threads)
         return
-    wanted = list(columns) if columns is not None else ["offset", "timestamp", "body", STORE]
-    if STORE not in wanted:
-        wanted.append(STORE)
-    at = wanted.index(STORE)
-    own = [c for c in wanted if c != STORE]
-    for url in urls:
-        kw = {"tier_options": dict(tier_options)} if tier_options else {}
-        with CommitLog(url, read_only=True, **kw) as log:
-            first = log.min_offset if start is None else max(start, log.min_offset)
-            if first >= log.max_offset or (end is not None and first >= end):
-                continue
-            first = log._record_start_at_or_after(first)
-            scan = log.scan_batches(first, end, columns=own, body=body, threads=threads)
-            for batch in scan:
-                arrays = list(batch.columns)
-                arrays.insert(at, pa.array([url] * batch.num_rows, pa.string()))
-                yield pa.RecordBatch.from_arrays(arrays, names=wanted)
+    _, batches = scan_fleet(urls, start, end, columns, body, threads, tier_options)
+    yield from batches
 
 
 class _opened:

@@ -7,9 +7,14 @@ use std::collections::BTreeMap;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
+use futures::{StreamExt, TryStreamExt};
+
 use crate::error::{Error, Result};
 use crate::tier::remote::published::POINTER;
 use crate::tier::remote::store::{self, Remote};
+
+/// Pointer checks in flight at once while a prefix's stores are found.
+const CHECKS_AT_ONCE: usize = 16;
 
 /// The tier URLs of the stores `url` names, sorted:
 /// - `url` itself, when a store publishes there;
@@ -23,7 +28,9 @@ use crate::tier::remote::store::{self, Remote};
 pub fn tier_stores(url: &str, options: &BTreeMap<String, String>) -> Result<Vec<String>> {
     let url = url.trim_end_matches('/');
     let (base, pattern) = match url.rsplit_once('/') {
-        Some((parent, last)) if last.contains(['*', '?']) => (parent, Some(last)),
+        Some((parent, last)) if last.contains(['*', '?']) => {
+            (parent.trim_end_matches('/'), Some(last))
+        }
         _ => (url, None),
     };
     let remote = store::connect(base, options, false)?;
@@ -40,19 +47,28 @@ pub fn tier_stores(url: &str, options: &BTreeMap<String, String>) -> Result<Vec<
             .list_with_delimiter(Some(&remote.prefix))
             .await
             .map_err(|e| remote.failed("listing", base, e))?;
-        let mut found = Vec::new();
-        for child in &listed.common_prefixes {
-            let Some(name) = child.filename() else {
-                continue;
-            };
-            let child_url = format!("{base}/{name}");
-            if pattern.is_none_or(|p| matches(p, name))
-                && publishes(&remote, child, &child_url).await?
-            {
-                found.push(child_url);
-            }
-        }
-        Ok::<_, Error>(found)
+        let candidates = listed.common_prefixes.iter().filter_map(|child| {
+            let name = child.filename()?;
+            pattern
+                .is_none_or(|p| matches(p, name))
+                .then(|| (child, format!("{base}/{name}")))
+        });
+        // One request per candidate, several at once: a fleet may be hundreds of machines.
+        let checked: Vec<(String, bool)> = futures::stream::iter(candidates)
+            .map(|(child, url)| async {
+                let yes = publishes(&remote, child, &url).await?;
+                Ok::<_, Error>((url, yes))
+            })
+            .buffer_unordered(CHECKS_AT_ONCE)
+            .try_collect()
+            .await?;
+        Ok::<_, Error>(
+            checked
+                .into_iter()
+                .filter(|(_, yes)| *yes)
+                .map(|(u, _)| u)
+                .collect(),
+        )
     })?;
     if found.is_empty() {
         let where_ = match pattern {

@@ -213,9 +213,10 @@ def parse_options(options: Mapping[str, str], mode: str | None = None) -> Option
     if mode == "stream":
         for k in _BATCH_ONLY:
             if k in keys:
+                why = "a stream has no end" if k.startswith("end_") else "a stream takes no filter"
                 raise ValueError(
                     f"rmqlog: option {k} applies to spark.read only, not to spark.readStream "
-                    "(a stream has no end)"
+                    f"({why})"
                 )
     if mode == "batch":
         for k in _STREAM_ONLY:

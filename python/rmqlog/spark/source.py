@@ -25,6 +25,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.types import StructType
 
 from rmqlog.spark.batch import NoPushdownReader, RmqlogReader, _open
+from rmqlog.spark.fleet_stream import FleetStreamReader
 from rmqlog.spark.options import parse_options
 from rmqlog.spark.schema import FLEET_SCHEMA, SCHEMA, projection
 from rmqlog.spark.stream import RmqlogStreamReader
@@ -73,21 +74,22 @@ class RmqlogDataSource(DataSource):
         return cls(opts, proj, self.fleet)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        if self.fleet is not None:
-            return _RefusedStreamReader(
-                ValueError(
-                    f"rmqlog: {self.fleet[0]} and the other {len(self.fleet) - 1} store(s) found "
-                    "form a fleet; spark.readStream reads one store (give its URL), a fleet is "
-                    "read by spark.read"
-                )
-            )
-        proj = projection(schema)
         try:
+            proj = projection(schema, self.fleet is not None)
             opts = parse_options(self.options, "stream")
+            if self.fleet is not None:
+                limit = opts.max_records_per_trigger or opts.max_bytes_per_trigger
+                if limit is not None:
+                    raise ValueError(
+                        "rmqlog: options max_records_per_trigger and max_bytes_per_trigger apply "
+                        "to one store's stream; a fleet's micro-batch reads every new record"
+                    )
         except ValueError as e:
             # Raising here would reach PySpark's stream runner before its reader exists: its
             # cleanup then fails with an UnboundLocalError that hides this message.
             return _RefusedStreamReader(e)
+        if self.fleet is not None:
+            return FleetStreamReader(opts, proj)
         return RmqlogStreamReader(opts, proj)
 
 

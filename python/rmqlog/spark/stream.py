@@ -38,6 +38,23 @@ except ImportError:  # pragma: no cover - PySpark 4.1: no read limits
         """Stand-in: Trigger.AvailableNow for Python sources needs PySpark 4.2."""
 
 
+def first_position(log: CommitLog, opts: Options) -> int:
+    """Where a stream starts in ``log``: ``start_offset`` (its head by default, ``latest``: its
+    end, an offset: the first record at or after it) and ``start_timestamp``."""
+    so = opts.start_offset
+    if so == "latest":
+        start = log.max_offset
+    elif isinstance(so, int):
+        if so < log.min_offset:
+            _data_loss(opts, f"start_offset={so} is below min_offset={log.min_offset}")
+        start = log._record_start_at_or_after(max(so, log.min_offset))
+    else:
+        start = log.min_offset
+    if opts.start_timestamp is not None:
+        start = max(start, log.offset_for_timestamp(opts.start_timestamp))
+    return start
+
+
 def _offset(value: Any, what: str) -> int:
     if isinstance(value, dict) and isinstance(value.get("offset"), int):
         return value["offset"]
@@ -71,19 +88,7 @@ class RmqlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._log
 
     def initialOffset(self) -> dict:
-        log = self._follower()
-        so = self.opts.start_offset
-        if so == "latest":
-            start = log.max_offset
-        elif isinstance(so, int):
-            if so < log.min_offset:
-                _data_loss(self.opts, f"start_offset={so} is below min_offset={log.min_offset}")
-            start = log._record_start_at_or_after(max(so, log.min_offset))
-        else:
-            start = log.min_offset
-        if self.opts.start_timestamp is not None:
-            start = max(start, log.offset_for_timestamp(self.opts.start_timestamp))
-        return {"offset": start}
+        return {"offset": first_position(self._follower(), self.opts)}
 
     def getDefaultReadLimit(self) -> Any:
         if self.opts.max_records_per_trigger is not None:
