@@ -41,6 +41,7 @@ import rows_peers
 import rows_read
 import rows_rust
 import rows_spark
+import rows_spark_tier
 import rows_tier
 import rows_verify
 import rows_wait
@@ -67,6 +68,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "rust": rows_rust.NAMES,
     "spark": rows_spark.NAMES,
     "tier": rows_tier.NAMES,
+    "spark_tier": rows_spark_tier.NAMES,
     "wait": rows_wait.NAMES,
     "mp": rows_mp.NAMES,
     "consumers": rows_consumers.NAMES,
@@ -92,6 +94,7 @@ def one_pass(s: Sizes, wd: Workdir, rust: rows_rust.RustRows, want: Callable[[st
         "rust": lambda: rows_rust.run(rust, rows_rust.NAMES, reps),
         "spark": lambda: rows_spark.run(s, wd),
         "tier": lambda: rows_tier.run(s, wd),
+        "spark_tier": lambda: rows_spark_tier.run(s, wd),
         "wait": lambda: rows_wait.run(s, wd),
         "mp": lambda: rows_mp.run(s, wd),
         "consumers": lambda: rows_consumers.run(s, wd),

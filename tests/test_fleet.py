@@ -11,6 +11,7 @@ reads the sealed segments: a store's active segment is local only.
 import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -321,3 +322,16 @@ def test_a_fleet_s_columns_range_and_spelling_are_checked(fleet):
     one = rmqlog.to_arrow([fleet.url("db-1")], tier_options=opts)
     assert one.column_names == ["offset", "timestamp", "body"]
     assert one.num_rows == len(fleet.rows(("db-1",)))
+
+
+@pytest.mark.parametrize("fleet", ["file"], indirect=True)
+def test_a_store_deleted_after_load_follows_fail_on_data_loss(spark, fleet):
+    """The stores are found in load(); one whose objects are deleted before the query runs fails
+    it with DataLossError naming the store, or, with fail_on_data_loss=false, is skipped."""
+    strict = _spark_read(spark, fleet).load(fleet.root)
+    lenient = _spark_read(spark, fleet, fail_on_data_loss="false").load(fleet.root)
+    gone = fleet.url("web-2")
+    shutil.rmtree(gone.removeprefix("file://"))
+    with pytest.raises(Exception, match=f"the fleet's store {gone} is gone"):
+        strict.count()
+    assert _spark_rows(lenient.select("store", "offset", "body")) == fleet.rows(("db-1", "web-1"))

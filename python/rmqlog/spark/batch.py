@@ -10,8 +10,8 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
-from rmqlog import CommitLog, OffsetOutOfRangeError
-from rmqlog.spark.errors import _data_loss
+from rmqlog import CommitLog, OffsetOutOfRangeError, StoreNotFoundError
+from rmqlog.spark.errors import STORE_GONE, _data_loss
 from rmqlog.spark.options import Options
 from rmqlog.spark.pushdown import Interval, Pushed, intersect, push
 from rmqlog.spark.schema import _TIMESTAMP, FULL, STORE, Projection
@@ -180,7 +180,14 @@ def read_range(
     were there) follow ``fail_on_data_loss``."""
     if not isinstance(part, RangePartition):  # Spark's placeholder for an empty plan
         return
-    log = _open(opts.store if part.store is None else opts.store.at(part.store))
+    if part.store is None:
+        log = _open(opts.store)
+    else:
+        try:
+            log = _open(opts.store.at(part.store))
+        except StoreNotFoundError as e:
+            _data_loss(opts, f"the fleet's store {part.store} is gone ({e})", STORE_GONE)
+            return
     try:
         for lo, hi in part.spans:
             yield from _read_span(log, opts, proj, lo, hi, part.store)
@@ -210,7 +217,10 @@ class RmqlogReader(DataSourceReader):
             return self._plan(self.opts.store, None, 0)
         parts: list[RangePartition] = []
         for url in self.pushed.of_stores(self.fleet):
-            parts += self._plan(self.opts.store.at(url), url, len(parts))
+            try:
+                parts += self._plan(self.opts.store.at(url), url, len(parts))
+            except StoreNotFoundError as e:  # found in load(), deleted since
+                _data_loss(self.opts, f"the fleet's store {url} is gone ({e})", STORE_GONE)
         return parts
 
     def _plan(self, store: Store, url: str | None, first_index: int) -> list[RangePartition]:

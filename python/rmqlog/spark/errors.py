@@ -1,4 +1,5 @@
-"""Records deleted by retention before a query read them: fail, or warn and skip."""
+"""Records deleted before a query read them (by retention; in a fleet, a whole store's prefix):
+fail, or warn and skip."""
 
 import warnings
 
@@ -6,12 +7,16 @@ from rmqlog.spark.options import Options
 
 
 class DataLossError(RuntimeError):
-    """Records a query needed were deleted (retention) before it read them."""
+    """Records a query needed were deleted before it read them."""
 
 
-def _data_loss(opts: Options, what: str) -> None:
+RETENTION = "those records were deleted (retention) before the query read them"
+STORE_GONE = "the store's objects were deleted before the query read them"
+
+
+def _data_loss(opts: Options, what: str, why: str = RETENTION) -> None:
     msg = (
-        f"rmqlog: {what}: those records were deleted (retention) before the query read them. "
+        f"rmqlog: {what}: {why}. "
         'Set option fail_on_data_loss="false" to skip them with a warning instead'
     )
     if opts.fail_on_data_loss:

@@ -9,7 +9,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from rmqlog import CommitLog
 from rmqlog.spark.batch import RangePartition, _byte_ranges, _open, read_range
-from rmqlog.spark.errors import _data_loss
+from rmqlog.spark.errors import STORE_GONE, _data_loss
 from rmqlog.spark.options import Options
 from rmqlog.spark.schema import Projection
 from rmqlog.spark.stream import SupportsTriggerAvailableNow, first_position
@@ -60,7 +60,11 @@ class FleetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         known = _positions(start, "start") if start is not None else {}
         ends: Positions = {}
-        for url in sorted(set(self._stores()) | set(known)):
+        listed = set(self._stores())
+        for url in sorted(listed | set(known)):
+            if url not in listed:  # its prefix is gone: it leaves the stream's offsets
+                _data_loss(self.opts, f"the fleet's store {url} is gone", STORE_GONE)
+                continue
             log = self._log(url)
             end = log.max_offset
             if self._target is not None:
