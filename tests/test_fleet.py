@@ -322,6 +322,15 @@ def test_a_fleet_s_columns_range_and_spelling_are_checked(fleet):
     one = rmqlog.to_arrow([fleet.url("db-1")], tier_options=opts)
     assert one.column_names == ["offset", "timestamp", "body"]
     assert one.num_rows == len(fleet.rows(("db-1",)))
+    # one store spelled twice is read once, under its first spelling
+    db1, web1 = fleet.url("db-1"), fleet.url("web-1")
+    other = (
+        db1.replace("s3://", "s3a://")
+        if db1.startswith("s3://")
+        else db1.replace("/db-1", "/web-1/../db-1")
+    )
+    twice = rmqlog.to_arrow([db1, other, web1], tier_options=opts)
+    assert _rows(twice) == fleet.rows(("db-1", "web-1"))
 
 
 @pytest.mark.parametrize("fleet", ["file"], indirect=True)

@@ -9,9 +9,11 @@ store's head reads it from its head)."""
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
+from urllib.parse import unquote
 
 from rmqlog._native import CommitLog, tier_stores
 
@@ -54,11 +56,22 @@ def fleet_urls(source: Source, tier_options: Mapping[str, str] | None = None) ->
                 f"a list of stores is a list of tier URLs; {dirs[0]!r} is a directory (a store's "
                 "directories are read alone: give them as one source)"
             )
-    found: list[str] = []
+    found: dict[str, str] = {}  # one store, however spelled -> its first spelling
     for url in items:
-        found += tier_stores(url, settings)
-    urls = sorted(set(found))
+        for store in tier_stores(url, settings):
+            found.setdefault(_same_store(store), store)
+    urls = sorted(found.values())
     return None if urls == [items[0].rstrip("/")] else urls
+
+
+def _same_store(url: str) -> str:
+    """What two spellings of one store's URL have in common: ``s3a://`` is ``s3://``, a
+    ``file://`` path is normalized (``..``, ``//``)."""
+    scheme, _, rest = url.partition("://")
+    scheme = "s3" if scheme.lower() == "s3a" else scheme.lower()
+    if scheme == "file":
+        rest = posixpath.normpath(unquote(rest))
+    return f"{scheme}://{rest}"
 
 
 def _checked_columns(columns: Sequence[str] | None) -> list[str]:
