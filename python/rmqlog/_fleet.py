@@ -121,6 +121,7 @@ def scan_fleet(
 
     def batches() -> Iterator[pa.RecordBatch]:
         for url in urls:
+            name = pa.scalar(url, pa.string())
             with CommitLog(url, read_only=True, **kw) as log:
                 first = log.min_offset if start is None else max(start, log.min_offset)
                 if first >= log.max_offset or (end is not None and first >= end):
@@ -130,7 +131,7 @@ def scan_fleet(
                     first, end, columns=own or ["offset"], body=body, threads=threads
                 )
                 for batch in scan:
-                    tag = pa.array([url] * batch.num_rows, pa.string())
+                    tag = pa.repeat(name, batch.num_rows)  # one C call, not a list of refs
                     arrays = [tag if c == STORE else batch.column(c) for c in wanted]
                     yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 

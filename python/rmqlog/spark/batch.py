@@ -114,7 +114,7 @@ def _spark_batch(proj: Projection, batch: pa.RecordBatch, store: str | None) -> 
 
     def column(name: str) -> pa.Array:
         if name == STORE:
-            return pa.array([store] * batch.num_rows, pa.string())
+            return pa.repeat(pa.scalar(store, pa.string()), batch.num_rows)
         col = batch.column(name)
         return col.cast(_TIMESTAMP) if name == "timestamp" else col
 
