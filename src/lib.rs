@@ -73,7 +73,7 @@ pub use crate::state::stats::StatsSnapshot;
 pub use crate::storage::record::{Format as RecordFormat, FILLER_LEN, HEADER_LEN};
 pub use crate::storage::segment::{Mapping, MAX_OFFSET};
 pub use crate::storage::settings::{TierPolicy, WriterSettings};
-pub use crate::tier::{tier_stores, TierStatus};
+pub use crate::tier::{tier_stores, TierStatus, SPLIT_EVERY};
 
 /// The optional cargo features this build was compiled with, of `arrow` and `tier` (the Python
 /// extension reports them as `rmqlog.FEATURES`). The Arrow API exists only with `arrow`; a call

@@ -76,6 +76,11 @@ pub struct SegmentInfo {
     /// The segment has a verified copy in the remote tier (`path` is the object's URL when it is
     /// not local).
     pub remote: bool,
+    /// Offsets inside the segment where a record starts, known without reading it: a remote
+    /// copy's first record at or after every 32 MiB. A reader may split the segment there (a
+    /// task reading one part of a remote-only segment fetches only that part). Empty for a
+    /// segment with no remote copy, or of 32 MiB or less.
+    pub splits: Vec<u64>,
 }
 
 impl CommitLog {
@@ -377,6 +382,9 @@ impl CommitLog {
                 sealed: i < sealed,
                 local: s.is_local(),
                 remote: s.is_remote_in(manifest.as_deref()),
+                splits: s.remote_in(manifest.as_deref()).map_or_else(Vec::new, |e| {
+                    e.splits.iter().map(|at| s.start() + at).collect()
+                }),
             })
             .collect())
     }

@@ -239,7 +239,7 @@ def test_directories_plus_tier_url_read_both_tiers_as_one_offset_space(spark, ti
         assert _rows(spark.read.format("rmqlog").load(w.paths)) == w.rows
 
 
-def test_remote_segments_are_one_partition_each_and_local_ones_split(file_tier, tmp_path):
+def test_small_remote_segments_are_one_partition_each_and_local_ones_split(file_tier, tmp_path):
     from rmqlog.spark.batch import _byte_ranges
 
     w = _write(tmp_path / "store", file_tier, 2, local_retention_bytes=3 * SEG)
@@ -250,8 +250,76 @@ def test_remote_segments_are_one_partition_each_and_local_ones_split(file_tier, 
         assert any(s.local for s in sealed) and any(not s.local for s in sealed)
         for s in sealed:
             inside = [p for p in parts if s.start_offset <= p.lo < s.start_offset + s.size]
-            # A piece of a remote segment would download the whole object: never split.
+            # A remote segment of 32 MiB or less has no splits: one partition.
+            assert s.splits == []
             assert len(inside) == (4 if s.local else 1), (s, inside)
+
+
+BIG_SEG = 72 << 20  # two splits (one per 32 MiB): three pieces
+
+
+def _write_big(root, tier) -> tuple[str, list[tuple[int, bytes]], list[int]]:
+    """A store whose first segment (BIG_SEG) is sealed and only in the tier; its records
+    (offset, body) and splits. The local directory is deleted: reads go to the tier alone."""
+    d = str(root / "big")
+    with CommitLog(
+        d,
+        segment_size=BIG_SEG,
+        tier_url=tier.url,
+        tier_options=tier.options,
+        local_retention_bytes=0,
+    ) as log:
+        bodies = [_body(i) * 8 for i in range(512)]
+        while log.max_offset < BIG_SEG:
+            log.append_batch(bodies)
+        deadline = time.monotonic() + 120
+        while log.tier_status()["local_deleted"] < 1:
+            assert time.monotonic() < deadline, log.tier_status()
+            time.sleep(0.05)
+        rows = [
+            (b.column("offset")[i].as_py(), b.column("body")[i].as_py())
+            for b in log.scan_batches(0, BIG_SEG, columns=("offset", "body"))
+            for i in range(b.num_rows)
+        ]
+        splits = log.segments()[0].splits
+    shutil.rmtree(d)
+    assert len(splits) == 2, splits
+    return tier.url, rows, splits
+
+
+def test_a_remote_segment_is_planned_at_its_splits(file_tier, tmp_path):
+    from rmqlog.spark.batch import _byte_ranges
+
+    url, rows, (s1, s2) = _write_big(tmp_path, file_tier)
+    end = rows[-1][0] + 1
+    with CommitLog(url, read_only=True) as log:
+
+        def plan(ranges, limit):
+            return [p.spans for p in _byte_ranges(log, ranges, limit)]
+
+        whole = [(0, log.max_offset)]
+        # At most 32 MiB a partition: one per piece between splits.
+        assert plan(whole, 32 << 20) == [((0, s1),), ((s1, s2),), ((s2, BIG_SEG),)]
+        # Smaller limits cannot cut between splits; larger ones group pieces into one span.
+        assert plan(whole, 4 << 20) == [((0, s1),), ((s1, s2),), ((s2, BIG_SEG),)]
+        assert plan(whole, 128 << 20) == [((0, BIG_SEG),)]
+        # A split weighs as its place on the 32 MiB grid (it lies a few bytes past it): a
+        # 64 MiB limit takes two whole pieces.
+        assert s1 > 32 << 20 and s2 > 64 << 20
+        assert plan(whole, 64 << 20) == [((0, s2),), ((s2, BIG_SEG),)]
+        assert plan(whole, None) == [((0, BIG_SEG),)]
+        # Ranges (pushed-down filters) are cut at the splits inside them, and their pieces
+        # grouped up to the limit (adjacent ones as one span: one scan, one range read).
+        assert plan([(100, s1 + 5), (s2 - 9, end)], 32 << 20) == [
+            ((100, s1 + 5), (s2 - 9, s2)),
+            ((s2, end),),
+        ]
+        assert plan([(100, s1 + 5), (s2 - 9, end)], 1 << 20) == [
+            ((100, s1),),
+            ((s1, s1 + 5), (s2 - 9, s2)),
+            ((s2, end),),
+        ]
+        assert log.tier_status()["fetched_bytes"] == 0, "planning reads no object"
 
 
 def test_tier_settings_are_checked_at_load(spark, tier, tmp_path):
@@ -384,3 +452,22 @@ def test_a_cluster_reads_the_tier_url_alone(spark_cluster, tier, tmp_path):
     driver = spark_cluster.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
     jvms = {pid for _, _, pid in tasks}
     assert driver not in jvms and 1 not in jvms and 1 <= len(jvms) <= 2, (driver, jvms)
+
+
+def test_a_cluster_reads_one_big_remote_segment_as_several_ranged_tasks(
+    spark_cluster, tier, tmp_path
+):
+    url, rows, (s1, s2) = _write_big(tmp_path, tier)
+    written = Written([], url, dict(tier.options), [], [])
+    df = _read(spark_cluster.read, written, max_partition_bytes="32m").load(url)
+    assert df.rdd.getNumPartitions() == 3
+
+    def task(index, got):
+        return [(index, [(r.offset, bytes(r.body)) for r in got])]
+
+    tasks = sorted(df.select("offset", "body").rdd.mapPartitionsWithIndex(task).collect())
+    bounds = [0, s1, s2, BIG_SEG]
+    for index, got in tasks:
+        lo, hi = bounds[index], bounds[index + 1]
+        assert got == [r for r in rows if lo <= r[0] < hi], index
+    assert [r for _, got in tasks for r in got] == rows

@@ -15,6 +15,7 @@ __all__ = [
     "HEADER_LEN",
     "MAX_OFFSET",
     "PRESETS",
+    "SPLIT_EVERY",
     "BatchScan",
     "ClosedError",
     "CommitLog",
@@ -50,6 +51,9 @@ FEATURES: frozenset[str]
 HEADER_LEN: int
 MAX_OFFSET: int
 """The largest offset a log holds, 2**63 - 1: offsets are signed 64-bit in Arrow, Spark and Java."""
+SPLIT_EVERY: int
+"""The spacing of ``Segment.splits``: a remote segment lists its first record at or after every
+multiple of this many bytes (32 MiB)."""
 DEFAULTS: dict[str, object]
 """The value each keyword argument of ``CommitLog`` takes when it is not given (no preset)."""
 PRESETS: dict[str, dict[str, object]]
@@ -159,6 +163,12 @@ class Segment:
     def remote(self) -> bool:
         """The segment has a verified copy in the remote tier (``path`` is the object's URL when
         it is not local)."""
+    @property
+    def splits(self) -> list[int]:
+        """Offsets inside the segment where a record starts, known without reading it: a remote
+        copy's first record at or after every 32 MiB. A reader may split the segment there (a
+        reader of one part of a remote-only segment fetches only that part). Empty for a segment
+        with no remote copy, or of 32 MiB or less."""
 
 @final
 class DirInfo:

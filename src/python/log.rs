@@ -831,6 +831,7 @@ impl PyCommitLog {
                 sealed: s.sealed,
                 local: s.local,
                 remote: s.remote,
+                splits: s.splits,
             })
             .collect())
     }

@@ -42,6 +42,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(logging::_flush_logging, m)?)?;
     m.add("HEADER_LEN", crate::HEADER_LEN)?;
     m.add("MAX_OFFSET", crate::MAX_OFFSET)?;
+    m.add("SPLIT_EVERY", crate::SPLIT_EVERY)?;
     m.add("DEFAULTS", options::defaults(m.py())?)?;
     m.add("PRESETS", options::presets(m.py())?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

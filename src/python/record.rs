@@ -60,6 +60,10 @@ pub struct PySegment {
     /// The segment has a verified copy in the remote tier (`path` is its URL when not local).
     #[pyo3(get)]
     pub(super) remote: bool,
+    /// Offsets inside it where a record starts, known without reading it (a remote copy's, one
+    /// per 32 MiB): a reader may split the segment there.
+    #[pyo3(get)]
+    pub(super) splits: Vec<u64>,
 }
 
 #[pymethods]

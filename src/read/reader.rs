@@ -120,6 +120,17 @@ pub(crate) fn locate(
     locate_with(state, list, offset, |seg| seg.map())
 }
 
+/// [`locate`] for a scan of the records starting in `[offset, to)`: of a remote segment it reads
+/// only part of, only those records are fetched.
+pub(crate) fn locate_span(
+    state: &State,
+    list: &mut Arc<SegmentList>,
+    offset: u64,
+    to: u64,
+) -> Result<(Arc<Segment>, Arc<Mapping>)> {
+    locate_with(state, list, offset, |seg| seg.map_span(offset, to))
+}
+
 /// [`locate`] for one record: of a remote segment only the record at `offset` is fetched.
 pub(crate) fn locate_record(
     state: &State,
@@ -427,8 +438,20 @@ pub(crate) fn record_start_at_or_after(state: &State, offset: u64) -> Result<u64
     if offset >= max {
         return Ok(max);
     }
-    let (seg, map) = locate(state, &mut state.segments_full(), offset)?;
-    let mut at = seg.start().max(min);
+    // The walk starts at the last record start known without reading (a remote segment's split):
+    // of a remote segment only the records from there are fetched.
+    let walk_from = |seg: &Segment| seg.split_at_or_before(offset).max(min);
+    if state
+        .segments()
+        .find(offset)
+        .is_some_and(|seg| walk_from(seg) == offset)
+    {
+        return Ok(offset);
+    }
+    let (seg, map) = locate_with(state, &mut state.segments_full(), offset, |seg| {
+        seg.map_span(walk_from(seg), offset)
+    })?;
+    let mut at = walk_from(&seg);
     while at < offset {
         at = next_boundary(&seg, &map, at, max)?;
     }
@@ -512,7 +535,7 @@ impl Scan {
         let lost = list.find(start).is_some_and(|s| s.is_lost());
         let checked = start < end && !lost;
         if checked {
-            let (seg, map) = locate(&state, &mut list, start)?;
+            let (seg, map) = locate_span(&state, &mut list, start, end)?;
             let at = record_at(&seg, &map, start, max);
             if !matches!(at, At::EndOfSegment) {
                 if let Some(e) = unexpected(&seg, start, &at, false) {
@@ -669,10 +692,10 @@ impl Scan {
                     self.next = hole.end();
                     continue;
                 }
-                let (seg, map) = locate(&self.state, &mut self.list, self.next)?;
+                let (seg, map) = locate_span(&self.state, &mut self.list, self.next, self.end)?;
                 // A remote segment next downloads while this one is read.
                 if let Some(next) = self.list.find(seg.end()).filter(|n| n.start() < self.end) {
-                    next.prefetch();
+                    next.prefetch(self.end);
                 }
                 self.current = Some((seg, map));
             }

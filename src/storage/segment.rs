@@ -106,10 +106,16 @@ impl Segment {
         self.remote.get()
     }
 
-    /// Whether the tier holds a copy: this open's own record of one, or the tier's manifest `m`
+    /// The tier's copy: this open's own record of one, or the entry in the tier's manifest `m`
     /// (which another open of the store may have shipped to first).
+    pub(crate) fn remote_in<'a>(&'a self, m: Option<&'a Manifest>) -> Option<&'a Entry> {
+        self.remote_copy()
+            .or_else(|| m.and_then(|m| m.get(self.start())))
+    }
+
+    /// Whether the tier holds a copy (see [`Segment::remote_in`]).
     pub(crate) fn is_remote_in(&self, m: Option<&Manifest>) -> bool {
-        self.remote_copy().is_some() || m.is_some_and(|m| m.get(self.start()).is_some())
+        self.remote_in(m).is_some()
     }
 
     /// Records that `entry` in the tier is a verified copy of this (local) segment.
@@ -187,12 +193,39 @@ impl Segment {
         self.map.get()
     }
 
-    /// Starts downloading a remote-only segment into the tier's cache in the background (a scan
-    /// will read it next); nothing for any other.
-    pub(crate) fn prefetch(&self) {
-        if let (Place::Remote(tier), Some(e)) = (&self.place, self.remote.get()) {
-            tier.prefetch(e);
+    /// The segment's map with the records starting in `[from, to)` readable: for a remote
+    /// segment that a scan reads only part of, those records' bytes are fetched (one range
+    /// read, checked by the records' own CRCs); otherwise as [`Segment::map`].
+    pub fn map_span(&self, from: u64, to: u64) -> Result<Arc<Mapping>> {
+        match (&self.place, self.remote.get()) {
+            (Place::Remote(tier), Some(e)) if !self.spans_whole(e, from, to) => {
+                tier.map_span(e, from.max(self.start) - self.start, to - self.start)
+            }
+            _ => self.map(),
         }
+    }
+
+    /// Whether `[from, to)` holds every record of the remote segment `e`.
+    fn spans_whole(&self, e: &Entry, from: u64, to: u64) -> bool {
+        from <= self.start && to >= self.start + e.written
+    }
+
+    /// Starts downloading a remote-only segment into the tier's cache in the background, when a
+    /// scan will read the whole of it next (up to `to`); nothing for any other.
+    pub(crate) fn prefetch(&self, to: u64) {
+        if let (Place::Remote(tier), Some(e)) = (&self.place, self.remote.get()) {
+            if self.spans_whole(e, self.start, to) {
+                tier.prefetch(e);
+            }
+        }
+    }
+
+    /// The last offset at or before `offset` where a record is known to start: the segment's
+    /// start or a split.
+    pub(crate) fn split_at_or_before(&self, offset: u64) -> u64 {
+        self.remote.get().map_or(self.start, |e| {
+            self.start + e.split_at_or_before(offset.saturating_sub(self.start))
+        })
     }
 
     /// The segment's map, created on first use; the file descriptor is closed once mapped.

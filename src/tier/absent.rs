@@ -53,6 +53,10 @@ impl Tier {
         match *self {}
     }
 
+    pub fn map_span(&self, _: &Entry, _: u64, _: u64) -> Result<Arc<Mapping>> {
+        match *self {}
+    }
+
     pub fn prefetch(self: &Arc<Self>, _: &Entry) {
         match **self {}
     }

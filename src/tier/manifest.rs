@@ -35,12 +35,33 @@ pub struct Entry {
     /// When the segment was last written (its file's mtime), in ms since the epoch: its age for
     /// retention.
     pub modified_ms: u64,
+    /// Where records start, relative to `start`: the first record at or after each multiple of
+    /// [`SPLIT_EVERY`] past the first, so a reader can split the segment into byte ranges
+    /// without reading it. Absent from entries written before it existed (such a segment is read
+    /// whole); a reader that predates it ignores it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub splits: Vec<u64>,
 }
+
+/// The spacing of a remote segment's [`Entry::splits`]: a 1 GiB segment has 32.
+pub const SPLIT_EVERY: u64 = 32 << 20;
 
 impl Entry {
     /// One past the last offset the segment can hold.
     pub fn end(&self) -> u64 {
         self.start + self.size
+    }
+
+    /// The last known record start at or before `at` (relative): a split, or the segment's
+    /// start.
+    pub fn split_at_or_before(&self, at: u64) -> u64 {
+        let i = self.splits.partition_point(|&s| s <= at);
+        i.checked_sub(1).map_or(0, |i| self.splits[i])
+    }
+
+    /// Whether a record is known to start at `at` (relative), or the records end there.
+    pub fn is_boundary(&self, at: u64) -> bool {
+        at == 0 || at >= self.written || self.splits.binary_search(&at).is_ok()
     }
 }
 

@@ -38,6 +38,7 @@ pub(crate) use self::attach::{learn_head, open_tier, open_url};
 #[cfg(feature = "tier")]
 pub use self::fleet::tier_stores;
 pub(crate) use self::guard::check_reachable;
+pub use self::manifest::SPLIT_EVERY;
 pub(crate) use self::manifest::{Entry, Manifest};
 pub(crate) use self::options::is_url;
 pub use self::options::TierOptions;

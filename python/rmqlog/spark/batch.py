@@ -4,13 +4,14 @@ Also the batch reader (``spark.read``); the streaming reader plans and reads wit
 A fleet's read plans each store's partitions in turn, each partition naming its store.
 """
 
+import itertools
 import sys
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
-from rmqlog import CommitLog, OffsetOutOfRangeError, StoreNotFoundError
+from rmqlog import SPLIT_EVERY, CommitLog, OffsetOutOfRangeError, Segment, StoreNotFoundError
 from rmqlog.spark.errors import STORE_GONE, _data_loss
 from rmqlog.spark.options import Options
 from rmqlog.spark.pushdown import Interval, Pushed, intersect, push
@@ -59,10 +60,14 @@ def _byte_ranges(
     first_index: int = 0,
 ) -> list[RangePartition]:
     """Partitions over ``ranges`` (sorted, disjoint): per segment, the parts of the ranges in it,
-    grouped into partitions of at most ``max_partition_bytes`` bytes (a longer part is split;
-    without the option, one partition per segment). A segment only in the remote tier is never
-    split: a task reading any part of it downloads the whole object. A record belongs to the
-    partition its offset falls in. The partitions name ``store`` and count from ``first_index``."""
+    grouped into partitions of at most ``max_partition_bytes`` bytes (without the option, one
+    partition per segment). A local segment's longer part is split anywhere. A segment only in
+    the remote tier is split at its ``splits`` (record starts its manifest lists), so that each
+    task fetches only its part of the object with one range read; a part between two splits is
+    not split further, and a split weighs as its place on the ``SPLIT_EVERY`` grid (the first
+    record at or after it), so that a 128 MiB limit groups 4 pieces. A record belongs to the
+    partition its offset falls in. The partitions name ``store`` and count from
+    ``first_index``."""
     parts: list[RangePartition] = []
 
     def add(spans: list[Interval]) -> None:
@@ -70,21 +75,38 @@ def _byte_ranges(
             index = first_index + len(parts)
             parts.append(RangePartition(index, spans[0][0], spans[-1][1], spans, store))
 
+    limit = max_partition_bytes
     for seg in log.segments():
         spans: list[Interval] = []
         size = 0
-        limit = max_partition_bytes if seg.local else None
         for a, b in intersect(ranges, ((seg.start_offset, seg.start_offset + seg.size),)):
-            step = limit or (b - a)
-            for x in range(a, b, step):
-                y = min(x + step, b)
-                if limit and spans and size + (y - x) > limit:
+            for x, y, weight in _pieces(seg, a, b, limit):
+                if limit and spans and size + weight > limit:
                     add(spans)
                     spans, size = [], 0
-                spans.append((x, y))
-                size += y - x
+                if spans and spans[-1][1] == x:
+                    spans[-1] = (spans[-1][0], y)  # one scan, one range read
+                else:
+                    spans.append((x, y))
+                size += weight
         add(spans)
     return parts
+
+
+def _pieces(seg: Segment, a: int, b: int, limit: int | None) -> list[tuple[int, int, int]]:
+    """``[a, b)`` of ``seg`` cut where a partition may end, each piece with its weight against
+    the limit: every ``limit`` bytes of a local segment, or at the splits of a remote-only one
+    (a split weighs as its place on the grid)."""
+    if seg.local:
+        step = limit or (b - a)
+        return [(x, min(x + step, b), min(x + step, b) - x) for x in range(a, b, step)]
+    splits = set(seg.splits)
+
+    def place(v: int) -> int:
+        return v - (v - seg.start_offset) % SPLIT_EVERY if v in splits else v
+
+    cuts = [a, *(s for s in seg.splits if a < s < b), b]
+    return [(x, y, place(y) - place(x)) for x, y in itertools.pairwise(cuts)]
 
 
 def _resolve_range(log: CommitLog, opts: Options) -> tuple[int, int]:

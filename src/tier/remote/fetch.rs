@@ -1,5 +1,6 @@
 //! Reading remote segments: whole objects for scans (checked against the manifest's CRC32C),
-//! byte ranges for point reads (checked by the records' own CRCs, as every read is).
+//! byte ranges for point reads and for scans of part of a segment (a split's range), checked by
+//! the records' own CRCs as every read is.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::ops::Range;
@@ -13,7 +14,7 @@ use object_store::{GetResult, GetResultPayload, ObjectStoreExt};
 use super::Tier;
 use crate::error::{Error, IoContext, Result};
 use crate::storage::mapping::Mapping;
-use crate::storage::record::HEADER_LEN;
+use crate::storage::record::{decode, Slot, HEADER_LEN};
 use crate::sync::locked;
 use crate::tier::manifest::{object_name, Entry};
 
@@ -125,6 +126,41 @@ impl Tier {
         }
         // A record across the end of the cached bytes brings the next window with it.
         self.cached_or_fetch(e, at..end, window, &mut fetched)
+    }
+
+    /// Segment `e`'s map with the records that start in `[from, to)` (relative) in it: from the
+    /// cache, or fetched with one range read, and one more for the tail of a last record that
+    /// runs past `to` (none when `to` is a known record start: a split, or the records' end).
+    pub fn map_span(&self, e: &Entry, from: u64, to: u64) -> Result<Arc<Mapping>> {
+        if let Some(m) = self.cache.get(e.start, None) {
+            Tier::count(&self.stats.cache_hits, 1);
+            return Ok(m);
+        }
+        let to = to.min(e.written);
+        if from >= to {
+            return self.map_range(e, from);
+        }
+        // With the headers of the records starting before `to` whole.
+        let head_end = (to + HEADER_LEN as u64).min(e.written);
+        let mut fetched = false;
+        let map = self.cached_or_fetch(e, from..head_end, head_end, &mut fetched)?;
+        if e.is_boundary(to) {
+            return Ok(map);
+        }
+        // Where the record running past `to` ends: a walk of the headers (a damaged one stops
+        // it; the scan reports the damage when it gets there).
+        let bytes = map.bytes(0, e.written as usize);
+        let mut pos = from;
+        while pos < to {
+            match decode(&bytes[pos as usize..], e.start + pos, u32::MAX as usize) {
+                Slot::Record(h) => pos += u64::from(h.len),
+                _ => return Ok(map),
+            }
+        }
+        if pos <= head_end {
+            return Ok(map);
+        }
+        self.cached_or_fetch(e, head_end..pos, pos, &mut fetched)
     }
 
     /// Segment `e`'s map with `want` in it: cached (one hit per read: none once this read has

@@ -13,7 +13,8 @@ use super::fetch::{check_object, each_chunk};
 use super::Tier;
 use crate::error::{Error, Result};
 use crate::storage::mapping::Mapping;
-use crate::tier::manifest::{object_name, Entry};
+use crate::storage::record::{decode, Slot};
+use crate::tier::manifest::{object_name, Entry, SPLIT_EVERY};
 
 /// A sealed segment's mapped bytes, lent to the upload without a copy.
 struct Sealed(Arc<Mapping>);
@@ -41,6 +42,7 @@ impl Tier {
             written,
             crc32c: crc32c::crc32c(map.bytes(0, map.len())),
             modified_ms,
+            splits: splits(map.bytes(0, written as usize), start),
         };
         let name = object_name(start);
         let url = self.remote.url_of(&name);
@@ -105,4 +107,20 @@ impl Tier {
         let (len, crc) = each_chunk(got, &url, on_error, |_| Ok(())).await?;
         check_object(&url, e, len, crc)
     }
+}
+
+/// The first record start at or after each multiple of [`SPLIT_EVERY`] in a sealed segment's
+/// `records` (those at `start`), found by walking the headers. A walk that meets anything but a
+/// record stops there: the splits before it are still record starts.
+fn splits(records: &[u8], start: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    let (mut pos, mut next) = (0u64, SPLIT_EVERY);
+    while let Slot::Record(h) = decode(&records[pos as usize..], start + pos, u32::MAX as usize) {
+        if pos >= next {
+            out.push(pos);
+            next = (pos / SPLIT_EVERY + 1) * SPLIT_EVERY;
+        }
+        pos += u64::from(h.len);
+    }
+    out
 }

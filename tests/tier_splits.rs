@@ -1,0 +1,199 @@
+//! Ranged reads of remote segments: the record starts an upload lists (`splits`), scans of part
+//! of a remote-only segment that fetch only that part, boundary walks from the nearest split,
+//! and damage inside a fetched range.
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is the failure report
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rmqlog::{CommitLog, Error, Options, TierOptions};
+
+/// The spacing of the splits (`SPLIT_EVERY` in the crate).
+const SPLIT: u64 = 32 << 20;
+/// Three splits' worth and a bit: the first segment holds three splits.
+const SEG: u64 = 112 << 20;
+
+/// Bodies of 100 to ~6000 bytes, each naming its index: records straddle every split.
+fn body(i: usize) -> Vec<u8> {
+    let mut b = format!("record {i:08} ").into_bytes();
+    b.resize(100 + (i * 7919) % 5900, b'a' + (i % 26) as u8);
+    b
+}
+
+/// A store whose first segment is sealed and only in a `file://` tier at `remote`; returns the
+/// tier URL and the offsets of the records in that segment, in order.
+fn remote_only_segment(local: &Path, remote: &Path) -> (String, Vec<u64>) {
+    let url = format!("file://{}", remote.display());
+    let mut tier = TierOptions::new(&url);
+    tier.local_retention_bytes = Some(0);
+    let log = CommitLog::open(
+        &[local],
+        Options::default().segment_size(SEG).tier(Some(tier)),
+    )
+    .unwrap();
+    let mut offsets = Vec::new();
+    let mut i = 0;
+    while log.max_offset().unwrap() < SEG {
+        let batch: Vec<Vec<u8>> = (i..i + 256).map(body).collect();
+        offsets.extend(log.append_batch(&batch).unwrap());
+        i += 256;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while log.tier_status().unwrap().unwrap().local_deleted < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the sealed segment was not shipped"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    log.close().unwrap();
+    offsets.retain(|&o| o < SEG);
+    (url, offsets)
+}
+
+fn open_url(url: &str) -> CommitLog {
+    CommitLog::open(&[url], Options::default().read_only(true)).unwrap()
+}
+
+/// `(downloads, range_reads, fetched_bytes)` of `log`'s tier so far.
+fn fetches(log: &CommitLog) -> (u64, u64, u64) {
+    let st = log.tier_status().unwrap().unwrap();
+    (st.downloads, st.range_reads, st.fetched_bytes)
+}
+
+fn scanned(log: &CommitLog, start: u64, end: u64) -> Vec<(u64, Vec<u8>)> {
+    log.scan(Some(start), Some(end))
+        .unwrap()
+        .map(|r| {
+            let r = r.unwrap();
+            (r.offset(), r.to_vec())
+        })
+        .collect()
+}
+
+/// The records of `offsets` (index = body number) that start in `[start, end)`.
+fn expected(offsets: &[u64], start: u64, end: u64) -> Vec<(u64, Vec<u8>)> {
+    offsets
+        .iter()
+        .enumerate()
+        .filter(|(_, &o)| start <= o && o < end)
+        .map(|(i, &o)| (o, body(i)))
+        .collect()
+}
+
+#[test]
+fn an_upload_lists_the_first_record_start_past_every_32_mib() {
+    let (local, remote) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (url, offsets) = remote_only_segment(local.path(), remote.path());
+    let log = open_url(&url);
+    let seg = &log.segments().unwrap()[0];
+    assert!(seg.remote && !seg.local, "{seg:?}");
+    let want: Vec<u64> = (1..=SEG / SPLIT)
+        .filter_map(|k| offsets.iter().copied().find(|&o| o >= k * SPLIT))
+        .collect();
+    assert_eq!(want.len(), 3);
+    assert_eq!(seg.splits, want);
+    assert_eq!(
+        fetches(&log),
+        (0, 0, 0),
+        "listing the splits reads no object"
+    );
+}
+
+#[test]
+fn a_scan_between_two_splits_fetches_only_that_range() {
+    let (local, remote) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (url, offsets) = remote_only_segment(local.path(), remote.path());
+    let log = open_url(&url);
+    let splits = log.segments().unwrap()[0].splits.clone();
+    let (a, b) = (splits[0], splits[1]);
+    assert_eq!(scanned(&log, a, b), expected(&offsets, a, b));
+    let (downloads, ranges, bytes) = fetches(&log);
+    assert_eq!(downloads, 0, "no whole download");
+    assert_eq!(ranges, 1, "one range read");
+    assert!(
+        bytes <= b - a + 32,
+        "fetched {bytes} bytes for a range of {}",
+        b - a
+    );
+
+    // The last range, to the records' end, and the first, from the segment's start.
+    let last = *offsets.last().unwrap() + 1;
+    assert_eq!(
+        scanned(&log, splits[2], last),
+        expected(&offsets, splits[2], last)
+    );
+    assert_eq!(scanned(&log, 0, a), expected(&offsets, 0, a));
+    assert_eq!(fetches(&log).0, 0);
+}
+
+#[test]
+fn a_scan_ending_inside_a_record_fetches_that_records_tail() {
+    let (local, remote) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (url, offsets) = remote_only_segment(local.path(), remote.path());
+    let log = open_url(&url);
+    let splits = log.segments().unwrap()[0].splits.clone();
+    // From a record start past the first split to one byte into a record (arbitrary bounds).
+    let i = offsets
+        .iter()
+        .position(|&o| o > splits[0] + 12_345)
+        .unwrap();
+    let (start, end) = (offsets[i], offsets[i + 1000] + 1);
+    let got = scanned(&log, start, end);
+    assert_eq!(got, expected(&offsets, start, end));
+    assert_eq!(got.last().unwrap().0, offsets[i + 1000]);
+    assert_eq!(fetches(&log).0, 0);
+}
+
+#[test]
+fn a_boundary_walk_starts_at_the_nearest_split() {
+    let (local, remote) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (url, offsets) = remote_only_segment(local.path(), remote.path());
+    let log = open_url(&url);
+    let splits = log.segments().unwrap()[0].splits.clone();
+    for probe in [splits[1], splits[1] + 1, splits[1] + 100_000, splits[2] - 1] {
+        let want = *offsets.iter().find(|&&o| o >= probe).unwrap();
+        assert_eq!(
+            log.record_start_at_or_after(probe).unwrap(),
+            want,
+            "{probe}"
+        );
+    }
+    let (downloads, _, bytes) = fetches(&log);
+    assert_eq!(downloads, 0);
+    assert!(
+        bytes < SPLIT + (1 << 20),
+        "walks from splits[1] fetched {bytes} bytes"
+    );
+}
+
+#[test]
+fn damage_inside_a_fetched_range_is_corruption_naming_the_record() {
+    let (local, remote) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (url, offsets) = remote_only_segment(local.path(), remote.path());
+    let splits = {
+        let log = open_url(&url);
+        log.segments().unwrap()[0].splits.clone()
+    };
+    let i = offsets.iter().position(|&o| o > splits[1]).unwrap() + 10;
+    let object = remote.path().join(format!("{:020}", 0));
+    let mut bytes = std::fs::read(&object).unwrap();
+    bytes[(offsets[i] + 40) as usize] ^= 0xff; // inside the body of record i
+    std::fs::write(&object, &bytes).unwrap();
+
+    let log = open_url(&url);
+    let err = log
+        .scan(Some(splits[1]), Some(splits[2]))
+        .unwrap()
+        .find_map(Result::err)
+        .expect("the damaged record fails the scan");
+    assert!(
+        matches!(err, Error::Corruption { offset: Some(o), .. } if o == offsets[i]),
+        "{err:?}"
+    );
+    // The range before it reads right.
+    assert_eq!(
+        scanned(&log, splits[0], splits[1]),
+        expected(&offsets, splits[0], splits[1])
+    );
+}
