@@ -1,5 +1,8 @@
 """Row tier_scan_vs_local: a full Arrow scan of a log's sealed segments read from a file:// tier
 with a cold cache (a fresh URL open per run) against the same records read from the local store.
+The tier directory is on a local filesystem, so each object is mapped where it lies and checked
+whole against the manifest's CRC32C (an S3 tier, or a file:// tier on a network filesystem,
+copies each object into the cache instead: docs/tiering.md).
 """
 
 from __future__ import annotations
@@ -85,8 +88,8 @@ def _scan_row(s: Sizes, wd: Workdir) -> Row:
         t_tier,
         t_local,
         'CommitLog("file://...", read_only=True) (the tier alone, a fresh open and cache per '
-        'run): scan_batches(body="binary"), rows counted; every object downloaded into the '
-        "cache and its CRC32C checked",
+        'run): scan_batches(body="binary"), rows counted; every object mapped where it lies (a '
+        "local file:// tier) and its CRC32C checked, the next one while the scan reads one",
         "the same records from the local store (read-only open of its directory, files in the "
         'page cache): scan_batches(body="binary")',
         segment_size=s.tier_segment,

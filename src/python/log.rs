@@ -670,6 +670,7 @@ impl PyCommitLog {
         d.set_item("remote_deleted", t.remote_deleted)?;
         d.set_item("downloads", t.downloads)?;
         d.set_item("range_reads", t.range_reads)?;
+        d.set_item("mapped_in_place", t.mapped_in_place)?;
         d.set_item("fetched_bytes", t.fetched_bytes)?;
         d.set_item("cache_hits", t.cache_hits)?;
         Ok(Some(d))

@@ -2,7 +2,8 @@
 //!
 //! A [`Mapping`] is unmapped only when its last `Arc` goes, so a slice handed to a reader stays
 //! valid after the log is closed or the file is deleted. Callers map only files that keep their
-//! full length while mapped (see `segment.rs` and the tier's `cache.rs`), so no access faults.
+//! full length while mapped (see `segment.rs`, and the tier's `cache.rs` and `in_place.rs`), so
+//! no access faults.
 
 use std::fs::{File, OpenOptions};
 use std::path::Path;

@@ -38,10 +38,15 @@ pub struct TierStatus {
     pub local_deleted: u64,
     /// Objects deleted by retention since open.
     pub remote_deleted: u64,
-    /// Whole segments downloaded into the cache, and point reads fetched by range.
+    /// Whole segments brought into the cache (downloaded, or mapped in place), and reads
+    /// fetched by range (point reads, parts of a segment).
     pub downloads: u64,
     pub range_reads: u64,
-    /// Bytes fetched from the tier since open.
+    /// Of `downloads`, the objects of a `file://` tier on a local filesystem mapped where they
+    /// lie instead of copied (each checked whole all the same).
+    pub mapped_in_place: u64,
+    /// Bytes read from the tier since open (an object mapped in place counts whole: its check
+    /// reads it all).
     pub fetched_bytes: u64,
     /// Reads served by the cache without a request.
     pub cache_hits: u64,
@@ -83,6 +88,7 @@ impl State {
             remote_deleted: 0,
             downloads: 0,
             range_reads: 0,
+            mapped_in_place: 0,
             fetched_bytes: 0,
             cache_hits: 0,
             cache_bytes: tier.cache_bytes(),
@@ -110,6 +116,7 @@ impl State {
         st.remote_deleted = get(&c.remote_deleted);
         st.downloads = get(&c.downloads);
         st.range_reads = get(&c.range_reads);
+        st.mapped_in_place = get(&c.mapped_in_place);
         st.fetched_bytes = get(&c.fetched_bytes);
         st.cache_hits = get(&c.cache_hits);
         Some(st)

@@ -1,10 +1,11 @@
 //! The local cache of remote segments: a directory of this process's own, bounded in bytes, least
 //! recently used out first.
 //!
-//! A scan's segment is cached whole (downloaded once, checked against the manifest's CRC32C). A
-//! point read caches only the bytes it fetched, in a sparse file of the segment's full length, so
-//! the same map serves later reads. Evicting deletes the file; a map already handed out stays
-//! valid (the kernel keeps an unlinked file's pages while they are mapped).
+//! A scan's segment is cached whole (downloaded once, checked against the manifest's CRC32C; or,
+//! from a local `file://` tier, the object mapped where it lies and checked). A point read, or a
+//! scan of part of a segment, caches only the bytes it fetched, in a sparse file of the segment's
+//! full length, so the same map serves later reads. Evicting deletes the file; a map already
+//! handed out stays valid (the kernel keeps an unlinked file's pages while they are mapped).
 //!
 //! Invariants: cached bytes are never rewritten while mapped (a sparse file's fetched ranges are
 //! written once, before they are recorded; a whole download goes to a new file that is renamed
@@ -42,11 +43,33 @@ struct Inner {
 #[derive(Debug)]
 struct Slot {
     map: Arc<Mapping>,
-    path: PathBuf,
-    /// `None`: the whole segment; otherwise the sparse file's fetched ranges and its handle.
-    partial: Option<(Vec<Range<u64>>, File)>,
+    held: Held,
     charged: u64,
     used: u64,
+}
+
+/// What backs a slot's map.
+#[derive(Debug)]
+enum Held {
+    /// A checked download of the whole segment, in this file.
+    Whole(PathBuf),
+    /// A sparse file of the segment's length: the ranges fetched into it, and its handle.
+    Ranges {
+        path: PathBuf,
+        have: Vec<Range<u64>>,
+        file: File,
+    },
+    /// The object itself, mapped where it lies (a local `file://` tier): no file of the cache's.
+    InPlace,
+}
+
+impl Held {
+    /// Deletes the cache's file, if it has one (a map of it stays valid).
+    fn remove(&self) {
+        if let Held::Whole(path) | Held::Ranges { path, .. } = self {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 impl Cache {
@@ -84,10 +107,10 @@ impl Cache {
         inner.tick += 1;
         let tick = inner.tick;
         let slot = inner.slots.get_mut(&start)?;
-        let hit = match (&slot.partial, &range) {
-            (None, _) => true,
-            (Some((have, _)), Some(r)) => uncovered(have, r.clone()).is_empty(),
-            (Some(_), None) => false,
+        let hit = match (&slot.held, &range) {
+            (Held::Whole(_) | Held::InPlace, _) => true,
+            (Held::Ranges { have, .. }, Some(r)) => uncovered(have, r.clone()).is_empty(),
+            (Held::Ranges { .. }, None) => false,
         };
         if hit {
             slot.used = tick;
@@ -107,13 +130,28 @@ impl Cache {
             start,
             Slot {
                 map: Arc::clone(&map),
-                path,
-                partial: None,
+                held: Held::Whole(path),
                 charged: size,
                 used: 0,
             },
         );
         Ok(map)
+    }
+
+    /// Takes segment `start`'s object, mapped where it lies and checked, as its whole copy. It
+    /// counts against the limit as a download would: evicting it unmaps it (once no reader holds
+    /// it), so a reader never pins more deleted objects' space than the limit.
+    pub fn put_mapped(&self, start: u64, map: Arc<Mapping>) -> Arc<Mapping> {
+        self.insert(
+            start,
+            Slot {
+                map: Arc::clone(&map),
+                held: Held::InPlace,
+                charged: map.len() as u64,
+                used: 0,
+            },
+        );
+        map
     }
 
     /// Writes `bytes` fetched at `at` (relative to the segment's start) into segment `start`'s
@@ -123,14 +161,14 @@ impl Cache {
         inner.tick += 1;
         let tick = inner.tick;
         if let Some(slot) = inner.slots.get_mut(&start) {
-            if let Some((have, file)) = &mut slot.partial {
+            if let Held::Ranges { path, have, file } = &mut slot.held {
                 // Only bytes not fetched before: a reader may hold a slice over those.
                 let mut added = 0;
                 for part in uncovered(have, at..at + bytes.len() as u64) {
                     let from = (part.start - at) as usize;
                     let to = (part.end - at) as usize;
                     file.write_all_at(&bytes[from..to], part.start)
-                        .ctx("writing to the tier cache", &slot.path)?;
+                        .ctx("writing to the tier cache", &*path)?;
                     added += part.end - part.start;
                     have.push(part);
                 }
@@ -168,8 +206,11 @@ impl Cache {
             start,
             Slot {
                 map: Arc::clone(&map),
-                path,
-                partial: Some((vec![range], file)),
+                held: Held::Ranges {
+                    path,
+                    have: vec![range],
+                    file,
+                },
                 charged: bytes.len() as u64,
                 used: 0,
             },
@@ -184,7 +225,7 @@ impl Cache {
         inner.bytes += slot.charged;
         if let Some(old) = inner.slots.insert(start, slot) {
             inner.bytes -= old.charged;
-            let _ = std::fs::remove_file(&old.path);
+            old.held.remove();
         }
         drop(inner);
         self.evict(start);
@@ -203,7 +244,7 @@ impl Cache {
             let Some(victim) = victim else { break };
             if let Some(slot) = inner.slots.remove(&victim) {
                 inner.bytes -= slot.charged;
-                let _ = std::fs::remove_file(&slot.path);
+                slot.held.remove();
             }
         }
     }
@@ -213,7 +254,7 @@ impl Cache {
         let mut inner = locked(&self.inner);
         if let Some(slot) = inner.slots.remove(&start) {
             inner.bytes -= slot.charged;
-            let _ = std::fs::remove_file(&slot.path);
+            slot.held.remove();
         }
     }
 }

@@ -33,6 +33,13 @@ impl Tier {
             Tier::count(&self.stats.cache_hits, 1);
             return Ok(m);
         }
+        if let (true, Some(dir)) = (self.remote.in_place, &self.remote.dir) {
+            let map = self.map_in_place(dir, e)?;
+            Tier::count(&self.stats.downloads, 1);
+            Tier::count(&self.stats.mapped_in_place, 1);
+            Tier::count(&self.stats.fetched_bytes, e.size);
+            return Ok(self.cache.put_mapped(e.start, map));
+        }
         let path = self.cache.download_path(e.start);
         let downloaded = self.block_on(self.download(e, &path));
         if let Err(err) = downloaded {
@@ -207,15 +214,22 @@ impl Tier {
     /// A failed read of segment `e`'s object: a missing object is damage (the manifest lists
     /// it), anything else the store failing.
     fn read_error(&self, e: &Entry, err: object_store::Error) -> Error {
-        let url = self.object_url(e.start);
         match err {
-            object_store::Error::NotFound { .. } => Error::corruption(
-                Some(PathBuf::from(url)),
-                Some(e.start),
-                "the object is missing, but the tier's manifest lists it (deleted by hand?)",
-            ),
-            other => self.remote.failed("reading", url, other),
+            object_store::Error::NotFound { .. } => self.missing(e),
+            other => self
+                .remote
+                .failed("reading", self.object_url(e.start), other),
         }
+    }
+
+    /// Segment `e`'s object is not there: damage, since the manifest lists it (or retention
+    /// deleted it since the list was taken: the reader looks again).
+    pub(super) fn missing(&self, e: &Entry) -> Error {
+        Error::corruption(
+            Some(PathBuf::from(self.object_url(e.start))),
+            Some(e.start),
+            "the object is missing, but the tier's manifest lists it (deleted by hand?)",
+        )
     }
 
     /// Forgets the cached copy of segment `start` (after it failed a check).

@@ -6,7 +6,9 @@
 //! - `store.rs`: the object store a `tier_url` names;
 //! - `published.rs`: manifest versions, published atomically;
 //! - `cache.rs`: the bounded local cache remote reads go through;
-//! - `fetch.rs`: whole-segment downloads (scans) and range reads (point reads);
+//! - `fetch.rs`: whole-segment downloads (scans) and range reads (point reads, parts of a
+//!   segment);
+//! - `in_place.rs`: a local `file://` tier's objects mapped where they lie instead of copied;
 //! - `upload.rs`: one segment's upload, read back and checked before it counts;
 //! - `sweep.rs`: deleting objects the manifest no longer lists.
 //!
@@ -17,6 +19,7 @@
 
 mod cache;
 mod fetch;
+mod in_place;
 pub(crate) mod published;
 pub(crate) mod store;
 mod sweep;
@@ -51,6 +54,7 @@ pub(crate) struct TierStats {
     pub local_deleted: AtomicU64,
     pub remote_deleted: AtomicU64,
     pub downloads: AtomicU64,
+    pub mapped_in_place: AtomicU64,
     pub range_reads: AtomicU64,
     pub fetched_bytes: AtomicU64,
     pub cache_hits: AtomicU64,

@@ -27,6 +27,9 @@ pub(crate) struct Remote {
     pub implicit_credentials: bool,
     /// A `file://` tier's directory.
     pub dir: Option<std::path::PathBuf>,
+    /// A `file://` tier on a local filesystem: scans map its objects where they lie
+    /// (`in_place.rs`).
+    pub in_place: bool,
 }
 
 impl Remote {
@@ -139,6 +142,7 @@ pub(crate) fn connect(
                 (Arc::new(fs), prefix, false)
             }
         };
+    let in_place = local.as_deref().is_some_and(super::in_place::maps_in_place);
     Ok(Remote {
         store,
         prefix,
@@ -146,6 +150,7 @@ pub(crate) fn connect(
         metadata,
         implicit_credentials,
         dir: local,
+        in_place,
     })
 }
 
