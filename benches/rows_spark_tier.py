@@ -41,8 +41,8 @@ def run(s: Sizes, wd: Workdir) -> list[Row]:
 
             return _timed_query(build, check)
 
-        # Each task opens the tier with a fresh cache directory of its own (removed when the
-        # task's log is dropped): every run downloads every object it reads.
+        # Each task opens the tier with a fresh cache of its own (dropped with the task's log):
+        # every run maps and checks every object it reads anew.
         ours = query(url, tier_cache_dir=d)
         base = query(store)
         ours()  # untimed: starts the executors' Python workers
@@ -58,8 +58,8 @@ def run(s: Sizes, wd: Workdir) -> list[Row]:
             t_local,
             f"spark.read.format('rmqlog').load('file://...') on {MASTER}: the store's "
             "remote segments from its tier URL alone (one partition per segment, each task "
-            "downloading its object into a cache of its own, CRC32C checked); count(*), "
-            "sum(length(body)); a new DataFrame per run",
+            "mapping its object in place, a local file:// tier, after its CRC32C check); "
+            "count(*), sum(length(body)); a new DataFrame per run",
             "the same query over the same records from the store's directories (local segment "
             "files, in the page cache)",
             segment_size=s.tier_segment,
