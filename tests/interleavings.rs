@@ -731,3 +731,71 @@ fn the_tier_status_and_the_segments_agree_in_the_middle_of_shipping() {
     }
     assert_readable(&log, &acked);
 }
+
+/// A scan of part of a remote segment fetches the records' range, then the tail of the record
+/// that crosses its end. Paused between the two while another segment's read evicts the first
+/// range from a cache of one byte, the scan must still read its records whole (the tail's fetch
+/// comes back in a new cache file that lacks the first range).
+#[cfg(feature = "tier")]
+#[test]
+fn a_partial_scan_whose_range_is_evicted_before_its_tail_reads_right() {
+    let _scenario = fail::FailScenario::setup();
+    let (local, remote) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let url = format!("file://{}", remote.path().display());
+    const SEG: u64 = 1 << 20;
+    let mut tier = rmqlog::TierOptions::new(&url);
+    tier.local_retention_bytes = Some(0);
+    let w = CommitLog::open(
+        &[local.path()],
+        Options::default().segment_size(SEG).tier(Some(tier)),
+    )
+    .unwrap();
+    let acked: Vec<(u64, u64)> = (0..1100)
+        .map(|i| {
+            (
+                w.append(&body(i, 1000 + (i as usize * 37) % 3000)).unwrap(),
+                i,
+            )
+        })
+        .collect();
+    while w.tier_status().unwrap().unwrap().local_deleted < 2 {
+        thread::sleep(Duration::from_millis(10));
+    }
+    w.close().unwrap();
+    let mut tier = rmqlog::TierOptions::new(&url);
+    tier.cache_bytes = 1;
+    let r = Arc::new(
+        CommitLog::open(
+            &[url.as_str()],
+            Options::default().read_only(true).tier(Some(tier)),
+        )
+        .unwrap(),
+    );
+    // A range of segment 0 that ends one byte into a record: its tail needs a second fetch.
+    let in_seg0: Vec<_> = acked.iter().filter(|(o, _)| *o < SEG).collect();
+    let (start, end) = (in_seg0[3].0, in_seg0[in_seg0.len() / 2].0 + 1);
+    let want: Vec<(u64, u64)> = acked
+        .iter()
+        .filter(|(o, _)| (start..end).contains(o))
+        .copied()
+        .collect();
+    let pause = Pause::at("tier::span_fetched");
+    let scan = on_thread(&r, move |r| {
+        r.scan(Some(start), Some(end))
+            .unwrap()
+            .map(|rec| rec.map(|rec| (rec.offset(), rec.to_vec())))
+            .collect::<Result<Vec<_>, Error>>()
+    });
+    pause.wait();
+    let other = acked.iter().find(|(o, _)| *o >= SEG).unwrap();
+    assert_eq!(check_body(&r.read(other.0).unwrap()), Some(other.1));
+    pause.release();
+    let got = scan
+        .join()
+        .unwrap()
+        .expect("the paused scan reads its records");
+    assert_eq!(got.len(), want.len());
+    for ((o, b), (wo, wi)) in got.iter().zip(&want) {
+        assert_eq!((o, check_body(b)), (wo, Some(*wi)));
+    }
+}

@@ -3,9 +3,12 @@
 //! and damage inside a fetched range.
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is the failure report
 
+mod common;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::Rng;
 use rmqlog::{CommitLog, Error, Options, TierOptions};
 
 /// The spacing of the splits (`SPLIT_EVERY` in the crate).
@@ -196,4 +199,54 @@ fn damage_inside_a_fetched_range_is_corruption_naming_the_record() {
         scanned(&log, splits[0], splits[1]),
         expected(&offsets, splits[0], splits[1])
     );
+}
+
+#[test]
+fn random_partial_scans_on_threads_with_a_tight_cache_read_what_was_written() {
+    let (local, remote) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (url, offsets) = remote_only_segment(local.path(), remote.path());
+    // A cache of 8 MiB: ranges evict each other (and a whole map of the segment) all the time.
+    let mut tier = TierOptions::new(&url);
+    tier.cache_bytes = 8 << 20;
+    let log = CommitLog::open(
+        &[url.as_str()],
+        Options::default().read_only(true).tier(Some(tier)),
+    )
+    .unwrap();
+    let seed = std::env::var("RMQLOG_SPLITS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("tier_splits: RMQLOG_SPLITS_SEED={seed}");
+    let end_of_records = *offsets.last().unwrap() + 1;
+    std::thread::scope(|s| {
+        for t in 0..3u64 {
+            let (log, offsets) = (&log, &offsets);
+            s.spawn(move || {
+                let mut rng = Rng::new(seed ^ (t + 1));
+                for _ in 0..40 {
+                    // From a record start (or a split) to any byte, up to 12 MiB on.
+                    let i = rng.range(0, offsets.len() as u64) as usize;
+                    let start = offsets[i];
+                    let end = (start + rng.range(1, 12 << 20)).min(end_of_records);
+                    assert_eq!(
+                        scanned(log, start, end),
+                        expected(offsets, start, end),
+                        "seed {seed}: [{start}, {end})"
+                    );
+                    if rng.one_in(8) {
+                        let probe = rng.range(0, end_of_records);
+                        let want = *offsets.iter().find(|&&o| o >= probe).unwrap();
+                        assert_eq!(log.record_start_at_or_after(probe).unwrap(), want);
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(scanned(&log, 0, end_of_records).len(), offsets.len());
 }

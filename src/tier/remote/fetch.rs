@@ -13,6 +13,7 @@ use object_store::{GetResult, GetResultPayload, ObjectStoreExt};
 
 use super::Tier;
 use crate::error::{Error, IoContext, Result};
+use crate::failpoint::fail_point;
 use crate::storage::mapping::Mapping;
 use crate::storage::record::{decode, Slot, HEADER_LEN};
 use crate::sync::locked;
@@ -154,6 +155,7 @@ impl Tier {
         if e.is_boundary(to) {
             return Ok(map);
         }
+        fail_point!("tier::span_fetched");
         // Where the record running past `to` ends: a walk of the headers (a damaged one stops
         // it; the scan reports the damage when it gets there).
         let bytes = map.bytes(0, e.written as usize);
@@ -167,7 +169,12 @@ impl Tier {
         if pos <= head_end {
             return Ok(map);
         }
-        self.cached_or_fetch(e, head_end..pos, pos, &mut fetched)
+        let tail = self.cached_or_fetch(e, head_end..pos, pos, &mut fetched)?;
+        if Arc::ptr_eq(&tail, &map) {
+            return Ok(tail);
+        }
+        // The range's cache file was evicted meanwhile: the tail came in a new one, without it.
+        self.cached_or_fetch(e, from..pos, pos, &mut fetched)
     }
 
     /// Segment `e`'s map with `want` in it: cached (one hit per read: none once this read has
