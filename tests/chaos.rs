@@ -398,13 +398,7 @@ fn check_all(log: &CommitLog, acked: &[(u64, u64)]) {
 fn chaos() {
     let secs: u64 =
         std::env::var("RMQLOG_CHAOS_SECS").map_or(5, |s| s.parse().expect("RMQLOG_CHAOS_SECS"));
-    let seed: u64 = std::env::var("RMQLOG_CHAOS_SEED").map_or_else(
-        |_| {
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-            now.map_or(0, |d| d.as_nanos() as u64) ^ u64::from(std::process::id())
-        },
-        |s| s.parse().expect("RMQLOG_CHAOS_SEED"),
-    );
+    let seed = common::seed("RMQLOG_CHAOS_SEED");
     println!("chaos: {secs} s, RMQLOG_CHAOS_SEED={seed}");
     let (root, dirs) = common::dirs(3);
     let log = Arc::new(CommitLog::open(&dirs, writer_options(&root.path().join("tier"))).unwrap());

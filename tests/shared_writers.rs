@@ -955,15 +955,7 @@ fn chaos_of_shared_opens() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(4);
-    let seed: u64 = std::env::var("RMQLOG_SHARED_CHAOS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
+    let seed = common::seed("RMQLOG_SHARED_CHAOS_SEED");
     println!("shared chaos: {secs} s, RMQLOG_SHARED_CHAOS_SEED={seed}");
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());

@@ -213,15 +213,7 @@ fn random_partial_scans_on_threads_with_a_tight_cache_read_what_was_written() {
         Options::default().read_only(true).tier(Some(tier)),
     )
     .unwrap();
-    let seed = std::env::var("RMQLOG_SPLITS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
+    let seed = common::seed("RMQLOG_SPLITS_SEED");
     eprintln!("tier_splits: RMQLOG_SPLITS_SEED={seed}");
     let end_of_records = *offsets.last().unwrap() + 1;
     std::thread::scope(|s| {

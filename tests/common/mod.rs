@@ -106,3 +106,20 @@ impl Rng {
         self.next().is_multiple_of(n)
     }
 }
+
+/// The seed of a randomized test: `var` from the environment (to replay a failure), else the
+/// time. The caller prints it.
+pub fn seed(var: &str) -> u64 {
+    std::env::var(var).map_or_else(
+        |_| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        },
+        |s| {
+            s.parse()
+                .unwrap_or_else(|_| panic!("{var}={s:?} is not a u64"))
+        },
+    )
+}
