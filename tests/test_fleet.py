@@ -344,3 +344,52 @@ def test_a_store_deleted_after_load_follows_fail_on_data_loss(spark, fleet):
     with pytest.raises(Exception, match=f"the fleet's store {gone} is gone"):
         strict.count()
     assert _spark_rows(lenient.select("store", "offset", "body")) == fleet.rows(("db-1", "web-1"))
+
+
+@pytest.mark.parametrize("fleet", ["file"], indirect=True)
+def test_a_listed_store_gone_from_a_stream_follows_fail_on_data_loss(spark, fleet, tmp_path):
+    """A stream of an explicit list of stores, restarted from its checkpoint after one store's
+    objects were deleted: with fail_on_data_loss=false it goes on with the others; by default the
+    load refuses the list, naming the store."""
+    urls = [fleet.url("db-1"), fleet.url("web-2")]
+    got: list[tuple[str, int, str]] = []
+
+    def start(**options):
+        stream = spark.readStream.format("rmqlog").option("paths", json.dumps(urls))
+        for k, v in options.items():
+            stream = stream.option(k, v)
+        return (
+            stream.load()
+            .writeStream.foreachBatch(lambda df, _: got.extend(_spark_rows(df)))
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .start()
+        )
+
+    q = start(fail_on_data_loss="false")
+    try:
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    assert sorted(got) == fleet.rows(("db-1", "web-2"))
+    shutil.rmtree(urls[1].removeprefix("file://"))
+    got.clear()
+    q = start(fail_on_data_loss="false")
+    try:
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    assert q.exception() is None and got == []
+    with pytest.raises(Exception, match=f"no rmqlog store at {urls[1]}"):
+        start()  # strict: refused at load, as a batch read's list is
+
+
+@pytest.mark.parametrize("fleet", ["file"], indirect=True)
+def test_a_url_open_of_a_deleted_store_refreshes_to_store_not_found(fleet):
+    """A live store always has a current manifest: a refresh that finds none says the store is
+    gone (a fleet's stream then applies fail_on_data_loss) instead of serving the old one."""
+    url = fleet.url("db-1")
+    with rmqlog.CommitLog(url, read_only=True) as log:
+        assert log.refresh() == log.max_offset
+        shutil.rmtree(url.removeprefix("file://"))
+        with pytest.raises(rmqlog.StoreNotFoundError, match="its tier manifest is gone"):
+            log.refresh()

@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import unquote
 
-from rmqlog._native import CommitLog, tier_stores
+from rmqlog._native import CommitLog, StoreNotFoundError, tier_stores
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -32,13 +32,19 @@ def is_url(text: str) -> bool:
     return _URL.match(text) is not None
 
 
-def fleet_urls(source: Source, tier_options: Mapping[str, str] | None = None) -> list[str] | None:
+def fleet_urls(
+    source: Source,
+    tier_options: Mapping[str, str] | None = None,
+    on_gone: Callable[[str, StoreNotFoundError], None] | None = None,
+) -> list[str] | None:
     """The tier URLs of the stores ``source`` names when it is a fleet, else None (one store: an
     open log, its directories, or the URL its tier publishes at).
 
     A fleet is one URL under which stores publish (``s3://bucket/logs``, ``s3://bucket/logs/web-*``:
     ``rmqlog.tier_stores``), or a list of tier URLs (each a store, a prefix or a glob) that names
-    more than one store or a prefix. A list of one store's URL is that store."""
+    more than one store or a prefix. A list of one store's URL is that store. ``on_gone(url,
+    error)``: a URL of a longer list where no store publishes is left out after this call (which
+    may raise); without it, that is ``StoreNotFoundError``."""
     if isinstance(source, CommitLog):
         return None
     settings = dict(tier_options) if tier_options else None
@@ -57,11 +63,24 @@ def fleet_urls(source: Source, tier_options: Mapping[str, str] | None = None) ->
                 "directories are read alone: give them as one source)"
             )
     found: dict[str, str] = {}  # one store, however spelled -> its first spelling
+    gone = 0
     for url in items:
-        for store in tier_stores(url, settings):
+        try:
+            stores = tier_stores(url, settings)
+        except StoreNotFoundError as e:
+            if on_gone is None or len(items) == 1:
+                raise
+            on_gone(url, e)  # a listed store that is gone: the caller's policy says
+            gone += 1
+            continue
+        for store in stores:
             found.setdefault(_same_store(store), store)
+    if not found:
+        raise StoreNotFoundError(f"no rmqlog store publishes at any of {items}")
     urls = sorted(found.values())
-    return None if urls == [items[0].rstrip("/")] else urls
+    # A list of one store is that store; one whose other stores are gone is still a fleet (a
+    # stream restarted after a store went keeps its schema, the store column).
+    return None if not gone and urls == [items[0].rstrip("/")] else urls
 
 
 def _same_store(url: str) -> str:

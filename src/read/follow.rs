@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::open::layout;
 use crate::open::listing;
 use crate::open::recovery::{find_end, next_boundary};
@@ -132,10 +132,15 @@ fn clamp(list: &SegmentList, known: u64, end: u64, limit: Option<u64>) -> u64 {
 
 /// A log opened by its tier URL alone: the tier's current manifest is the whole log.
 fn refresh_remote(state: &State, tier: &Arc<Tier>, known: u64) -> Result<u64> {
-    if let Some(m) = tier.load_remote_manifest()? {
-        if m.version > tier.manifest().version {
-            tier.set_manifest(m);
-        }
+    // A live store always has a current manifest (a new version replaces the pointer whole).
+    let m = tier.load_remote_manifest()?.ok_or_else(|| {
+        Error::not_found(
+            tier.url(),
+            " (its tier manifest is gone: the store was deleted)",
+        )
+    })?;
+    if m.version > tier.manifest().version {
+        tier.set_manifest(m);
     }
     let current = state.segments_full();
     let (list, end) = remote_view(tier, current.as_slice(), state.opts.segment_size)?;

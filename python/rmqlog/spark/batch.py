@@ -12,7 +12,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
 from rmqlog import SPLIT_EVERY, CommitLog, OffsetOutOfRangeError, Segment, StoreNotFoundError
-from rmqlog.spark.errors import STORE_GONE, _data_loss
+from rmqlog.spark.errors import _data_loss, store_gone
 from rmqlog.spark.options import Options
 from rmqlog.spark.pushdown import Interval, Pushed, intersect, push
 from rmqlog.spark.schema import _TIMESTAMP, FULL, STORE, Projection
@@ -208,7 +208,7 @@ def read_range(
         try:
             log = _open(opts.store.at(part.store))
         except StoreNotFoundError as e:
-            _data_loss(opts, f"the fleet's store {part.store} is gone ({e})", STORE_GONE)
+            store_gone(opts, part.store, e)
             return
     try:
         for lo, hi in part.spans:
@@ -242,7 +242,7 @@ class RmqlogReader(DataSourceReader):
             try:
                 parts += self._plan(self.opts.store.at(url), url, len(parts))
             except StoreNotFoundError as e:  # found in load(), deleted since
-                _data_loss(self.opts, f"the fleet's store {url} is gone ({e})", STORE_GONE)
+                store_gone(self.opts, url, e)
         return parts
 
     def _plan(self, store: Store, url: str | None, first_index: int) -> list[RangePartition]:

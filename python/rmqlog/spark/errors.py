@@ -22,3 +22,9 @@ def _data_loss(opts: Options, what: str, why: str = RETENTION) -> None:
     if opts.fail_on_data_loss:
         raise DataLossError(msg)
     warnings.warn(f"rmqlog: {what}; skipping the missing records", RuntimeWarning, stacklevel=3)
+
+
+def store_gone(opts: Options, url: str, error: Exception | None = None) -> None:
+    """A store of a fleet is gone (its prefix, or its manifest): ``fail_on_data_loss`` says."""
+    why = "" if error is None else f" ({error})"
+    _data_loss(opts, f"the fleet's store {url} is gone{why}", STORE_GONE)

@@ -7,9 +7,9 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from rmqlog import CommitLog
+from rmqlog import CommitLog, StoreNotFoundError
 from rmqlog.spark.batch import RangePartition, _byte_ranges, _open, read_range
-from rmqlog.spark.errors import STORE_GONE, _data_loss
+from rmqlog.spark.errors import _data_loss, store_gone
 from rmqlog.spark.options import Options
 from rmqlog.spark.schema import Projection
 from rmqlog.spark.stream import SupportsTriggerAvailableNow, first_position
@@ -44,7 +44,10 @@ class FleetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return state
 
     def _stores(self) -> tuple[str, ...]:
-        return self.opts.store.fleet() or ()
+        return self.opts.store.fleet(self._gone) or ()
+
+    def _gone(self, url: str, e: StoreNotFoundError) -> None:
+        store_gone(self.opts, url, e)
 
     def _log(self, url: str, refresh: bool = True) -> CommitLog:
         log = self._logs.get(url)
@@ -54,18 +57,26 @@ class FleetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.refresh()  # the store's current manifest: the segments uploaded since
         return log
 
+    def _live(self, listed: tuple[str, ...] | None = None) -> Iterator[tuple[str, CommitLog]]:
+        """The stores ``listed`` (by default, listed now), each with its log (refreshed). A store
+        of an explicit list whose manifest is gone follows ``fail_on_data_loss``, as a store
+        that left a prefix's listing does."""
+        for url in self._stores() if listed is None else listed:
+            try:
+                yield url, self._log(url)
+            except StoreNotFoundError as e:
+                self._gone(url, e)
+
     def initialOffset(self) -> dict:
-        return {"stores": {u: first_position(self._log(u), self.opts) for u in self._stores()}}
+        return {"stores": {u: first_position(log, self.opts) for u, log in self._live()}}
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         known = _positions(start, "start") if start is not None else {}
         ends: Positions = {}
-        listed = set(self._stores())
-        for url in sorted(listed | set(known)):
-            if url not in listed:  # its prefix is gone: it leaves the stream's offsets
-                _data_loss(self.opts, f"the fleet's store {url} is gone", STORE_GONE)
-                continue
-            log = self._log(url)
+        listed = self._stores()
+        for url in sorted(set(known) - set(listed)):  # gone from the prefix: it leaves the offsets
+            store_gone(self.opts, url)
+        for url, log in sorted(self._live(listed)):
             end = log.max_offset
             if self._target is not None:
                 end = min(end, self._target.get(url, known.get(url, log.min_offset)))
@@ -73,10 +84,10 @@ class FleetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"stores": ends}
 
     def reportLatestOffset(self) -> dict | None:
-        return {"stores": {u: self._log(u).max_offset for u in self._stores()}}
+        return {"stores": {u: log.max_offset for u, log in self._live()}}
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {u: self._log(u).max_offset for u in self._stores()}
+        self._target = {u: log.max_offset for u, log in self._live()}
 
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
         known, ends = _positions(start, "start"), _positions(end, "end")

@@ -16,6 +16,7 @@ filters, which then reads only what the filter kept. A reader that takes no filt
 range, whichever query's plan is reused.
 """
 
+import functools
 import sys
 from collections.abc import Iterator, MutableMapping
 from types import FrameType
@@ -25,6 +26,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.types import StructType
 
 from rmqlog.spark.batch import NoPushdownReader, RmqlogReader, _open
+from rmqlog.spark.errors import store_gone
 from rmqlog.spark.fleet_stream import FleetStreamReader
 from rmqlog.spark.options import parse_options
 from rmqlog.spark.schema import FLEET_SCHEMA, SCHEMA, projection
@@ -56,8 +58,12 @@ class RmqlogDataSource(DataSource):
         # Bad options fail at load(), before any job, schema given or not; so does a path that
         # holds no store (a read-only open: no lock, nothing written). A fleet's stores are
         # found here, once: Spark pickles this object for the planning that follows.
-        store = parse_options(options).store
-        self.fleet = store.fleet()
+        opts = parse_options(options)
+        store = opts.store
+        # With fail_on_data_loss=false a listed store that is gone is left out (a stream
+        # restarted after one went on goes on); otherwise it is StoreNotFoundError.
+        lenient = None if opts.fail_on_data_loss else functools.partial(store_gone, opts)
+        self.fleet = store.fleet(lenient)
         _open(store if self.fleet is None else store.at(self.fleet[0])).close()
 
     @classmethod

@@ -10,10 +10,11 @@ A fleet is many stores read as one table (``rmqlog._fleet``): a list of tier URL
 which stores publish (a prefix, or a glob of their names).
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rmqlog import CommitLog, ConfigurationError
+from rmqlog import CommitLog, ConfigurationError, StoreNotFoundError
 from rmqlog._fleet import fleet_urls
 from rmqlog._fleet import is_url as is_url
 
@@ -33,14 +34,17 @@ class Store:
         """The store of a fleet that publishes at ``url``, with this read's tier settings."""
         return Store((url,), None, self.tier_options, self.tier_cache_dir)
 
-    def fleet(self) -> tuple[str, ...] | None:
+    def fleet(
+        self, on_gone: Callable[[str, StoreNotFoundError], None] | None = None
+    ) -> tuple[str, ...] | None:
         """The tier URLs of the stores when ``paths`` name a fleet, else None (one store). Lists
-        the object store."""
+        the object store. ``on_gone``: what a listed URL where no store publishes gets (see
+        ``fleet_urls``)."""
         if not is_url(self.paths[0]):
             return None
         source = self.paths[0] if len(self.paths) == 1 else list(self.paths)
         try:
-            urls = fleet_urls(source, dict(self.tier_options) or None)
+            urls = fleet_urls(source, dict(self.tier_options) or None, on_gone)
         except ConfigurationError as e:
             raise self._named(e) from None
         return None if urls is None else tuple(urls)
