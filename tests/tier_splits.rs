@@ -242,3 +242,90 @@ fn random_partial_scans_on_threads_with_a_tight_cache_read_what_was_written() {
     });
     assert_eq!(scanned(&log, 0, end_of_records).len(), offsets.len());
 }
+
+#[test]
+fn a_damaged_length_before_the_offset_fails_the_walk_instead_of_skipping_a_record() {
+    let (local, remote) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (url, offsets) = remote_only_segment(local.path(), remote.path());
+    let splits = open_url(&url).segments().unwrap()[0].splits.clone();
+    let i = offsets.iter().position(|&o| o > splits[1]).unwrap() + 5;
+    // Record i's length made to cover record i + 1 too: a header walk would step over it.
+    let object = remote.path().join(format!("{:020}", 0));
+    let mut bytes = std::fs::read(&object).unwrap();
+    let at = offsets[i] as usize;
+    let both = (offsets[i + 2] - offsets[i]) as u32;
+    bytes[at..at + 4].copy_from_slice(&both.to_le_bytes());
+    std::fs::write(&object, &bytes).unwrap();
+
+    let log = open_url(&url);
+    let err = log.record_start_at_or_after(offsets[i + 1]).unwrap_err();
+    assert!(
+        matches!(err, Error::Corruption { offset: Some(o), .. } if o == offsets[i]),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_truncated_object_read_past_its_end_is_corruption() {
+    let (local, remote) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (url, offsets) = remote_only_segment(local.path(), remote.path());
+    let object = remote.path().join(format!("{:020}", 0));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&object)
+        .unwrap()
+        .set_len(40_000_000)
+        .unwrap();
+    let log = open_url(&url);
+    let past = *offsets.iter().find(|&&o| o > 50_000_000).unwrap();
+    let first_error = |scan: Result<rmqlog::Scan, Error>| match scan {
+        Err(e) => e,
+        Ok(mut s) => s.find_map(Result::err).expect("an error"),
+    };
+    for err in [
+        log.read(past).map(|_| ()).unwrap_err(),
+        first_error(log.scan(Some(past), Some(past + 100_000))),
+        first_error(log.scan(None, None)),
+    ] {
+        assert!(
+            matches!(&err, Error::Corruption { reason, .. } if reason.contains("40000000")),
+            "{err:?}"
+        );
+    }
+}
+
+#[test]
+fn a_cold_point_read_of_a_segments_last_long_record_sees_the_filler_after_it() {
+    let (local, remote) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let url = format!("file://{}", remote.path().display());
+    let mut tier = TierOptions::new(&url);
+    tier.local_retention_bytes = Some(0);
+    const SMALL: u64 = 1 << 20;
+    let log = CommitLog::open(
+        &[local.path()],
+        Options::default().segment_size(SMALL).tier(Some(tier)),
+    )
+    .unwrap();
+    // Records of 100 KiB (longer than a point read's 64 KiB window): ten a segment, then a filler.
+    let offsets: Vec<u64> = (0..25)
+        .map(|i| log.append(&vec![b'a' + i as u8; 100 << 10]).unwrap())
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while log.tier_status().unwrap().unwrap().local_deleted < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the sealed segments were not shipped"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    log.close().unwrap();
+    let last = *offsets.iter().rfind(|&&o| o < SMALL).unwrap();
+    let log = open_url(&url);
+    let rec = log.read(last).unwrap();
+    assert_eq!(
+        rec.next_offset(),
+        SMALL,
+        "past the filler: the next segment's start"
+    );
+    assert_eq!(fetches(&log).0, 0, "point reads only");
+}

@@ -452,8 +452,24 @@ pub(crate) fn record_start_at_or_after(state: &State, offset: u64) -> Result<u64
         seg.map_span(walk_from(seg), offset)
     })?;
     let mut at = walk_from(&seg);
+    if !seg.is_remote() {
+        while at < offset {
+            at = next_boundary(&seg, &map, at, max)?;
+        }
+        return Ok(at.min(max));
+    }
+    // A remote segment's records are checked whole as they are walked: their bytes are fetched
+    // anyway (from the split before), and a range read has no object CRC32C to catch a damaged
+    // length that would step over a record.
     while at < offset {
-        at = next_boundary(&seg, &map, at, max)?;
+        at = match record_checked(&seg, &map, at, max, Check::Whole) {
+            At::Record(r) => r.next_offset,
+            At::EndOfSegment => seg.end(),
+            other => {
+                return Err(unexpected(&seg, at, &other, true)
+                    .unwrap_or(Error::Internal("a record walked as no record".into())))
+            }
+        };
     }
     Ok(at.min(max))
 }

@@ -142,6 +142,25 @@ impl Manifest {
                 ),
             ));
         }
+        // A reader trusts the splits as record starts; what it can check without reading the
+        // objects, it checks here.
+        if let Some(e) = m.segments.iter().find(|e| {
+            e.splits.first() == Some(&0)
+                || e.splits.last().is_some_and(|&s| s >= e.written)
+                || e.splits.windows(2).any(|w| w[0] >= w[1])
+        }) {
+            return Err(Error::corruption(
+                None,
+                Some(e.start),
+                format!(
+                    "manifest {what}: the {} splits of segment {} are not increasing offsets \
+                     inside its records (0 < split < {})",
+                    e.splits.len(),
+                    e.start,
+                    e.written
+                ),
+            ));
+        }
         Ok(m)
     }
 }
@@ -214,5 +233,54 @@ pub(crate) fn save_local(dirs: &[PathBuf], m: &Manifest, mode: u32) -> Result<()
     match first_error {
         Some(e) if written == 0 => Err(e),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_splits(splits: Vec<u64>) -> Vec<u8> {
+        let mut m = Manifest::empty("id");
+        m.segments.push(Entry {
+            start: 0,
+            size: 1000,
+            written: 900,
+            crc32c: 0,
+            modified_ms: 0,
+            splits,
+        });
+        m.encode()
+    }
+
+    #[test]
+    fn splits_must_be_increasing_offsets_inside_the_records() {
+        for good in [vec![], vec![1], vec![10, 20, 899]] {
+            assert!(
+                Manifest::decode(&with_splits(good.clone()), "m").is_ok(),
+                "{good:?}"
+            );
+        }
+        for bad in [
+            vec![0],
+            vec![20, 10],
+            vec![10, 10],
+            vec![900],
+            vec![10, 1 << 40],
+        ] {
+            let err = Manifest::decode(&with_splits(bad.clone()), "m").unwrap_err();
+            assert!(
+                err.to_string().contains("not increasing offsets"),
+                "{bad:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_manifest_without_splits_reads_and_writes_none() {
+        let bytes = with_splits(vec![]);
+        assert!(!String::from_utf8_lossy(&bytes).contains("splits"));
+        let m = Manifest::decode(&bytes, "m").unwrap();
+        assert_eq!(m.segments[0].splits, Vec::<u64>::new());
     }
 }

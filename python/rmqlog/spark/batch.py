@@ -106,7 +106,8 @@ def _pieces(seg: Segment, a: int, b: int, limit: int | None) -> list[tuple[int, 
         return v - (v - seg.start_offset) % SPLIT_EVERY if v in splits else v
 
     cuts = [a, *(s for s in seg.splits if a < s < b), b]
-    return [(x, y, place(y) - place(x)) for x, y in itertools.pairwise(cuts)]
+    # (A piece from inside a split's record to that split lies before its place: it weighs 0.)
+    return [(x, y, max(0, place(y) - place(x))) for x, y in itertools.pairwise(cuts)]
 
 
 def _resolve_range(log: CommitLog, opts: Options) -> tuple[int, int]:

@@ -15,7 +15,7 @@ use super::Tier;
 use crate::error::{Error, IoContext, Result};
 use crate::failpoint::fail_point;
 use crate::storage::mapping::Mapping;
-use crate::storage::record::{decode, Slot, HEADER_LEN};
+use crate::storage::record::{decode, Slot, FILLER_LEN, HEADER_LEN};
 use crate::sync::locked;
 use crate::tier::manifest::{object_name, Entry};
 
@@ -128,7 +128,9 @@ impl Tier {
         let len = head
             .get(..4)
             .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64);
-        let end = (at + len).min(e.written);
+        // With what follows the record's end to tell a filler (the record's next offset is then
+        // the next segment's start).
+        let end = (at + len + FILLER_LEN as u64).min(e.written);
         if end <= head_end {
             return Ok(map);
         }
@@ -166,15 +168,17 @@ impl Tier {
                 _ => return Ok(map),
             }
         }
-        if pos <= head_end {
+        // And what follows it, to tell a filler (as a point read does).
+        let end = (pos + FILLER_LEN as u64).min(e.written);
+        if end <= head_end {
             return Ok(map);
         }
-        let tail = self.cached_or_fetch(e, head_end..pos, pos, &mut fetched)?;
+        let tail = self.cached_or_fetch(e, head_end..end, end, &mut fetched)?;
         if Arc::ptr_eq(&tail, &map) {
             return Ok(tail);
         }
         // The range's cache file was evicted meanwhile: the tail came in a new one, without it.
-        self.cached_or_fetch(e, from..pos, pos, &mut fetched)
+        self.cached_or_fetch(e, from..end, end, &mut fetched)
     }
 
     /// Segment `e`'s map with `want` in it: cached (one hit per read: none once this read has
@@ -197,8 +201,10 @@ impl Tier {
         let name = object_name(e.start);
         let path = self.remote.path(&name);
         let bytes = self.block_on(async {
-            let got = self.remote.store.get_range(&path, from..to).await;
-            got.map_err(|err| self.read_error(e, err))
+            match self.remote.store.get_range(&path, from..to).await {
+                Ok(bytes) => Ok(bytes),
+                Err(err) => Err(self.range_error(e, &path, err).await),
+            }
         })?;
         if bytes.len() as u64 != to - from {
             return Err(Error::corruption(
@@ -226,6 +232,32 @@ impl Tier {
             other => self
                 .remote
                 .failed("reading", self.object_url(e.start), other),
+        }
+    }
+
+    /// A failed range read of segment `e`'s object. A store refuses a range past an object's end
+    /// (S3: 416), which means an object shorter than the manifest says: damage, as a missing one
+    /// is, once its length (one HEAD) confirms it.
+    async fn range_error(
+        &self,
+        e: &Entry,
+        path: &object_store::path::Path,
+        err: object_store::Error,
+    ) -> Error {
+        if matches!(err, object_store::Error::NotFound { .. }) {
+            return self.missing(e);
+        }
+        match self.remote.store.head(path).await {
+            Ok(meta) if meta.size != e.size => Error::corruption(
+                Some(PathBuf::from(self.object_url(e.start))),
+                Some(e.start),
+                format!(
+                    "the object has {} bytes, the manifest says {}",
+                    meta.size, e.size
+                ),
+            ),
+            Err(object_store::Error::NotFound { .. }) => self.missing(e),
+            _ => self.read_error(e, err),
         }
     }
 
