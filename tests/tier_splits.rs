@@ -41,17 +41,22 @@ fn remote_only_segment(local: &Path, remote: &Path) -> (String, Vec<u64>) {
         offsets.extend(log.append_batch(&batch).unwrap());
         i += 256;
     }
+    close_when_shipped(log, 1);
+    offsets.retain(|&o| o < SEG);
+    (url, offsets)
+}
+
+/// Waits until `log` shipped `segments` sealed segments and deleted their local copies; closes it.
+fn close_when_shipped(log: CommitLog, segments: u64) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while log.tier_status().unwrap().unwrap().local_deleted < 1 {
+    while log.tier_status().unwrap().unwrap().local_deleted < segments {
         assert!(
             Instant::now() < deadline,
-            "the sealed segment was not shipped"
+            "the sealed segments were not shipped"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
     log.close().unwrap();
-    offsets.retain(|&o| o < SEG);
-    (url, offsets)
 }
 
 fn open_url(url: &str) -> CommitLog {
@@ -310,15 +315,7 @@ fn a_cold_point_read_of_a_segments_last_long_record_sees_the_filler_after_it() {
     let offsets: Vec<u64> = (0..25)
         .map(|i| log.append(&vec![b'a' + i as u8; 100 << 10]).unwrap())
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while log.tier_status().unwrap().unwrap().local_deleted < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "the sealed segments were not shipped"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    log.close().unwrap();
+    close_when_shipped(log, 2);
     let last = *offsets.iter().rfind(|&&o| o < SMALL).unwrap();
     let log = open_url(&url);
     let rec = log.read(last).unwrap();
