@@ -439,12 +439,12 @@ pub(crate) fn record_start_at_or_after(state: &State, offset: u64) -> Result<u64
         return Ok(max);
     }
     // The walk starts at the last record start known without reading (a remote segment's split):
-    // of a remote segment only the records from there are fetched.
+    // of a remote segment only the records from there are fetched, and none at a split.
     let walk_from = |seg: &Segment| seg.split_at_or_before(offset).max(min);
     if state
         .segments()
         .find(offset)
-        .is_some_and(|seg| walk_from(seg) == offset)
+        .is_some_and(|seg| seg.is_remote() && walk_from(seg) == offset)
     {
         return Ok(offset);
     }

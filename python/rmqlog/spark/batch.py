@@ -169,19 +169,20 @@ def _read_span(
     (only those columns: without ``body``, no body is read)."""
     pos = _start_at(log, opts, lo, hi)
     while pos is not None and pos < hi:
-        scan = log.scan_batches(
-            pos,
-            hi,
-            columns=proj.own or ("offset",),  # a query of the store column alone counts rows
-            body="binary",  # Spark's Arrow ingestion takes plain binary, not binary_view
-            max_records=opts.batch_records,
-            max_bytes=opts.batch_bytes,
-        )
+        scan = None
         try:
+            scan = log.scan_batches(
+                pos,
+                hi,
+                columns=proj.own or ("offset",),  # a query of the store column alone counts rows
+                body="binary",  # Spark's Arrow ingestion takes plain binary, not binary_view
+                max_records=opts.batch_records,
+                max_bytes=opts.batch_bytes,
+            )
             for batch in scan:
                 yield _spark_batch(proj, batch, store)
         except OffsetOutOfRangeError:
-            pos = scan.position
+            pos = pos if scan is None else scan.position
             if log.min_offset <= pos:
                 raise
             pos = _start_at(log, opts, pos, hi)  # deleted by retention since it was planned
