@@ -15,26 +15,6 @@ use crate::error::{Error, Result};
 use crate::storage::mapping::Mapping;
 use crate::tier::manifest::{object_name, Entry};
 
-/// `statfs` magic numbers of the local filesystems objects are mapped on (linux/magic.h).
-const LOCAL_FILESYSTEMS: &[(i64, &str)] = &[
-    (0xEF53, "ext2/3/4"),
-    (0x5846_5342, "xfs"),
-    (0x9123_683E, "btrfs"),
-    (0x0102_1994, "tmpfs"),
-    (0xF2F5_2010, "f2fs"),
-    (0x2FC1_2FC1, "zfs"),
-    (0x794C_7630, "overlayfs"),
-];
-
-/// Whether the objects of a `file://` tier in `dir` are mapped where they lie.
-pub(crate) fn maps_in_place(dir: &Path) -> bool {
-    rustix::fs::statfs(dir).is_ok_and(|s| {
-        LOCAL_FILESYSTEMS
-            .iter()
-            .any(|&(magic, _)| magic == s.f_type)
-    })
-}
-
 impl Tier {
     /// Segment `e`'s object mapped where it lies, once its length and CRC32C are the manifest's.
     pub(super) fn map_in_place(&self, dir: &Path, e: &Entry) -> Result<Arc<Mapping>> {

@@ -2,7 +2,7 @@
 //! `endpoint` option) or `file:///directory`.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -142,7 +142,7 @@ pub(crate) fn connect(
                 (Arc::new(fs), prefix, false)
             }
         };
-    let in_place = local.as_deref().is_some_and(super::in_place::maps_in_place);
+    let in_place = local.as_deref().is_some_and(maps_in_place);
     Ok(Remote {
         store,
         prefix,
@@ -151,6 +151,27 @@ pub(crate) fn connect(
         implicit_credentials,
         dir: local,
         in_place,
+    })
+}
+
+/// `statfs` magic numbers of the local filesystems objects are mapped on (linux/magic.h).
+const LOCAL_FILESYSTEMS: &[(i64, &str)] = &[
+    (0xEF53, "ext2/3/4"),
+    (0x5846_5342, "xfs"),
+    (0x9123_683E, "btrfs"),
+    (0x0102_1994, "tmpfs"),
+    (0xF2F5_2010, "f2fs"),
+    (0x2FC1_2FC1, "zfs"),
+    (0x794C_7630, "overlayfs"),
+];
+
+/// Whether the objects of a `file://` tier in `dir` are mapped where they lie (`in_place.rs`):
+/// whether `dir` is on a local filesystem.
+fn maps_in_place(dir: &Path) -> bool {
+    rustix::fs::statfs(dir).is_ok_and(|s| {
+        LOCAL_FILESYSTEMS
+            .iter()
+            .any(|&(magic, _)| magic == s.f_type)
     })
 }
 
