@@ -59,6 +59,26 @@ impl Entry {
         i.checked_sub(1).map_or(0, |i| self.splits[i])
     }
 
+    /// What makes the entry unusable without reading its object, if anything.
+    fn defect(&self) -> Option<String> {
+        if self.written > self.size {
+            return Some(format!(
+                "its records end at {}, past its {} bytes",
+                self.written, self.size
+            ));
+        }
+        let increasing = self.splits.first() != Some(&0)
+            && self.splits.last().is_none_or(|&s| s < self.written)
+            && self.splits.windows(2).all(|w| w[0] < w[1]);
+        (!increasing).then(|| {
+            format!(
+                "its {} splits are not increasing offsets inside its records (0 < split < {})",
+                self.splits.len(),
+                self.written
+            )
+        })
+    }
+
     /// Whether a record is known to start at `at` (relative), or the records end there.
     pub fn is_boundary(&self, at: u64) -> bool {
         at == 0 || at >= self.written || self.splits.binary_search(&at).is_ok()
@@ -142,23 +162,13 @@ impl Manifest {
                 ),
             ));
         }
-        // A reader trusts the splits as record starts; what it can check without reading the
-        // objects, it checks here.
-        if let Some(e) = m.segments.iter().find(|e| {
-            e.splits.first() == Some(&0)
-                || e.splits.last().is_some_and(|&s| s >= e.written)
-                || e.splits.windows(2).any(|w| w[0] >= w[1])
-        }) {
+        // What a reader can check without reading the objects, it checks here: it maps `size`
+        // bytes and reads up to `written`, and trusts the splits as record starts.
+        if let Some((e, defect)) = m.segments.iter().find_map(|e| Some((e, e.defect()?))) {
             return Err(Error::corruption(
                 None,
                 Some(e.start),
-                format!(
-                    "manifest {what}: the {} splits of segment {} are not increasing offsets \
-                     inside its records (0 < split < {})",
-                    e.splits.len(),
-                    e.start,
-                    e.written
-                ),
+                format!("manifest {what}: segment {}: {defect}", e.start),
             ));
         }
         Ok(m)
@@ -274,6 +284,14 @@ mod tests {
                 "{bad:?}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn records_past_the_object_are_refused() {
+        let mut m: Manifest = serde_json::from_slice(&with_splits(vec![])).unwrap();
+        m.segments[0].written = 1001;
+        let err = Manifest::decode(&m.encode(), "m").unwrap_err();
+        assert!(err.to_string().contains("past its 1000 bytes"), "{err}");
     }
 
     #[test]
