@@ -571,20 +571,8 @@ impl Options {
                 )));
             }
         }
-        if let Some(h) = self.retention_hours {
-            if !(h >= 0.0 && h.is_finite()) {
-                return Err(Error::invalid(format!(
-                    "retention_hours must be a non-negative number or None, got {h}"
-                )));
-            }
-        }
-        if let Some(h) = self.consumer_idle_hours {
-            if !(h >= 0.0 && h.is_finite()) {
-                return Err(Error::invalid(format!(
-                    "consumer_idle_hours must be a non-negative number or None, got {h}"
-                )));
-            }
-        }
+        check_hours("retention_hours", self.retention_hours)?;
+        check_hours("consumer_idle_hours", self.consumer_idle_hours)?;
         if let Some(hours) = &self.delete_hours {
             if let Some(bad) = hours.iter().find(|&&h| h > 23) {
                 return Err(Error::invalid(format!(
@@ -615,6 +603,23 @@ impl Options {
         Ok(())
     }
 }
+
+/// Hours an option gives: none, or a non-negative number a [`Duration`] holds (the cleaner
+/// compares ages with it).
+fn check_hours(what: &str, hours: Option<f64>) -> Result<()> {
+    match hours {
+        Some(h) if !(h >= 0.0 && Duration::try_from_secs_f64(h * 3600.0).is_ok()) => {
+            Err(Error::invalid(format!(
+                "{what} must be a non-negative number of hours (at most {:.0}) or None, got {h}",
+                MAX_HOURS
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The most hours [`check_hours`] takes (a duration of seconds that fits 64 bits).
+const MAX_HOURS: f64 = u64::MAX as f64 / 3600.0;
 
 #[cfg(test)]
 mod tests {

@@ -21,10 +21,12 @@ use crate::consumers::slot::{check_name, Slot};
 use crate::error::{Error, Result};
 use crate::failpoint::fail_point;
 use crate::open::lock::{ByteLocks, NamesLock};
+use crate::read::follow;
 use crate::read::reader::{self, RecordRef, Scan};
 use crate::read::wait::{self, Waited};
 use crate::shared;
 use crate::state::State;
+use crate::write::flusher::make_durable;
 
 /// Where a consumer starts: for a name the store does not know yet, and for [`Consumer::seek`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -126,12 +128,22 @@ impl Consumer {
         check_name(name)?;
         state.check_open()?;
         shared::catch_up(state)?;
+        if state.read_only {
+            follow::refresh(state)?; // the end a committed position is checked against
+        }
         let dirs = positions_dirs(state)?;
         let _names = NamesLock::take(dirs[0])?;
         let positions = Positions::open(&dirs, true)?;
         let pairs = positions.read()?;
+        let end = state.max_offset();
         let (pair, slot, created) = match find(&pairs, name) {
-            Some(i) => (i, pairs[i].clone().expect("found"), false),
+            Some(i) => {
+                let mut slot = pairs[i].clone().expect("found");
+                if slot.position > end {
+                    slot = behind_the_end(&positions, i, slot, end)?;
+                }
+                (i, slot, false)
+            }
             None => {
                 // The first pair free in every directory; a dropped name's count goes on there.
                 let i = pairs
@@ -190,6 +202,9 @@ impl Consumer {
         c.with_table(|c, t| {
             if created || c.member.is_none() {
                 // A new name, or one held alone: no claims carry over.
+                t.reset(c.slot.position);
+            } else if t.next > end {
+                // Claims past the end: of records a power loss took (see `behind_the_end`).
                 t.reset(c.slot.position);
             } else if let Some(m) = &c.member {
                 // Claims left by a dead open that had this member number go to the next poll.
@@ -570,8 +585,12 @@ impl Consumer {
         Ok(())
     }
 
-    /// Writes the name's committed position, durably.
+    /// Writes the name's committed position, durably, once the records below it are: a power
+    /// loss keeps the log up to its last sync, and a position past the log's end would skip the
+    /// records appended after it.
     fn write_slot(&mut self, position: u64) -> Result<()> {
+        make_durable(&self.state, position)?;
+        fail_point!("consumer::records_durable");
         let next = Slot {
             seq: self.slot.seq + 1,
             position,
@@ -649,6 +668,26 @@ impl Consumer {
             }
         }
     }
+}
+
+/// A committed position found past the log's end: the records it covered are gone (a power loss
+/// took what the log had not synced, from a store written before commits made them durable; or
+/// the store was restored from an older copy). The records appended since start at the end, so
+/// the name resumes there: a position left past it would skip them, or name no record start.
+fn behind_the_end(positions: &Positions, pair: usize, slot: Slot, end: u64) -> Result<Slot> {
+    log::warn!(
+        "consumer {:?}: its committed position {} lies past the log's end {end} (the records \
+         between were lost after it committed them); it resumes at {end}",
+        slot.name,
+        slot.position
+    );
+    let slot = Slot {
+        seq: slot.seq + 1,
+        position: end,
+        ..slot
+    };
+    positions.write(pair, &slot, true)?;
+    Ok(slot)
 }
 
 /// Where `start` is in the log now.

@@ -28,6 +28,9 @@ impl Positions {
     /// Opens the file in each of `dirs`; `create` creates it (durably) where it is missing,
     /// otherwise a directory without one is left out.
     pub fn open(dirs: &[&Path], create: bool) -> Result<Positions> {
+        if create {
+            check_not_all_damaged(dirs)?;
+        }
         let mut files = Vec::with_capacity(dirs.len());
         let mut created = Vec::with_capacity(dirs.len());
         for dir in dirs {
@@ -193,6 +196,35 @@ impl Positions {
             _ => Ok(()),
         }
     }
+}
+
+/// Refuses a store whose copies of the file are all damaged (none missing ones aside): no
+/// directory has the positions to make the others from, and making them anew would move every
+/// name back to its start (skipping, or repeating, what it had not committed).
+fn check_not_all_damaged(dirs: &[&Path]) -> Result<()> {
+    let mut damaged = Vec::new();
+    for dir in dirs {
+        let path = dir.join(FILE);
+        match File::open(&path) {
+            Ok(f) if read_all(&path, &f).is_err() => damaged.push(path),
+            Ok(_) => return Ok(()), // an intact copy
+            Err(_) => {}
+        }
+    }
+    let Some(first) = damaged.first() else {
+        return Ok(());
+    };
+    let names: Vec<String> = damaged.iter().map(|p| p.display().to_string()).collect();
+    Err(Error::Corruption {
+        path: Some(first.clone()),
+        offset: None,
+        reason: format!(
+            "the consumers' committed positions are damaged in every copy ({}): none is left to \
+             make them again from. Restore a copy, or move the damaged ones aside (e.g. to \
+             {FILE}.damaged) to start every consumer name anew",
+            names.join(", ")
+        ),
+    })
 }
 
 fn read_all(path: &Path, file: &File) -> Result<Vec<u8>> {

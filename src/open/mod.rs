@@ -27,7 +27,7 @@ use crate::open::missing::{check_accept_lost, check_left_out, lost_records, miss
 use crate::open::paths::{absolute_overrides, check_paths, create_dir_durably};
 use crate::open::recovery::recover;
 use crate::options::Options;
-use crate::shared::control::{Control, CONTROL_FILE};
+use crate::shared::control::{pid_namespace, Control, CONTROL_FILE};
 use crate::shared::Shared;
 use crate::state::dirs::{Dir, DirState};
 use crate::state::{Parts, State};
@@ -332,7 +332,7 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     let sync = opts.flush.policy().each_append;
     let shared = join
         .as_ref()
-        .map(|(_, first)| Shared::new(first, control.generation()));
+        .map(|(_, first)| Shared::new(first, control.generation(), control.seen().epoch));
     let active = match list.last().filter(|l| l.is_local()) {
         Some(last) => Some((Arc::clone(last), last.map()?)),
         None => None,
@@ -460,6 +460,16 @@ fn join_shared(
              machine",
         ));
     }
+    // The append lock names its holder by thread id, unique within one PID namespace only: a
+    // writer of another could take a live holder's lock as a dead one's.
+    if control.pid_ns() != pid_namespace() {
+        return Err(Error::config(
+            "the shared writers open on this store run in another PID namespace (a container, \
+             or unshare --pid); shared writers of a store run in one PID namespace",
+        ));
+    }
+    // Every append writes the page (the lock, the end).
+    control.check_writable()?;
     for (dir, found) in dirs.iter_mut().zip(&store.dirs) {
         dir.id.clone_from(&found.id);
     }
@@ -470,7 +480,11 @@ fn join_shared(
     let sync = opts.flush.policy().each_append;
     let writer = Writer::new(sync, true, None, 0, end, tail, Arc::clone(&control));
     // A generation no view has: the first sync lists the store.
-    let shared = Shared::new(first, control.generation().wrapping_sub(1));
+    let shared = Shared::new(
+        first,
+        control.generation().wrapping_sub(1),
+        control.seen().epoch,
+    );
     let flushed = control.flushed().min(end);
     let last_ts = control.last_ts();
     // The head as recorded (a deletion records it before any file goes): the first sync's

@@ -387,12 +387,13 @@ fn tier(k: &Kwargs<'_, '_>) -> PyResult<Option<TierOptions>> {
 /// A non-negative number of `unit`-second units, as a duration.
 fn seconds(v: &Bound<'_, PyAny>, what: &str, unit: f64) -> PyResult<Duration> {
     let n = number(v, what)?;
-    if !(n >= 0.0 && n.is_finite()) {
-        return Err(PyValueError::new_err(format!(
-            "{what} must be a non-negative number or None, got {n}"
-        )));
+    match Duration::try_from_secs_f64(n * unit) {
+        Ok(d) if n >= 0.0 => Ok(d),
+        _ => Err(PyValueError::new_err(format!(
+            "{what} must be a non-negative number (at most {:.0}) or None, got {n}",
+            u64::MAX as f64 / unit
+        ))),
     }
-    Ok(Duration::from_secs_f64(n * unit))
 }
 
 /// `tier_options`: the object store's settings, a dict of str to str (None: none).

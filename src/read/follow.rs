@@ -9,6 +9,7 @@ use crate::open::recovery::{find_end, next_boundary};
 use crate::open::remote_view;
 use crate::state::{Change, State};
 use crate::storage::segments::SegmentList;
+use crate::storage::tail_hint;
 use crate::sync::locked;
 use crate::tier::Tier;
 
@@ -20,7 +21,16 @@ const ATTEMPTS: usize = 8;
 /// While the writer keeps changing the store under every listing, the current view stays (a later
 /// call picks up the rest). The log never ends below where it ended. Returns `max_offset`.
 pub(crate) fn refresh(state: &State) -> Result<u64> {
-    refresh_to(state, None)
+    refresh_to(state, published_end(state))
+}
+
+/// The end the store's writers published, when their control page is live in this page cache
+/// (a page from another boot says nothing of the records on disk): a follower takes no record
+/// past it, so that a batch being copied shows whole or not at all.
+fn published_end(state: &State) -> Option<u64> {
+    let paths: Vec<_> = state.dirs.iter().map(|d| d.path.clone()).collect();
+    let cache = tail_hint::page_cache_id(&paths)?;
+    state.control_full().end_in(&cache)
 }
 
 /// [`refresh`], taking no record at or past `limit` (the writer's published end: a batch being

@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::failpoint::fail_point;
 use crate::read::follow;
 use crate::shared::control::{Control, CONTROL_FILE};
+use crate::shared::futex::Woken;
 use crate::state::State;
 use crate::sync::locked;
 
@@ -79,11 +80,37 @@ pub(crate) fn wait(
         };
         if state.read_only && (registered.is_none() || !ctl.is_shared()) {
             slice = Some(slice.map_or(POLL, |s| s.min(POLL)));
+        } else if state.read_only {
+            // The page's file may be removed and a new one made by the next writer, which wakes
+            // only the waiters of the new one: a follower looks at its file this often.
+            slice = Some(slice.map_or(LOOK_AT_FILE, |s| s.min(LOOK_AT_FILE)));
         }
-        if ctl.sleep(seq, slice) == crate::shared::futex::Woken::Interrupted && interruptible {
-            return Ok(Waited::Interrupted);
+        match ctl.sleep(seq, slice) {
+            Woken::Interrupted if interruptible => return Ok(Waited::Interrupted),
+            Woken::TimedOut if state.read_only && ctl.file_replaced() => {
+                drop(registered);
+                follow_new_page(state)?;
+            }
+            _ => {}
         }
     }
+}
+
+/// How often a follower sleeping on a control page checks that its file is still the store's.
+const LOOK_AT_FILE: Duration = Duration::from_secs(1);
+
+/// A follower whose control page's file was removed or cut short: it maps the store's current
+/// page (a private one until a writer makes one) and lists the store again.
+fn follow_new_page(state: &State) -> Result<()> {
+    let dirs: Vec<&std::path::Path> = state.dirs.iter().map(|d| d.path.as_path()).collect();
+    let found = Control::of_store(&dirs)
+        .map_err(|e| Error::io("mapping the control page", CONTROL_FILE, e))?;
+    log::info!("the control page was removed or replaced: following the store's current one");
+    let seen = found.seen();
+    state.set_control(Arc::new(found));
+    follow::refresh(state)?;
+    *locked(&state.seen) = seen;
+    Ok(())
 }
 
 /// A follower's look through the control page: a new page, epoch or generation lists the store

@@ -86,11 +86,11 @@ impl AppendLock {
         check(unsafe { libc::pthread_mutex_consistent(self.mutex) })
     }
 
-    /// Lets go (the calling thread holds the lock).
-    pub fn unlock(&self) {
+    /// Lets go (the calling thread holds the lock). An error means this thread did not hold it:
+    /// the caller says so loudly.
+    pub fn unlock(&self) -> io::Result<()> {
         // SAFETY: the caller holds the lock (a guard's drop).
-        let rc = unsafe { libc::pthread_mutex_unlock(self.mutex) };
-        debug_assert_eq!(rc, 0, "unlocking the append lock");
+        check(unsafe { libc::pthread_mutex_unlock(self.mutex) })
     }
 }
 
@@ -98,6 +98,12 @@ fn taken(rc: i32) -> io::Result<Taken> {
     match rc {
         0 => Ok(Taken::Clean),
         libc::EOWNERDEAD => Ok(Taken::OwnerDied),
+        libc::ENOTRECOVERABLE => Err(io::Error::new(
+            io::ErrorKind::Other,
+            "the append lock is not recoverable (a holder died and the next taker let go \
+             without marking it consistent: a writer of an older rmqlog failed a repair); close \
+             every writer of the store, and the next open makes the lock anew",
+        )),
         rc => Err(io::Error::from_raw_os_error(rc)),
     }
 }
@@ -125,7 +131,7 @@ mod tests {
         lock.init().unwrap();
         assert_eq!(lock.lock().unwrap(), Taken::Clean);
         assert_eq!(lock.try_lock().unwrap(), None, "not recursive: busy");
-        lock.unlock();
+        lock.unlock().unwrap();
         // SAFETY: the child only takes the lock and exits without unwinding (no allocation).
         let pid = unsafe { libc::fork() };
         if pid == 0 {
@@ -139,8 +145,8 @@ mod tests {
         unsafe { libc::waitpid(pid, &mut status, 0) };
         assert_eq!(lock.lock().unwrap(), Taken::OwnerDied);
         lock.consistent().unwrap();
-        lock.unlock();
+        lock.unlock().unwrap();
         assert_eq!(lock.lock().unwrap(), Taken::Clean);
-        lock.unlock();
+        lock.unlock().unwrap();
     }
 }

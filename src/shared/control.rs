@@ -22,7 +22,7 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use memmap2::{MmapOptions, MmapRaw};
@@ -35,7 +35,8 @@ pub const CONTROL_FILE: &str = "rmqlog.ctl";
 /// Length of the file: one page.
 const LEN: usize = 4096;
 const MAGIC: u64 = u64::from_le_bytes(*b"RMQLCTL1");
-const VERSION: u32 = 2;
+/// 3: the repair-pending word and the PID namespace of the writers.
+const VERSION: u32 = 3;
 /// `flags`: a newer control file of the store lives in another directory.
 const RETIRED: u32 = 1;
 
@@ -66,11 +67,19 @@ struct Words {
     /// Shared writers: the log offset below which the active segment's page cache is warm (see
     /// `active_file.rs`), so that each warms what no other did.
     warmed: AtomicU64,
+    /// Non-zero while the tail past `end` awaits a repair: set by the taker that found the lock's
+    /// holder dead, before it marks the lock consistent; cleared when the repair is done. A
+    /// repair that fails (an I/O error) leaves it set, and the next taker repairs.
+    repair_pending: AtomicU32,
+    _pad: AtomicU32,
+    /// The PID namespace of the writers (`/proc/self/ns/pid`'s inode): the lock names its holder
+    /// by thread id, which means one thread only within one namespace.
+    pid_ns: AtomicU64,
 }
 
 /// Where the writer records which page cache the end lives in (`tail_hint::page_cache_id`), so
 /// that the next writer's recovery trusts the end only within the same one (see
-/// [`Control::published_end`]). Only writers, holding the store lock, read or write it.
+/// [`Control::published_end`]), as atomic bytes.
 const CACHE_AT: usize = 2048;
 const CACHE_MAX: usize = LEN - CACHE_AT;
 /// Tries of the append lock before a waiter sleeps (with growing pauses: about 2 us in all).
@@ -181,6 +190,8 @@ impl Control {
         };
         c.hot().end.store(end, Ordering::Release);
         c.hot().reserved.store(end, Ordering::Release);
+        w.repair_pending.store(0, Ordering::Release);
+        w.pid_ns.store(pid_namespace(), Ordering::Release);
         w.warmed.store(end, Ordering::Release);
         w.flushed.store(flushed, Ordering::Release);
         w.last_ts.store(last_ts, Ordering::Release);
@@ -224,17 +235,30 @@ impl Control {
     /// maps is still there) and is the very file that writer mapped. Records found past it were
     /// never acknowledged: its writer died before publishing them.
     pub fn published_end(dirs: &[&Path], cache: &str) -> Option<u64> {
-        let c = Control::find(dirs)?;
-        let (file, _) = c.file.as_ref()?;
+        Control::find(dirs)?.end_in(cache)
+    }
+
+    /// This page's published end, if it is live and names the page cache `cache` (see
+    /// [`Control::published_end`]).
+    pub fn end_in(&self, cache: &str) -> Option<u64> {
+        let (file, _) = self.file.as_ref()?;
         let ino = std::os::unix::fs::MetadataExt::ino(&file.metadata().ok()?);
-        let w = c.words();
+        let w = self.words();
         let len = w.cache_len.load(Ordering::Acquire) as usize;
-        if w.ino.load(Ordering::Acquire) != ino || len != cache.len() || len > CACHE_MAX {
+        if !self.is_live() || w.ino.load(Ordering::Acquire) != ino || len != cache.len() {
             return None;
         }
-        // SAFETY: CACHE_AT + len <= LEN: inside the map, which lives as long as `c`.
-        let recorded = unsafe { std::slice::from_raw_parts(c.map.as_ptr().add(CACHE_AT), len) };
-        (recorded == cache.as_bytes()).then(|| c.end())
+        let same = cache.bytes().enumerate().all(|(i, b)| self.cache_byte(i).load(Ordering::Relaxed) == b);
+        same.then(|| self.end())
+    }
+
+    /// Byte `i` of the page-cache id (`i < CACHE_MAX`). Read and written as atomics: a
+    /// follower may read while a writer's open writes.
+    fn cache_byte(&self, i: usize) -> &AtomicU8 {
+        assert!(i < CACHE_MAX);
+        // SAFETY: CACHE_AT + i < LEN: inside the map, which lives as long as `self`; every
+        // process accesses these bytes only as atomics.
+        unsafe { AtomicU8::from_ptr(self.map.as_mut_ptr().add(CACHE_AT + i)) }
     }
 
     /// Records the page cache the file lives in (see [`Control::published_end`]).
@@ -248,14 +272,8 @@ impl Control {
             .metadata()
             .map_or(0, |m| std::os::unix::fs::MetadataExt::ino(&m));
         w.cache_len.store(0, Ordering::Release);
-        // SAFETY: CACHE_AT + len <= LEN, inside the writable map; only a writer holding the
-        // store lock writes or reads this range (no concurrent access).
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                cache.as_ptr(),
-                self.map.as_mut_ptr().add(CACHE_AT),
-                cache.len(),
-            );
+        for (i, b) in cache.bytes().enumerate() {
+            self.cache_byte(i).store(b, Ordering::Relaxed);
         }
         w.ino.store(ino, Ordering::Release);
         w.cache_len.store(cache.len() as u32, Ordering::Release);
@@ -285,6 +303,27 @@ impl Control {
     /// The file, or `None` for a private page.
     pub fn path(&self) -> Option<&Path> {
         self.file.as_ref().map(|(_, p)| p.as_path())
+    }
+
+    /// `Ok` if this process maps the page for writing; else the error opening it so gave
+    /// (a shared writer takes the lock in it: a read-only map would fault).
+    pub fn check_writable(&self) -> crate::error::Result<()> {
+        match (&self.file, self.writable) {
+            (Some((_, path)), false) => {
+                let e = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(path)
+                    .err()
+                    .unwrap_or_else(|| std::io::ErrorKind::PermissionDenied.into());
+                Err(crate::error::Error::io(
+                    "opening the control page for writing (shared writers take their lock in it)",
+                    path,
+                    e,
+                ))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Whether other processes see this page (a store's control file).
@@ -366,6 +405,73 @@ impl Control {
         hot.reserved.store(end, Ordering::Release);
         hot.end.store(end, Ordering::Release);
         self.notify();
+    }
+
+    /// `Ok` if the page is still the one the shared writers share, as this open knows it: its
+    /// identity (magic, version, not retired), the `epoch` it joined under, and an end and a
+    /// generation no lower than it has seen. Anything else is a page damaged or re-made under
+    /// the writers: appending by it could write over acknowledged records.
+    pub fn check_intact(&self, epoch: u64, end: u64, generation: u64) -> crate::error::Result<()> {
+        let w = self.words();
+        let reason = if w.magic.load(Ordering::Acquire) != MAGIC {
+            "its magic is gone (zeroed or overwritten)".to_string()
+        } else if w.version.load(Ordering::Acquire) != VERSION {
+            format!("its version is {}", w.version.load(Ordering::Acquire))
+        } else if w.flags.load(Ordering::Acquire) & RETIRED != 0 {
+            "it was retired by another writer's open".to_string()
+        } else if w.epoch.load(Ordering::Acquire) != epoch {
+            format!(
+                "its epoch is {}, not {epoch}: another open re-made it",
+                w.epoch.load(Ordering::Acquire)
+            )
+        } else if self.end() < end {
+            format!("its end {} is below {end}, published before", self.end())
+        } else if self.generation() < generation {
+            format!(
+                "its generation {} is below {generation}, seen before",
+                self.generation()
+            )
+        } else {
+            return Ok(());
+        };
+        Err(crate::error::Error::Corruption {
+            path: self.path().map(Path::to_path_buf),
+            offset: None,
+            reason: format!(
+                "the shared writers' control page {CONTROL_FILE} is damaged: {reason}; nothing \
+                 is appended by it (close every writer of the store; the next open makes it anew)"
+            ),
+        })
+    }
+
+    /// Whether the file this page maps is no longer the store's: unlinked, or shorter than a
+    /// page (another process truncated it).
+    pub fn file_replaced(&self) -> bool {
+        let Some((file, _)) = &self.file else {
+            return false;
+        };
+        match file.metadata() {
+            Ok(m) => {
+                std::os::unix::fs::MetadataExt::nlink(&m) == 0 || m.len() < LEN as u64
+            }
+            Err(_) => true,
+        }
+    }
+
+    /// Whether the tail awaits a repair (see [`Words::repair_pending`]).
+    pub fn repair_pending(&self) -> bool {
+        self.words().repair_pending.load(Ordering::Acquire) != 0
+    }
+
+    /// Marks the tail as awaiting a repair, or repaired (the append lock held).
+    pub fn set_repair_pending(&self, pending: bool) {
+        let w = &self.words().repair_pending;
+        w.store(u32::from(pending), Ordering::Release);
+    }
+
+    /// The PID namespace the store's writers run in (0: not recorded).
+    pub fn pid_ns(&self) -> u64 {
+        self.words().pid_ns.load(Ordering::Acquire)
     }
 
     /// A repair cut the tail back to `end` (the append lock held).
@@ -492,8 +598,8 @@ impl PageGuard<'_> {
         self.taken == Taken::OwnerDied
     }
 
-    /// The repair is done: the lock is consistent again.
-    pub fn repaired(&mut self) -> std::io::Result<()> {
+    /// The lock is consistent again: a repair pending is recorded in the page, not in the lock.
+    pub fn make_consistent(&mut self) -> std::io::Result<()> {
         if self.taken == Taken::OwnerDied {
             self.lock.consistent()?;
             self.taken = Taken::Clean;
@@ -504,7 +610,11 @@ impl PageGuard<'_> {
 
 impl Drop for PageGuard<'_> {
     fn drop(&mut self) {
-        self.lock.unlock();
+        if let Err(e) = self.lock.unlock() {
+            // This thread did not hold it: mutual exclusion was lost (the page was damaged or
+            // re-made under it). The page checks refuse the next append.
+            log::error!("letting go of the append lock in {CONTROL_FILE}: {e}");
+        }
     }
 }
 
@@ -528,6 +638,11 @@ impl Drop for Registered<'_> {
     }
 }
 
+/// This process's PID namespace: the inode of `/proc/self/ns/pid` (0 if unknown).
+pub(crate) fn pid_namespace() -> u64 {
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| std::os::unix::fs::MetadataExt::ino(&m))
+}
+
 fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -548,8 +663,9 @@ fn open_file(path: &Path, create: bool, mode: u32) -> std::io::Result<Control> {
         if !create {
             return Err(std::io::Error::other("shorter than a page"));
         }
-        // Followers map only files of full length, so none maps it short.
-        file.set_len(LEN as u64)?;
+        // Followers map only files of full length, so none maps it short. Written, not sized:
+        // the blocks are allocated now (ENOSPC here, not SIGBUS at the first touch of the map).
+        std::os::unix::fs::FileExt::write_all_at(&file, &[0u8; LEN], 0)?;
     }
     let map = MmapOptions::new().len(LEN).map_raw(&file)?;
     if !create {

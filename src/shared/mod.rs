@@ -29,6 +29,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::error::{Error, IoContext, Result};
+use crate::failpoint::fail_point;
 use crate::open::layout;
 use crate::open::listing;
 use crate::open::lock::{MaintenanceGuard, Taken};
@@ -168,9 +169,19 @@ pub(crate) fn sync_locked(state: &State, ctl: &Control, guard: &mut PageGuard<'_
     let Some(shared) = &state.shared else {
         return Ok(());
     };
-    if guard.owner_died() || ctl.reserved() > ctl.end() {
+    ctl.check_intact(
+        shared.epoch,
+        state.max_offset(),
+        shared.seen.load(Ordering::Acquire),
+    )?;
+    if guard.owner_died() || ctl.repair_pending() || ctl.reserved() > ctl.end() {
+        // The repair is owed until it is done: marked in the page before the lock is consistent
+        // again, so that a repair failing here (the guard lets go as usual) or dying here
+        // (`EOWNERDEAD` again) leaves it to the next taker, never a lock nobody can take.
+        ctl.set_repair_pending(true);
+        guard.make_consistent().map_err(lock_error)?;
         repair(state, ctl)?;
-        guard.repaired().map_err(lock_error)?;
+        ctl.set_repair_pending(false);
     }
     let generation = ctl.generation();
     if generation != shared.seen.load(Ordering::Acquire) {
@@ -304,6 +315,7 @@ fn repair(state: &State, ctl: &Control) -> Result<()> {
     );
     let paths: Vec<_> = state.dirs.iter().map(|d| d.path.clone()).collect();
     let ids: Vec<_> = state.dirs.iter().map(|d| d.id.clone()).collect();
+    fail_point!("repair::list", |_| injected("listing the store", &paths[0]));
     let listed = listing::files(&paths, &ids, state.opts.segment_size)?;
     let unpublished: Vec<_> = listed.segments.iter().filter(|f| f.start >= end).collect();
     if let Some(first) = unpublished.first() {
@@ -314,6 +326,7 @@ fn repair(state: &State, ctl: &Control) -> Result<()> {
         );
     }
     for f in unpublished {
+        fail_point!("repair::remove", |_| injected("removing", &f.path));
         remove_durably(&f.path)?;
     }
     if let Some(f) = listed
@@ -321,6 +334,7 @@ fn repair(state: &State, ctl: &Control) -> Result<()> {
         .iter()
         .find(|f| f.start < end && end < f.start + f.len)
     {
+        fail_point!("repair::open", |_| injected("repairing", &f.path));
         let file = std::fs::OpenOptions::new()
             .write(true)
             .open(&f.path)
@@ -329,14 +343,22 @@ fn repair(state: &State, ctl: &Control) -> Result<()> {
         let upto = (reserved.min(f.start + f.len)) - f.start;
         while at < upto {
             let n = (upto - at).min(ZEROS.len() as u64) as usize;
+            fail_point!("repair::zero", |_| injected("repairing", &f.path));
             file.write_all_at(&ZEROS[..n], at)
                 .ctx("repairing", &f.path)?;
             at += n as u64;
         }
+        fail_point!("repair::sync", |_| injected("repairing", &f.path));
         file.sync_data().ctx("repairing", &f.path)?;
     }
     ctl.cut_to(end);
     // Every view lists again: the removed segments leave.
     ctl.bump_generation();
     Ok(())
+}
+
+/// An I/O error a test injects at a step of the repair (fail points `repair::*`).
+#[cfg(feature = "failpoints")]
+fn injected(op: &'static str, path: &std::path::Path) -> Result<()> {
+    Err(Error::io(op, path, std::io::Error::from_raw_os_error(libc::EIO)))
 }

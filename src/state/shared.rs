@@ -16,11 +16,15 @@ pub(crate) struct Shared {
     pub maintenance: MaintenanceLock,
     /// The control page's generation this open's segment list is as of.
     pub(crate) seen: AtomicU64,
+    /// The control page's epoch when this open joined (or made) it: it stays while any shared
+    /// writer is open, and a page showing another is not the one the writers share.
+    pub epoch: u64,
 }
 
 impl Shared {
-    pub fn new(first_dir: &Path, generation: u64) -> Shared {
+    pub fn new(first_dir: &Path, generation: u64, epoch: u64) -> Shared {
         Shared {
+            epoch,
             first_dir: first_dir.to_path_buf(),
             owner: OwnerLock::new(first_dir),
             maintenance: MaintenanceLock::new(first_dir),

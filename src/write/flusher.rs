@@ -34,6 +34,23 @@ pub(crate) fn flush_to(state: &State, end: u64) -> Result<()> {
     Ok(())
 }
 
+/// Returns once every byte below `end` is durable, in any open: a read-only one syncs the
+/// segments' files itself (what the writers made durable, their page says, counts first). A
+/// consumer's commit calls it before its position is written, so that no position outlives
+/// the records below it (a power loss keeps the log up to its last sync).
+pub(crate) fn make_durable(state: &State, end: u64) -> Result<()> {
+    if state.read_only {
+        let ctl = state.control_full();
+        if ctl.is_shared() && ctl.is_live() {
+            let flushed = ctl.flushed().min(state.max_offset());
+            if flushed > state.flushed_offset() {
+                state.set_flushed(flushed);
+            }
+        }
+    }
+    flush_to(state, end.min(state.max_offset()))
+}
+
 /// Syncs what is published, unless what is durable covers `need` already. A shared writer takes
 /// in the others' records and syncs first, so that one sync serves every writer it covers; the
 /// writers of several processes sync at once (the filesystem's journal groups those best:
