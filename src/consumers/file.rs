@@ -28,7 +28,8 @@ impl Positions {
     /// Opens the file in each of `dirs`; `create` creates it (durably) where it is missing,
     /// otherwise a directory without one is left out.
     pub fn open(dirs: &[&Path], create: bool) -> Result<Positions> {
-        if create {
+        if create && dirs.len() > 1 {
+            // (One directory's damaged copy is kept as it is: reading it fails, saying why.)
             check_not_all_damaged(dirs)?;
         }
         let mut files = Vec::with_capacity(dirs.len());

@@ -145,26 +145,37 @@ fn lock_error(e: std::io::Error) -> Error {
     Error::io("taking the append lock", CONTROL_FILE, e)
 }
 
-/// Brings a shared writer's view up to the control page (a read, a wait, a flush); nothing for
-/// an exclusive writer. Takes the append lock only when the segment list changed.
+/// Brings a shared writer's view up to the control page (a read, a wait, a flush, an append
+/// before it takes the lock); nothing for an exclusive writer. Takes no lock: a changed segment
+/// list is listed as a follower lists it, and taken when the generation stayed the same across
+/// the listing (a seqlock on the generation), so that readers never hold up the writers.
 pub(crate) fn catch_up(state: &State) -> Result<()> {
     let Some(shared) = &state.shared else {
         return Ok(());
     };
     let ctl = state.control_full();
-    let before = ctl.generation();
-    let end = ctl.end();
-    let unchanged = before == ctl.generation() && before == shared.seen.load(Ordering::Acquire);
-    if !(unchanged && take_end(state, end, ctl.last_ts())) {
-        let mut guard = ctl.lock_appends().map_err(lock_error)?;
-        sync_locked(state, &ctl, &mut guard)?;
+    for _ in 0..ATTEMPTS {
+        let before = ctl.generation();
+        let (end, ts) = (ctl.end(), ctl.last_ts());
+        let unchanged = before == ctl.generation() && before == shared.seen.load(Ordering::Acquire);
+        if (unchanged && take_end(state, end, ts)) || reload(state, &ctl, before)? {
+            take_flushed(state, &ctl);
+            return Ok(());
+        }
     }
+    // The store changed under every listing: once more with the lock (no roll runs then).
+    let mut guard = ctl.lock_appends().map_err(lock_error)?;
+    sync_locked(state, &ctl, &mut guard)?;
     take_flushed(state, &ctl);
     Ok(())
 }
 
-/// With the append lock held: repairs what a dead holder left, lists the store again if its
-/// segment list changed, and takes the published end.
+/// Listings a catch-up takes before it lists with the append lock held; listings a holder of the
+/// lock takes before it gives up (deletions and moves change the list without the lock).
+const ATTEMPTS: usize = 8;
+
+/// With the append lock held: checks the page, repairs what a dead holder left, lists the store
+/// again if its segment list changed, and takes the published end.
 pub(crate) fn sync_locked(state: &State, ctl: &Control, guard: &mut PageGuard<'_>) -> Result<()> {
     let Some(shared) = &state.shared else {
         return Ok(());
@@ -183,15 +194,27 @@ pub(crate) fn sync_locked(state: &State, ctl: &Control, guard: &mut PageGuard<'_
         repair(state, ctl)?;
         ctl.set_repair_pending(false);
     }
-    let generation = ctl.generation();
-    if generation != shared.seen.load(Ordering::Acquire) {
-        reload(state, ctl.end(), ctl.last_ts())?;
-        shared.seen.store(generation, Ordering::Release);
-    } else if !take_end(state, ctl.end(), ctl.last_ts()) {
-        // The end lies past this view's last segment although no change was announced: list.
-        reload(state, ctl.end(), ctl.last_ts())?;
+    for _ in 0..ATTEMPTS {
+        let generation = ctl.generation();
+        if generation == shared.seen.load(Ordering::Acquire)
+            && take_end(state, ctl.end(), ctl.last_ts())
+        {
+            return Ok(());
+        }
+        // The generation moved, or the end lies past this view's last segment although no
+        // change was announced: list.
+        if reload(state, ctl, generation)? {
+            return Ok(());
+        }
     }
-    Ok(())
+    Err(changing(state))
+}
+
+fn changing(state: &State) -> Error {
+    Error::Unsupported(format!(
+        "the store in {} kept changing while a shared writer listed it; try again",
+        state.dirs[0].path.display()
+    ))
 }
 
 /// Takes in, with no lock, the others' records in this view's last segment and what they made
@@ -232,9 +255,14 @@ fn take_end(state: &State, end: u64, ts: u64) -> bool {
     true
 }
 
-/// Lists the store and takes it, ending at `end`: segments wholly below it are sealed, the one
-/// holding it is the last and is mapped for writing.
-fn reload(state: &State, end: u64, ts: u64) -> Result<()> {
+/// Lists the store and takes it as of `generation`, ending at the published end: segments
+/// wholly below it are sealed, the one holding it is the last and is mapped for writing. False
+/// (nothing taken) when the generation moved during the listing, or this open took a later
+/// end meanwhile: the caller looks again.
+fn reload(state: &State, ctl: &Control, generation: u64) -> Result<bool> {
+    let Some(shared) = &state.shared else {
+        return Ok(true);
+    };
     let paths: Vec<_> = state.dirs.iter().map(|d| d.path.clone()).collect();
     let ids: Vec<_> = state.dirs.iter().map(|d| d.id.clone()).collect();
     let view = listing::consistent(
@@ -245,23 +273,60 @@ fn reload(state: &State, end: u64, ts: u64) -> Result<()> {
         0,
         state.tier.as_ref(),
     )?
-    .ok_or_else(|| {
-        Error::Unsupported(format!(
-            "the store in {} kept changing while a shared writer listed it; try again",
-            paths[0].display()
-        ))
-    })?;
+    .ok_or_else(|| changing(state))?;
+    fail_point!("shared::listed");
+    // A roll bumps the generation before it publishes an end in its new segment: with the
+    // generation unchanged since before the listing, the end lies in a listed segment.
+    let (end, ts) = (ctl.end(), ctl.last_ts());
+    if ctl.generation() != generation {
+        return Ok(false);
+    }
     let mut found = view.segments;
-    // Under the append lock no roll is under way: a segment at or past the end is none of the
-    // view's (a dead holder's, which the repair removes).
+    // A segment at or past the end is none of the view's: a roll's under way (its holder has
+    // the lock), or a dead holder's (which the repair removes).
     found.retain(|f| f.start < end);
-    let current = state.segments_full();
-    let list = layout::to_list(
-        found,
-        current.as_slice(),
-        state.opts.segment_size,
-        state.tier.as_ref(),
-    );
+    state.change(|plan| {
+        if plan.end > end {
+            return Ok((None, false)); // this open appended meanwhile: its view is newer
+        }
+        let list = layout::to_list(
+            found,
+            plan.list.as_slice(),
+            state.opts.segment_size,
+            state.tier.as_ref(),
+        );
+        let list = writable_tail(list, end, state.opts.segment_size);
+        if list.last().is_some_and(|l| l.end() < end) {
+            return Err(Error::Corruption {
+                path: None,
+                offset: Some(end),
+                reason: format!(
+                    "the shared writers' published end {end} lies past the last segment listed \
+                     (ending at {})",
+                    list.last().map_or(0, |l| l.end())
+                ),
+            });
+        }
+        // A deletion this open made while the store was listed (its cleaner, under the list
+        // lock now released) stays made: the head never comes back.
+        let list = list.without_head_before(state.min_offset());
+        shared.seen.store(generation, Ordering::Release);
+        let reload = Change::Reload {
+            list,
+            end,
+            last_timestamp_ms: ts,
+        };
+        Ok((Some(reload), true))
+    })
+}
+
+/// A listed view ending at `end`: the segments before the last sealed, the last mapped for
+/// writing and written up to `end`.
+fn writable_tail(
+    list: crate::storage::segments::SegmentList,
+    end: u64,
+    segment_size: u64,
+) -> crate::storage::segments::SegmentList {
     let n = list.as_slice().len();
     let mut segs: Vec<Arc<Segment>> = list.as_slice().to_vec();
     for (i, seg) in segs.iter_mut().enumerate() {
@@ -277,31 +342,7 @@ fn reload(state: &State, end: u64, ts: u64) -> Result<()> {
         }
         seg.advance_written(end.saturating_sub(seg.start()).min(seg.size()));
     }
-    let list = crate::storage::segments::SegmentList::new(segs, state.opts.segment_size);
-    if list.last().is_some_and(|l| l.end() < end) {
-        return Err(Error::Corruption {
-            path: None,
-            offset: Some(end),
-            reason: format!(
-                "the shared writers' published end {end} lies past the last segment listed \
-                 (ending at {})",
-                list.last().map_or(0, |l| l.end())
-            ),
-        });
-    }
-    state.change(|_| {
-        // A deletion this open made while the store was listed (its cleaner, under the list
-        // lock now released) stays made: the head never comes back.
-        let list = list.without_head_before(state.min_offset());
-        Ok((
-            Some(Change::Reload {
-                list,
-                end,
-                last_timestamp_ms: ts,
-            }),
-            (),
-        ))
-    })
+    crate::storage::segments::SegmentList::new(segs, segment_size)
 }
 
 /// Cuts the tail back to the published end after its writer died holding the lock: the segments

@@ -410,6 +410,14 @@ struct Batch<'a, B> {
 
 /// A shared writer's append lock, taken, with the cursor brought up to the control page.
 fn lock_page<'a>(state: &State, c: &mut Cursor, ctl: &'a Control) -> Result<PageGuard<'a>> {
+    if state
+        .shared
+        .as_ref()
+        .is_some_and(|s| s.seen.load(std::sync::atomic::Ordering::Acquire) != ctl.generation())
+    {
+        // The segment list changed: listed before the lock is taken, not while others wait.
+        crate::shared::catch_up(state)?;
+    }
     let mut page = ctl
         .lock_appends()
         .map_err(|e| Error::io("taking the append lock", "rmqlog.ctl", e))?;
