@@ -493,6 +493,7 @@ impl Consumer {
             t.reset(committed);
         }
         let (changed, out) = f(self, &mut t)?;
+        fail_point!("consumer::claimed");
         if changed {
             self.claims.write(self.pair, &mut t)?;
         }
@@ -590,7 +591,11 @@ impl Consumer {
     /// records appended after it.
     fn write_slot(&mut self, position: u64) -> Result<()> {
         make_durable(&self.state, position)?;
-        fail_point!("consumer::records_durable");
+        fail_point!("consumer::records_durable", |_| Err(Error::io(
+            "writing a consumer position",
+            crate::consumers::file::FILE,
+            std::io::Error::from_raw_os_error(libc::EIO)
+        )));
         let next = Slot {
             seq: self.slot.seq + 1,
             position,
@@ -674,7 +679,12 @@ impl Consumer {
 /// took what the log had not synced, from a store written before commits made them durable; or
 /// the store was restored from an older copy). The records appended since start at the end, so
 /// the name resumes there: a position left past it would skip them, or name no record start.
-fn behind_the_end(positions: &Positions, pair: usize, slot: Slot, end: u64) -> Result<Slot> {
+pub(crate) fn behind_the_end(
+    positions: &Positions,
+    pair: usize,
+    slot: Slot,
+    end: u64,
+) -> Result<Slot> {
     log::warn!(
         "consumer {:?}: its committed position {} lies past the log's end {end} (the records \
          between were lost after it committed them); it resumes at {end}",

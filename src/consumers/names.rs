@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::claims::{self, name_byte};
+use super::claims::{self, name_byte, table_byte, Claims};
 use super::file::Positions;
 use super::slot::{check_name, Slot};
 use crate::error::{Error, Result};
@@ -121,6 +121,62 @@ pub(crate) fn drop_name(state: &State, name: &str) -> Result<()> {
         ..s
     };
     positions.write(pair, &tombstone, true)
+}
+
+/// At a writer's open, after recovery and before any append: a committed position past the
+/// recovered end covers records that are gone (a power loss took what the log had not synced,
+/// in a store written before commits synced the log first; or a copy of the store restored over
+/// a newer one). The records appended from now on start at the end, so each such name resumes
+/// there, and its claims past the end go: left past the end, it would skip those records, or
+/// name no record start. Said in the log, once per name.
+pub(crate) fn resume_past_the_end(state: &State) -> Result<()> {
+    let Ok(dirs) = positions_dirs(state) else {
+        return Ok(()); // no directory to keep positions in: no consumer
+    };
+    if !dirs
+        .iter()
+        .any(|d| d.join(crate::consumers::file::FILE).exists())
+    {
+        return Ok(());
+    }
+    let _names = NamesLock::take(dirs[0])?;
+    let positions = Positions::open(&dirs, false)?;
+    let end = state.max_offset();
+    let pairs = match positions.read() {
+        Ok(pairs) => pairs,
+        Err(e) => {
+            // The log opens; each consumer's open says what is wrong.
+            log::warn!("consumer positions not checked against the log's end: {e}");
+            return Ok(());
+        }
+    };
+    let past: Vec<(usize, Slot)> = pairs
+        .into_iter()
+        .enumerate()
+        .filter_map(|(pair, s)| {
+            s.filter(|s| !s.dropped && s.position > end)
+                .map(|s| (pair, s))
+        })
+        .collect();
+    if past.is_empty() {
+        return Ok(());
+    }
+    let claims = Claims::open(dirs[0])?;
+    let locks = ByteLocks::open(claims.path())?;
+    for (pair, slot) in past {
+        crate::consumers::consumer::behind_the_end(&positions, pair, slot, end)?;
+        locks.lock(table_byte(pair))?;
+        let reset = claims.read(pair).and_then(|t| match t {
+            Some(mut t) if t.next > end => {
+                t.reset(end);
+                claims.write(pair, &mut t)
+            }
+            _ => Ok(()),
+        });
+        locks.unlock(table_byte(pair));
+        reset?;
+    }
+    Ok(())
 }
 
 pub(crate) fn find(pairs: &[Option<Slot>], name: &str) -> Option<usize> {

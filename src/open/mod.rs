@@ -368,6 +368,8 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     }
     state.refresh_checkpoint(on_disk.as_ref())?;
     writer.record_tail_hint(&state);
+    // Before any append: a consumer position past what recovery kept resumes at its end.
+    crate::consumers::names::resume_past_the_end(&state)?;
     if join.is_some() {
         // The first open does the background work; others join from now on.
         crate::shared::owns_background(&state)?;

@@ -98,8 +98,7 @@ fn taken(rc: i32) -> io::Result<Taken> {
     match rc {
         0 => Ok(Taken::Clean),
         libc::EOWNERDEAD => Ok(Taken::OwnerDied),
-        libc::ENOTRECOVERABLE => Err(io::Error::new(
-            io::ErrorKind::Other,
+        libc::ENOTRECOVERABLE => Err(io::Error::other(
             "the append lock is not recoverable (a holder died and the next taker let go \
              without marking it consistent: a writer of an older rmqlog failed a repair); close \
              every writer of the store, and the next open makes the lock anew",

@@ -248,7 +248,10 @@ impl Control {
         if !self.is_live() || w.ino.load(Ordering::Acquire) != ino || len != cache.len() {
             return None;
         }
-        let same = cache.bytes().enumerate().all(|(i, b)| self.cache_byte(i).load(Ordering::Relaxed) == b);
+        let same = cache
+            .bytes()
+            .enumerate()
+            .all(|(i, b)| self.cache_byte(i).load(Ordering::Relaxed) == b);
         same.then(|| self.end())
     }
 
@@ -451,9 +454,7 @@ impl Control {
             return false;
         };
         match file.metadata() {
-            Ok(m) => {
-                std::os::unix::fs::MetadataExt::nlink(&m) == 0 || m.len() < LEN as u64
-            }
+            Ok(m) => std::os::unix::fs::MetadataExt::nlink(&m) == 0 || m.len() < LEN as u64,
             Err(_) => true,
         }
     }

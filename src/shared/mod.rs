@@ -154,6 +154,11 @@ pub(crate) fn catch_up(state: &State) -> Result<()> {
         return Ok(());
     };
     let ctl = state.control_full();
+    ctl.check_intact(
+        shared.epoch,
+        state.max_offset(),
+        shared.seen.load(Ordering::Acquire),
+    )?;
     for _ in 0..ATTEMPTS {
         let before = ctl.generation();
         let (end, ts) = (ctl.end(), ctl.last_ts());
@@ -395,11 +400,16 @@ fn repair(state: &State, ctl: &Control) -> Result<()> {
     ctl.cut_to(end);
     // Every view lists again: the removed segments leave.
     ctl.bump_generation();
+    fail_point!("repair::cut");
     Ok(())
 }
 
 /// An I/O error a test injects at a step of the repair (fail points `repair::*`).
 #[cfg(feature = "failpoints")]
 fn injected(op: &'static str, path: &std::path::Path) -> Result<()> {
-    Err(Error::io(op, path, std::io::Error::from_raw_os_error(libc::EIO)))
+    Err(Error::io(
+        op,
+        path,
+        std::io::Error::from_raw_os_error(libc::EIO),
+    ))
 }

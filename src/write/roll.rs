@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::failpoint::fail_point;
 use crate::maintain::cleaner::clean_for_full_disk;
 use crate::options::{PlaceFn, SEGMENT_ALIGN};
 use crate::state::dirs::{DirInfo, DirState};
@@ -45,9 +46,11 @@ pub(crate) fn roll(
         Ok(())
     });
     let listed = made.and_then(|()| {
+        fail_point!("roll::created");
         let segs = created.iter().map(|(s, _)| Arc::clone(s)).collect();
         state.change(|_| Ok((Some(Change::Roll(segs)), ())))
     });
+    fail_point!("roll::listed");
     if let Err(e) = listed {
         for (seg, _) in &created {
             if let Err(e) = remove_durably(seg.path()) {
@@ -167,6 +170,11 @@ fn create_segment(
     hint: Option<usize>,
     pending: &[usize],
 ) -> Result<Created> {
+    fail_point!("roll::create", |_| Err(Error::io(
+        "creating segment",
+        segment_name(start),
+        std::io::Error::from_raw_os_error(libc::EIO)
+    )));
     let size = state.opts.segment_size;
     let name = segment_name(start);
     let mut eligible = eligible_dirs(state, pending);

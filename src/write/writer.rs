@@ -447,6 +447,7 @@ fn write_batch<B: AsRef<[u8]>>(
     if let Some(ctl) = shared {
         ctl.reserve(planned_end);
     }
+    fail_point!("append::reserved");
     let mut new_segments = new_segments.into_iter();
     let sync = state.opts.flush.policy().each_append;
     let ts = now_ms().max(state.last_timestamp_ms());
@@ -510,6 +511,7 @@ fn write_batch<B: AsRef<[u8]>>(
     if let Some(control) = &c.control {
         control.publish_end(end, ts);
     }
+    fail_point!("append::published");
     if let Some(ctl) = shared {
         c.published = Some((ctl.end(), ctl.generation()));
     }
