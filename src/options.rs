@@ -190,6 +190,10 @@ pub struct Options {
     pub flush: FlushMode,
     /// Period of the background flush in [`FlushMode::Async`]. Defaults to 500 ms.
     pub flush_interval: Duration,
+    /// Shared writers: the longest an append waits for the store's append lock before it fails
+    /// with [`crate::Error::LockTimeout`] naming the holder's process (a holder stopped by
+    /// SIGSTOP, a debugger or a frozen cgroup). Defaults to 30 s.
+    pub lock_timeout: Duration,
     /// Largest body accepted by `append` (a body must also fit in one segment with its header).
     /// Defaults to 4 MiB.
     pub max_message_size: u32,
@@ -295,6 +299,7 @@ impl Default for Options {
             exclusive: true,
             flush: FlushMode::Async,
             flush_interval: Duration::from_millis(500),
+            lock_timeout: Duration::from_secs(30),
             max_message_size: 4 << 20,
             read_only_paths: Vec::new(),
             accept_lost: Vec::new(),
@@ -404,6 +409,13 @@ impl Options {
     #[must_use]
     pub fn flush_interval(mut self, interval: Duration) -> Self {
         self.flush_interval = interval;
+        self
+    }
+
+    /// Sets [`Options::lock_timeout`].
+    #[must_use]
+    pub fn lock_timeout(mut self, timeout: Duration) -> Self {
+        self.lock_timeout = timeout;
         self
     }
 
@@ -550,6 +562,9 @@ impl Options {
         }
         if self.flush_interval.is_zero() {
             return Err(Error::invalid("flush_interval_ms must be at least 1"));
+        }
+        if self.lock_timeout.is_zero() {
+            return Err(Error::invalid("lock_timeout_ms must be at least 1"));
         }
         let ratio_ok = |r: f64| r > 0.0 && r <= 1.0;
         let ratios = self

@@ -699,6 +699,39 @@ fn readers_never_take_the_append_lock() {
     drop(holder);
 }
 
+/// A holder stopped (SIGSTOP) while it holds the append lock: an append waits `lock_timeout`,
+/// then fails naming the holder's process; once the holder runs again, appends go on.
+#[test]
+fn a_stopped_holder_fails_the_wait_at_its_bound_naming_it() {
+    let _serial = serial();
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    let log = CommitLog::open(&dirs, opts().lock_timeout(Duration::from_millis(300))).unwrap();
+    let mut holder = Proc::spawn(&dirs, "batch@append::before_publish");
+    holder.wait_for("paused");
+    let pid = holder.child.id();
+    // SAFETY: signals a child process this test started and still owns.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSTOP) }, 0);
+    let started = std::time::Instant::now();
+    match log.append(b"waits") {
+        Err(e @ Error::LockTimeout { .. }) => {
+            let Error::LockTimeout { holder, .. } = &e else {
+                unreachable!()
+            };
+            assert_eq!(*holder, Some(pid), "names the holder: {e}");
+            assert!(e.to_string().contains(&pid.to_string()), "{e}");
+        }
+        other => panic!("a timeout naming the holder, got {other:?}"),
+    }
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // SAFETY: as above.
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    drop(holder); // dies holding the lock: the next append repairs and goes on
+    let end = log.max_offset().unwrap();
+    assert_eq!(log.append(b"after").unwrap(), end);
+}
+
 /// A zeroed control page under a shared writer: its next append is refused as corruption naming
 /// the page, never written over record 0; nothing acknowledged is lost.
 #[test]

@@ -28,6 +28,7 @@ __all__ = [
     "DirInfo",
     "DiskFullError",
     "InvalidOffsetError",
+    "LockTimeoutError",
     "MessageTooLargeError",
     "OffsetOutOfRangeError",
     "ReadOnlyError",
@@ -115,6 +116,10 @@ class DataLossError(CommitLogError):
 
 class ConsumerBusyError(CommitLogError):
     """Another open, in this process or another, holds the consumer name."""
+
+class LockTimeoutError(CommitLogError, TimeoutError):
+    """A shared writer waited longer than lock_timeout_ms for the append lock (its holder
+    stopped); nothing was appended."""
 
 class TierError(CommitLogError, OSError):
     """The remote tier's object store failed a request (unreachable, refused)."""
@@ -328,6 +333,7 @@ class CommitLog:
         exclusive: bool = ...,
         flush: Literal["async", "sync", "none"] = ...,
         flush_interval_ms: int = ...,
+        lock_timeout_ms: int = ...,
         max_message_size: int = ...,
         read_only_paths: _StrPath | Sequence[_StrPath] = ...,
         accept_lost: _StrPath | Sequence[_StrPath] = ...,

@@ -399,7 +399,7 @@ pub(super) fn append_arrow<'py>(
         pyarrow(py, what)?;
     }
     let arrays = import_arrays(obj)?;
-    let offsets = py.detach(|| -> Result<Vec<u64>, Error> {
+    let offsets = super::interrupt::detach(py, || -> Result<Vec<u64>, Error> {
         let bodies = crate::arrow::chunk_bodies(arrays.iter().map(|a| a.as_ref()))?;
         slf.log.append_batch(&bodies)
     })?;

@@ -23,6 +23,7 @@ struct Tree {
     tier: Py<PyType>,
     data_loss: Py<PyType>,
     consumer_busy: Py<PyType>,
+    lock_timeout: Py<PyType>,
 }
 
 static TREE: PyOnceLock<Tree> = PyOnceLock::new();
@@ -128,6 +129,13 @@ fn build(py: Python<'_>) -> PyResult<Tree> {
             &[b()],
             "Another open, in this process or another, holds the consumer name.",
         )?,
+        lock_timeout: make(
+            py,
+            "LockTimeoutError",
+            &[b(), exc("TimeoutError")?],
+            "A shared writer waited longer than lock_timeout_ms for the append lock (its holder \
+             stopped); nothing was appended.",
+        )?,
         base,
     })
 }
@@ -152,6 +160,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         &t.tier,
         &t.data_loss,
         &t.consumer_busy,
+        &t.lock_timeout,
     ] {
         let ty = ty.bind(py);
         m.add(ty.name()?, ty)?;
@@ -209,6 +218,12 @@ fn to_py(e: Error) -> PyErr {
             Error::Tier { .. } => &t.tier,
             Error::DataLoss { .. } => &t.data_loss,
             Error::ConsumerBusy { .. } => &t.consumer_busy,
+            Error::LockTimeout { .. } => &t.lock_timeout,
+            Error::Interrupted => {
+                // A signal handler raised while the append lock was awaited: its exception.
+                return super::interrupt::take()
+                    .unwrap_or_else(|| pyo3::exceptions::PyKeyboardInterrupt::new_err(msg));
+            }
             Error::CleanerFailed { .. }
             | Error::Unsupported(_)
             | Error::FeatureMissing { .. }

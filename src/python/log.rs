@@ -15,6 +15,7 @@ use super::buffer::SegmentBuffer;
 use super::consumer::{self, PyConsumer};
 use super::dirs::PyDirInfo;
 use super::errors;
+use super::interrupt;
 use super::ints;
 use super::options;
 use super::record::{PyRecord, PySegment};
@@ -181,7 +182,7 @@ impl PyCommitLog {
     #[new]
     #[pyo3(
         text_signature = "(paths, *, preset=..., segment_size=..., strategy=..., read_only=..., \
-        exclusive=..., flush=..., flush_interval_ms=..., max_message_size=..., read_only_paths=..., accept_lost=..., \
+        exclusive=..., flush=..., flush_interval_ms=..., lock_timeout_ms=..., max_message_size=..., read_only_paths=..., accept_lost=..., \
         max_used_ratio=..., force_clean_ratio=..., min_free_bytes=..., warm_ahead=..., \
         on_dir_event=..., retention_hours=..., delete_hours=..., retention_bytes=..., \
         retain_unconsumed=..., consumer_idle_hours=..., max_deletes_per_pass=..., clean_interval_ms=..., file_mode=..., \
@@ -202,6 +203,7 @@ impl PyCommitLog {
         exclusive = None,
         flush = None,
         flush_interval_ms = None,
+        lock_timeout_ms = None,
         max_message_size = None,
         read_only_paths = None,
         accept_lost = None,
@@ -238,6 +240,7 @@ impl PyCommitLog {
         exclusive: Option<&Bound<'py, PyAny>>,
         flush: Option<&Bound<'py, PyAny>>,
         flush_interval_ms: Option<&Bound<'py, PyAny>>,
+        lock_timeout_ms: Option<&Bound<'py, PyAny>>,
         max_message_size: Option<&Bound<'py, PyAny>>,
         read_only_paths: Option<&Bound<'py, PyAny>>,
         accept_lost: Option<&Bound<'py, PyAny>>,
@@ -279,6 +282,7 @@ impl PyCommitLog {
             exclusive,
             flush,
             flush_interval_ms,
+            lock_timeout_ms,
             max_message_size,
             read_only_paths,
             accept_lost,
@@ -305,7 +309,7 @@ impl PyCommitLog {
             tier_cache_dir,
             url_path,
         })?;
-        let log = py.detach(|| CommitLog::open(&dirs, opts))?;
+        let log = interrupt::detach(py, || CommitLog::open(&dirs, opts))?;
         Ok(PyCommitLog {
             log,
             views: ViewCache::default(),
@@ -322,7 +326,7 @@ impl PyCommitLog {
         if let Some(offset) = self.log.try_append(data)? {
             return Ok(offset);
         }
-        Ok(py.detach(|| self.log.append(data))?)
+        interrupt::detach(py, || self.log.append(data))
     }
 
     /// Appends many records at once (all visible together, or none); returns their offsets: a
@@ -359,7 +363,7 @@ impl PyCommitLog {
         }
         let held = bodies_of(bodies, self.max_body())?;
         let slices = held.slices();
-        let found = py.detach(|| self.log.append_batch(&slices))?;
+        let found = interrupt::detach(py, || self.log.append_batch(&slices))?;
         if !offsets {
             return Ok(None);
         }

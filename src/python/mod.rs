@@ -11,6 +11,7 @@ mod consumer;
 mod dirs;
 mod errors;
 mod fleet;
+mod interrupt;
 mod ints;
 mod log;
 mod logging;

@@ -26,6 +26,7 @@ pub struct Kwargs<'a, 'py> {
     pub exclusive: Option<&'a Bound<'py, PyAny>>,
     pub flush: Option<&'a Bound<'py, PyAny>>,
     pub flush_interval_ms: Option<&'a Bound<'py, PyAny>>,
+    pub lock_timeout_ms: Option<&'a Bound<'py, PyAny>>,
     pub max_message_size: Option<&'a Bound<'py, PyAny>>,
     pub read_only_paths: Option<&'a Bound<'py, PyAny>>,
     pub accept_lost: Option<&'a Bound<'py, PyAny>>,
@@ -148,6 +149,7 @@ fn option_values<'py>(
     d.set_item("exclusive", o.exclusive)?;
     d.set_item("flush", o.flush.as_str())?;
     d.set_item("flush_interval_ms", ms(o.flush_interval))?;
+    d.set_item("lock_timeout_ms", ms(o.lock_timeout))?;
     d.set_item("max_message_size", o.max_message_size)?;
     d.set_item("read_only_paths", PyTuple::empty(py))?;
     d.set_item("accept_lost", PyTuple::empty(py))?;
@@ -263,6 +265,9 @@ pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
     }
     if let Some(v) = k.flush_interval_ms {
         o.flush_interval = Duration::from_millis(args::uint(v, "flush_interval_ms")?);
+    }
+    if let Some(v) = k.lock_timeout_ms {
+        o.lock_timeout = Duration::from_millis(args::uint(v, "lock_timeout_ms")?);
     }
     if let Some(v) = k.max_message_size {
         let n = args::uint(v, "max_message_size")?;

@@ -4,7 +4,34 @@
 //! mid-record, mid-roll, mid-batch) the kernel hands it to the next taker with `EOWNERDEAD`, and
 //! that taker repairs the tail before it writes (see `shared.rs`).
 
+use std::cell::Cell;
 use std::io;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// The bits of a robust mutex's lock word that name its holder's thread.
+const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
+
+thread_local! {
+    /// What a wait for the lock in this thread asks between slices: whether to give up (see
+    /// [`interruptible`]).
+    static INTERRUPT: Cell<Option<fn() -> bool>> = const { Cell::new(None) };
+}
+
+/// Runs `f` with `check` asked between the slices of any wait for the append lock in it: when it
+/// says so, the wait ends with [`crate::Error::Interrupted`] (the Python binding runs the
+/// interpreter's signal handlers there, so that Ctrl-C ends the wait).
+pub(crate) fn interruptible<T>(check: fn() -> bool, f: impl FnOnce() -> T) -> T {
+    let before = INTERRUPT.with(|c| c.replace(Some(check)));
+    let out = f();
+    INTERRUPT.with(|c| c.set(before));
+    out
+}
+
+/// Whether this thread's wait is to end (see [`interruptible`]).
+pub(crate) fn interrupted() -> bool {
+    INTERRUPT.with(|c| c.get()).is_some_and(|check| check())
+}
 
 /// A mutex at a fixed place in a shared mapping. `init` runs once per store life, by the open
 /// that holds the store alone (no other process maps the page for writing then).
@@ -65,10 +92,50 @@ impl AppendLock {
         }
     }
 
-    /// Takes the lock, waiting for it.
+    /// Takes the lock, waiting for it as long as it takes.
+    #[cfg(test)]
     pub fn lock(&self) -> io::Result<Taken> {
         // SAFETY: a mutex initialised by `init`, in a mapping that outlives `self`.
         taken(unsafe { libc::pthread_mutex_lock(self.mutex) })
+    }
+
+    /// Takes the lock, waiting at most `slice`; `None` when it stayed held that long.
+    pub fn lock_within(&self, slice: Duration) -> io::Result<Option<Taken>> {
+        let mut now = std::mem::MaybeUninit::<libc::timespec>::uninit();
+        // SAFETY: clock_gettime writes the timespec it is given.
+        let now = unsafe {
+            libc::clock_gettime(libc::CLOCK_REALTIME, now.as_mut_ptr());
+            now.assume_init()
+        };
+        let nanos = now.tv_nsec as u64 + u64::from(slice.subsec_nanos());
+        let until = libc::timespec {
+            tv_sec: now.tv_sec
+                + slice.as_secs() as libc::time_t
+                + (nanos / 1_000_000_000) as libc::time_t,
+            tv_nsec: (nanos % 1_000_000_000) as libc::c_long,
+        };
+        // SAFETY: as in `lock`; `until` lives across the call.
+        match unsafe { libc::pthread_mutex_timedlock(self.mutex, &until) } {
+            libc::ETIMEDOUT => Ok(None),
+            rc => taken(rc).map(Some),
+        }
+    }
+
+    /// The process holding the lock, if any (the lock word names the holder's thread, in this
+    /// PID namespace: the writers' one).
+    pub fn holder(&self) -> Option<u32> {
+        // SAFETY: glibc's pthread_mutex_t begins with its 32-bit lock word (the futex), which a
+        // robust mutex sets to its holder's thread id; read as an atomic, as glibc accesses it.
+        let word = unsafe { (*self.mutex.cast::<AtomicU32>()).load(Ordering::Relaxed) };
+        let tid = word & FUTEX_TID_MASK;
+        if tid == 0 {
+            return None;
+        }
+        let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Tgid:"))
+            .and_then(|p| p.trim().parse().ok())
     }
 
     /// Takes the lock if it is free now; `None` when another thread holds it.

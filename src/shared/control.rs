@@ -23,11 +23,12 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use memmap2::{MmapOptions, MmapRaw};
 
-use crate::shared::append_lock::{AppendLock, Taken, LOCK_LEN, MUTEX_LEN};
+use crate::error::{Error, Result};
+use crate::shared::append_lock::{self, AppendLock, Taken, LOCK_LEN, MUTEX_LEN};
 use crate::shared::futex::{self, Woken};
 
 /// Name of the control file.
@@ -82,6 +83,9 @@ struct Words {
 /// [`Control::published_end`]), as atomic bytes.
 const CACHE_AT: usize = 2048;
 const CACHE_MAX: usize = LEN - CACHE_AT;
+/// How long a waiter for the append lock sleeps before it looks at its bound, its page and
+/// whether to give up.
+pub(crate) const LOCK_SLICE: Duration = Duration::from_millis(100);
 /// Tries of the append lock before a waiter sleeps (with growing pauses: about 2 us in all).
 const SPIN_ROUNDS: u32 = 12;
 /// Where the shared writers' append lock lives ([`AppendLock`]), at the start of a cache line.
@@ -310,7 +314,7 @@ impl Control {
 
     /// `Ok` if this process maps the page for writing; else the error opening it so gave
     /// (a shared writer takes the lock in it: a read-only map would fault).
-    pub fn check_writable(&self) -> crate::error::Result<()> {
+    pub fn check_writable(&self) -> Result<()> {
         match (&self.file, self.writable) {
             (Some((_, path)), false) => {
                 let e = OpenOptions::new()
@@ -319,7 +323,7 @@ impl Control {
                     .open(path)
                     .err()
                     .unwrap_or_else(|| std::io::ErrorKind::PermissionDenied.into());
-                Err(crate::error::Error::io(
+                Err(Error::io(
                     "opening the control page for writing (shared writers take their lock in it)",
                     path,
                     e,
@@ -414,7 +418,7 @@ impl Control {
     /// identity (magic, version, not retired), the `epoch` it joined under, and an end and a
     /// generation no lower than it has seen. Anything else is a page damaged or re-made under
     /// the writers: appending by it could write over acknowledged records.
-    pub fn check_intact(&self, epoch: u64, end: u64, generation: u64) -> crate::error::Result<()> {
+    pub fn check_intact(&self, epoch: u64, end: u64, generation: u64) -> Result<()> {
         let w = self.words();
         let reason = if w.magic.load(Ordering::Acquire) != MAGIC {
             "its magic is gone (zeroed or overwritten)".to_string()
@@ -437,14 +441,18 @@ impl Control {
         } else {
             return Ok(());
         };
-        Err(crate::error::Error::Corruption {
+        Err(self.damaged(&reason))
+    }
+
+    fn damaged(&self, reason: &str) -> Error {
+        Error::Corruption {
             path: self.path().map(Path::to_path_buf),
             offset: None,
             reason: format!(
                 "the shared writers' control page {CONTROL_FILE} is damaged: {reason}; nothing \
                  is appended by it (close every writer of the store; the next open makes it anew)"
             ),
-        })
+        }
     }
 
     /// Whether the file this page maps is no longer the store's: unlinked, or shorter than a
@@ -486,25 +494,56 @@ impl Control {
     /// keeps it for the length of one append (a fraction of a microsecond for a small record),
     /// usually running on another core: waiting a moment for it costs less than sleeping in the
     /// kernel and being woken, so the lock is tried a few times before this thread sleeps.
-    pub fn lock_appends(&self) -> std::io::Result<PageGuard<'_>> {
+    ///
+    /// A wait is bounded: past `bound` it fails with [`Error::LockTimeout`] naming the holder's
+    /// process; every [`LOCK_SLICE`] it asks whether to give up ([`append_lock::interrupted`]:
+    /// Ctrl-C in Python) and whether the page is still the writers' (a page damaged under its
+    /// waiters would leave them asleep for good).
+    pub fn lock_appends(&self, bound: Duration) -> Result<PageGuard<'_>> {
         if let Some(guard) = self.try_lock_appends()? {
             return Ok(guard);
         }
         let lock = self.append_lock();
-        let taken = lock.lock()?;
-        Ok(PageGuard {
-            lock,
-            taken,
-            page: std::marker::PhantomData,
-        })
+        let started = Instant::now();
+        loop {
+            let slice = bound.saturating_sub(started.elapsed()).min(LOCK_SLICE);
+            if let Some(taken) = lock.lock_within(slice).map_err(|e| self.lock_error(e))? {
+                return Ok(PageGuard {
+                    lock,
+                    taken,
+                    page: std::marker::PhantomData,
+                });
+            }
+            if !self.is_live() {
+                return Err(self.damaged("its magic or version is gone (zeroed or overwritten)"));
+            }
+            if append_lock::interrupted() {
+                return Err(Error::Interrupted);
+            }
+            if started.elapsed() >= bound {
+                return Err(Error::LockTimeout {
+                    path: self.path().map(Path::to_path_buf).unwrap_or_default(),
+                    waited_ms: started.elapsed().as_millis() as u64,
+                    holder: lock.holder(),
+                });
+            }
+        }
+    }
+
+    /// An error of the append lock, naming the page.
+    pub fn lock_error(&self, e: std::io::Error) -> Error {
+        let path = self
+            .path()
+            .map_or_else(|| PathBuf::from(CONTROL_FILE), Path::to_path_buf);
+        Error::io("taking the append lock", path, e)
     }
 
     /// [`Control::lock_appends`] if the lock comes free within a moment (about 2 us), without
     /// sleeping in the kernel.
-    pub fn try_lock_appends(&self) -> std::io::Result<Option<PageGuard<'_>>> {
+    pub fn try_lock_appends(&self) -> Result<Option<PageGuard<'_>>> {
         let lock = self.append_lock();
         for round in 0..SPIN_ROUNDS {
-            if let Some(taken) = lock.try_lock()? {
+            if let Some(taken) = lock.try_lock().map_err(|e| self.lock_error(e))? {
                 return Ok(Some(PageGuard {
                     lock,
                     taken,
@@ -730,6 +769,41 @@ mod tests {
         assert!(Control::find(&[d.path()]).is_none());
         std::fs::write(d.path().join(CONTROL_FILE), vec![7u8; LEN]).unwrap();
         assert!(Control::find(&[d.path()]).is_none());
+    }
+
+    #[test]
+    fn a_wait_for_a_held_lock_is_bounded_and_interruptible() {
+        let d = tempfile::tempdir().unwrap();
+        let ctl = std::sync::Arc::new(Control::create(&[d.path()], 0, 0, 0, None, 0o640).unwrap());
+        let (held, hold) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+        let holder = {
+            let ctl = std::sync::Arc::clone(&ctl);
+            std::thread::spawn(move || {
+                let _guard = ctl.lock_appends(Duration::from_secs(1)).unwrap();
+                held.0.send(()).unwrap();
+                let _ = hold.1.recv_timeout(Duration::from_secs(30));
+            })
+        };
+        held.1.recv().unwrap();
+        let t = Instant::now();
+        match ctl.lock_appends(Duration::from_millis(250)) {
+            Err(Error::LockTimeout { holder, .. }) => {
+                assert_eq!(holder, Some(std::process::id()), "the holder's process")
+            }
+            other => panic!("a timeout, got {other:?}"),
+        }
+        assert!(t.elapsed() >= Duration::from_millis(250));
+        let t = Instant::now();
+        let waited =
+            append_lock::interruptible(|| true, || ctl.lock_appends(Duration::from_secs(30)));
+        assert!(matches!(waited, Err(Error::Interrupted)), "{waited:?}");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "ended by the check, not the bound"
+        );
+        hold.0.send(()).unwrap();
+        holder.join().unwrap();
+        drop(ctl.lock_appends(Duration::from_secs(1)).unwrap());
     }
 
     #[test]

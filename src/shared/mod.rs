@@ -33,7 +33,7 @@ use crate::failpoint::fail_point;
 use crate::open::layout;
 use crate::open::listing;
 use crate::open::lock::{MaintenanceGuard, Taken};
-use crate::shared::control::{Control, PageGuard, CONTROL_FILE};
+use crate::shared::control::{Control, PageGuard};
 pub(crate) use crate::state::Shared;
 use crate::state::{Change, State};
 use crate::storage::fs::remove_durably;
@@ -141,10 +141,6 @@ pub(crate) fn take_tier_manifest(state: &State) {
     }
 }
 
-fn lock_error(e: std::io::Error) -> Error {
-    Error::io("taking the append lock", CONTROL_FILE, e)
-}
-
 /// Brings a shared writer's view up to the control page (a read, a wait, a flush, an append
 /// before it takes the lock); nothing for an exclusive writer. Takes no lock: a changed segment
 /// list is listed as a follower lists it, and taken when the generation stayed the same across
@@ -169,7 +165,7 @@ pub(crate) fn catch_up(state: &State) -> Result<()> {
         }
     }
     // The store changed under every listing: once more with the lock (no roll runs then).
-    let mut guard = ctl.lock_appends().map_err(lock_error)?;
+    let mut guard = ctl.lock_appends(state.opts.lock_timeout)?;
     sync_locked(state, &ctl, &mut guard)?;
     take_flushed(state, &ctl);
     Ok(())
@@ -195,7 +191,7 @@ pub(crate) fn sync_locked(state: &State, ctl: &Control, guard: &mut PageGuard<'_
         // again, so that a repair failing here (the guard lets go as usual) or dying here
         // (`EOWNERDEAD` again) leaves it to the next taker, never a lock nobody can take.
         ctl.set_repair_pending(true);
-        guard.make_consistent().map_err(lock_error)?;
+        guard.make_consistent().map_err(|e| ctl.lock_error(e))?;
         repair(state, ctl)?;
         ctl.set_repair_pending(false);
     }

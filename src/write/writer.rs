@@ -344,13 +344,12 @@ impl Writer {
         };
         let ctl = self.shared_page(&c);
         let _page = match &ctl {
-            Some(ctl) => match ctl.try_lock_appends() {
-                Ok(Some(mut page)) => {
+            Some(ctl) => match ctl.try_lock_appends()? {
+                Some(mut page) => {
                     c.catch_up(state, ctl, &mut page, false)?;
                     Some(page)
                 }
-                Ok(None) => return Ok(None),
-                Err(e) => return Err(Error::io("taking the append lock", "rmqlog.ctl", e)),
+                None => return Ok(None),
             },
             None => None,
         };
@@ -418,9 +417,7 @@ fn lock_page<'a>(state: &State, c: &mut Cursor, ctl: &'a Control) -> Result<Page
         // The segment list changed: listed before the lock is taken, not while others wait.
         crate::shared::catch_up(state)?;
     }
-    let mut page = ctl
-        .lock_appends()
-        .map_err(|e| Error::io("taking the append lock", "rmqlog.ctl", e))?;
+    let mut page = ctl.lock_appends(state.opts.lock_timeout)?;
     c.catch_up(state, ctl, &mut page, state.opts.flush.policy().each_append)?;
     Ok(page)
 }
