@@ -274,6 +274,25 @@ impl MaintenanceLock {
             .map_err(|e| Error::io("taking the maintenance lock", &self.path, e))?;
         Ok(MaintenanceGuard(held))
     }
+
+    /// The lock if no other thread or open holds it now; never waits (a holder of the append
+    /// lock takes it so: maintenance takes the append lock after its own).
+    pub fn try_hold(&self) -> Result<Option<MaintenanceGuard<'_>>> {
+        let mut held = match self.held.try_lock() {
+            Ok(held) => held,
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(None),
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        };
+        let h = match held.as_mut() {
+            Some(h) => h,
+            None => held.insert(Held::new(open_lock_file(&self.path)?)),
+        };
+        match h.flock(libc::LOCK_EX | libc::LOCK_NB) {
+            Ok(true) => Ok(Some(MaintenanceGuard(held))),
+            Ok(false) => Ok(None),
+            Err(e) => Err(Error::io("taking the maintenance lock", &self.path, e)),
+        }
+    }
 }
 
 impl Drop for MaintenanceGuard<'_> {

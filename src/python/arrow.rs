@@ -225,6 +225,7 @@ impl PyBatchScan {
                 return Ok(None);
             };
             let deadline = f.idle_timeout.map(|t| Instant::now() + t);
+            self.log.get().release_views();
             match wait::wait(py, log, r.next_offset(), f.durable, deadline) {
                 Ok(Waited::Passed(_)) => {}
                 Ok(_) | Err(_) if log.is_closed() => return Ok(None),

@@ -77,6 +77,7 @@ impl PyConsumer {
             // two waits) is taken here: Ctrl-C ends the poll.
             py.check_signals()?;
             let c = &*c;
+            log.release_views();
             if let Waited::TimedOut(_) = wait::until(py, || c.wait(deadline, true))? {
                 return Ok(records);
             }
@@ -124,6 +125,7 @@ impl PyConsumer {
             }
             py.check_signals()?;
             let c = &*c;
+            self.log.get().release_views();
             if let Waited::TimedOut(_) = wait::until(py, || c.wait(deadline, true))? {
                 return Ok(None);
             }

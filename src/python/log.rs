@@ -138,6 +138,12 @@ impl PyCommitLog {
         self.views.prune(self.log.min_offset().unwrap_or(0));
     }
 
+    /// Before a wait: the cached maps go (a view the caller holds keeps its own), so that a wait
+    /// pins no segment the disk limits delete meanwhile (their blocks free at once).
+    pub(super) fn release_views(&self) {
+        self.views.clear();
+    }
+
     fn record(&self, py: Python<'_>, rec: &RecordRef) -> PyResult<PyRecord> {
         Ok(PyRecord {
             offset: rec.offset(),
@@ -326,7 +332,10 @@ impl PyCommitLog {
         if let Some(offset) = self.log.try_append(data)? {
             return Ok(offset);
         }
-        interrupt::detach(py, || self.log.append(data))
+        let appended = interrupt::detach(py, || self.log.append(data));
+        // The roll it made (failed or not) may have deleted the head: its cached maps go now.
+        self.prune_views();
+        appended
     }
 
     /// Appends many records at once (all visible together, or none); returns their offsets: a
@@ -363,7 +372,9 @@ impl PyCommitLog {
         }
         let held = bodies_of(bodies, self.max_body())?;
         let slices = held.slices();
-        let found = interrupt::detach(py, || self.log.append_batch(&slices))?;
+        let found = interrupt::detach(py, || self.log.append_batch(&slices));
+        self.prune_views();
+        let found = found?;
         if !offsets {
             return Ok(None);
         }
@@ -472,6 +483,7 @@ impl PyCommitLog {
     ) -> PyResult<u64> {
         let offset = self.offset_in_range(offset)?;
         let deadline = wait::deadline(timeout)?;
+        self.release_views();
         match wait::wait(py, &self.log, offset, durable, deadline)? {
             Waited::Passed(end) | Waited::TimedOut(end) => Ok(end),
             Waited::Interrupted => Ok(self.log.max_offset()?),

@@ -64,6 +64,7 @@ impl PyScan {
                     break;
                 }
                 let deadline = f.idle_timeout.map(|t| Instant::now() + t);
+                log.release_views();
                 match wait::wait(py, &log.log, st.scan.position(), f.durable, deadline) {
                     Ok(Waited::Passed(_)) => {}
                     Ok(_) | Err(_) if log.log.is_closed() => return Ok(None),

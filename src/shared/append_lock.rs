@@ -21,6 +21,7 @@ thread_local! {
 /// Runs `f` with `check` asked between the slices of any wait for the append lock in it: when it
 /// says so, the wait ends with [`crate::Error::Interrupted`] (the Python binding runs the
 /// interpreter's signal handlers there, so that Ctrl-C ends the wait).
+#[cfg_attr(not(feature = "python"), allow(dead_code))]
 pub(crate) fn interruptible<T>(check: fn() -> bool, f: impl FnOnce() -> T) -> T {
     let before = INTERRUPT.with(|c| c.replace(Some(check)));
     let out = f();

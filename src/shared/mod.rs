@@ -91,10 +91,17 @@ pub(crate) fn maintenance(state: &State) -> Result<Option<MaintenanceGuard<'_>>>
         return Ok(None);
     };
     let guard = shared.maintenance.hold()?;
-    catch_up(state)?;
-    finish_dead_maintenance(state)?;
-    take_tier_manifest(state);
+    maintenance_taken(state, false)?;
     Ok(Some(guard))
+}
+
+/// With the maintenance lock just taken: the view brought up to the store, and what a dead
+/// maintainer left finished. `holding_append`: the caller holds the append lock (a roll).
+pub(crate) fn maintenance_taken(state: &State, holding_append: bool) -> Result<()> {
+    catch_up_with(state, !holding_append)?;
+    finish_dead_maintenance(state, !holding_append)?;
+    take_tier_manifest(state);
+    Ok(())
 }
 
 /// With the maintenance lock held (no change of the store's segments runs): finishes what a
@@ -104,7 +111,7 @@ pub(crate) fn maintenance(state: &State) -> Result<Option<MaintenanceGuard<'_>>>
 /// - A head on disk above this view's: a deletion recorded it, then died before it announced
 ///   the change (this view would record the old head again, above files gone). The view takes
 ///   it, and what the deletion left below it goes.
-fn finish_dead_maintenance(state: &State) -> Result<()> {
+fn finish_dead_maintenance(state: &State, may_lock: bool) -> Result<()> {
     let Some(on_disk) = crate::storage::checkpoint::read_newest(&state.metadata_dirs())? else {
         return Ok(());
     };
@@ -121,7 +128,7 @@ fn finish_dead_maintenance(state: &State) -> Result<()> {
     }
     if moved || deleted {
         state.announce_file_gone(); // every view lists the store again, this one too
-        catch_up(state)?;
+        catch_up_with(state, may_lock)?;
     }
     if deleted {
         sweep_leftovers(state);
@@ -146,6 +153,12 @@ pub(crate) fn take_tier_manifest(state: &State) {
 /// list is listed as a follower lists it, and taken when the generation stayed the same across
 /// the listing (a seqlock on the generation), so that readers never hold up the writers.
 pub(crate) fn catch_up(state: &State) -> Result<()> {
+    catch_up_with(state, true)
+}
+
+/// [`catch_up`]; `may_lock` false for a caller holding the append lock already (a roll): the
+/// store changing under every listing is then an error, not a wait for the lock.
+fn catch_up_with(state: &State, may_lock: bool) -> Result<()> {
     let Some(shared) = &state.shared else {
         return Ok(());
     };
@@ -163,6 +176,9 @@ pub(crate) fn catch_up(state: &State) -> Result<()> {
             take_flushed(state, &ctl);
             return Ok(());
         }
+    }
+    if !may_lock {
+        return Err(changing(state));
     }
     // The store changed under every listing: once more with the lock (no roll runs then).
     let mut guard = ctl.lock_appends(state.opts.lock_timeout)?;

@@ -115,6 +115,9 @@ pub(crate) fn start_flusher(state: &Arc<State>) -> Result<Periodic> {
             match crate::shared::owns_background(&state)? {
                 true => flush_data(&state),
                 false => {
+                    // Segments another open deleted leave this view (and their maps go) even
+                    // while this open neither appends nor reads.
+                    crate::shared::catch_up(&state)?;
                     let due = std::mem::replace(&mut owed, state.max_offset());
                     flush_to(&state, due).map(|()| state.flushed_offset())
                 }

@@ -62,6 +62,23 @@ pub(crate) fn roll(
     Ok(created)
 }
 
+/// The cleaning of a roll that found every disk full, before it gives up: what retention would
+/// delete if no consumer held it. A shared writer cleans under the maintenance lock, taken only
+/// if free (this append holds the append lock, which maintenance takes after its own: waiting
+/// here could deadlock); its holder is changing the store's segments, and the next roll looks
+/// again.
+fn clean_inline(state: &State) -> Result<usize> {
+    let Some(shared) = &state.shared else {
+        return clean_for_full_disk(state);
+    };
+    let Some(_maintenance) = shared.maintenance.try_hold()? else {
+        log::debug!("every disk is full and another open holds the maintenance lock");
+        return Ok(0);
+    };
+    crate::shared::maintenance_taken(state, true)?;
+    clean_for_full_disk(state)
+}
+
 /// Judges every writable directory now (usage, `min_free_bytes`, `force_clean_ratio`), reporting
 /// changes, and returns the eligible ones: (index into `dirs`, info). `pending`: directories of
 /// segments being created, not listed yet. A directory whose usage is unknown is never judged by
@@ -178,10 +195,8 @@ fn create_segment(
     let size = state.opts.segment_size;
     let name = segment_name(start);
     let mut eligible = eligible_dirs(state, pending);
-    // Shared writers: the process doing the background work cleans (not an append holding the
-    // append lock).
-    if eligible.is_empty() && state.shared.is_none() {
-        match clean_for_full_disk(state) {
+    if eligible.is_empty() {
+        match clean_inline(state) {
             Ok(n) if n > 0 => log::info!("a full-disk roll cleaned {n} segments"),
             Ok(_) => {}
             Err(e) => log::warn!("cleaning before a full-disk roll failed: {e}"),
