@@ -9,7 +9,10 @@ use crate::error::{Error, Result};
 
 /// What the task tells the loop.
 pub(crate) enum Next {
+    /// The next run after the thread's interval.
     Continue,
+    /// The next run after this long (a thread with nothing to do sleeps longer).
+    After(Duration),
     Stop,
 }
 
@@ -31,13 +34,18 @@ impl Periodic {
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name(name.into())
-            .spawn(move || loop {
-                match stopped.recv_timeout(interval) {
-                    Err(RecvTimeoutError::Timeout) => {}
-                    _ => return,
-                }
-                if let Next::Stop = task() {
-                    return;
+            .spawn(move || {
+                let mut wait = interval;
+                loop {
+                    match stopped.recv_timeout(wait) {
+                        Err(RecvTimeoutError::Timeout) => {}
+                        _ => return,
+                    }
+                    wait = match task() {
+                        Next::Continue => interval,
+                        Next::After(d) => d,
+                        Next::Stop => return,
+                    };
                 }
             })
             .map_err(|e| Error::io("starting a background thread", name, e))?;

@@ -699,6 +699,65 @@ fn readers_never_take_the_append_lock() {
     drop(holder);
 }
 
+/// A catch-up (no lock) of one thread of an open, while another thread of it has rolled and not
+/// published, and another open deleted the head (the generation moved): the listing leaves the
+/// roll's segment out, and the view keeps it (found by a review of the lock-free catch-up: the
+/// view lost it, and the published records were out of range).
+#[test]
+fn a_catch_up_during_a_roll_of_its_own_open_keeps_the_rolled_segment() {
+    let _serial = serial();
+    let _clean = NoFailPoints;
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    let o = opts()
+        .flush_interval(Duration::from_secs(3600))
+        .clean_interval(Duration::ZERO);
+    let a = Arc::new(CommitLog::open(&dirs, o.clone()).unwrap());
+    let b = CommitLog::open(&dirs, o).unwrap();
+    for i in 0..200 {
+        a.append(&tagged(1, i, 1000)).unwrap();
+    }
+    let (paused, release) = pause_once("append::reserved");
+    let appender = {
+        let a = Arc::clone(&a);
+        std::thread::spawn(move || {
+            let bodies: Vec<Vec<u8>> = (200..270).map(|i| tagged(1, i, 1000)).collect();
+            a.append_batch(&bodies)
+        })
+    };
+    paused
+        .recv_timeout(BOUND)
+        .expect("the appender rolled and paused");
+    assert_eq!(b.truncate_before(SEGMENT).unwrap(), SEGMENT);
+    let starts = |log: &CommitLog| -> Vec<u64> {
+        log.segments()
+            .unwrap()
+            .iter()
+            .map(|s| s.start_offset)
+            .collect()
+    };
+    let end = a.max_offset().unwrap();
+    assert_eq!(
+        starts(&a).first(),
+        Some(&SEGMENT),
+        "the deletion is taken in"
+    );
+    assert!(
+        starts(&a).last().unwrap() >= &end,
+        "the roll's segment stays in the view"
+    );
+    release.send(()).unwrap();
+    let offsets = appender.join().unwrap().unwrap();
+    let last = *offsets.last().unwrap();
+    assert_eq!(&*a.read(last).unwrap(), tagged(1, 269, 1000));
+    for i in 270..370 {
+        a.append(&tagged(1, i, 1000)).unwrap();
+    }
+    assert_eq!(b.max_offset().unwrap(), a.max_offset().unwrap());
+    assert_eq!(&*b.read(last).unwrap(), tagged(1, 269, 1000));
+    assert!(b.verify().unwrap().is_empty());
+}
+
 /// A holder stopped (SIGSTOP) while it holds the append lock: an append waits `lock_timeout`,
 /// then fails naming the holder's process; once the holder runs again, appends go on.
 #[test]

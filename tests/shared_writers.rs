@@ -3,17 +3,31 @@
 //! one store. Offsets stay unique and dense, batches whole, and a writer process killed while it
 //! holds the append lock (after copying its records, before publishing them; mid-roll) neither
 //! blocks the others nor leaves a byte any reader or recovery takes for a record.
+//!
+//! The tests run on threads of one process, several at once, and must not disturb each other:
+//! - every wait has a bound ([`WAIT`], and a [`watchdog`] per test for what the library itself
+//!   might wait for) and says what it waited for;
+//! - a child process is a [`Killed`], gone with its test, even one that fails;
+//! - a child holds copies of every descriptor of this process from its spawn until it runs, the
+//!   `flock`s of opens other tests close meanwhile among them: a test that counts on the locks of
+//!   the opens it closed being gone waits for the spawns under way first ([`spawns_done`]);
+//! - fail points are global to the process: a test that configures some holds the
+//!   [`fail::FailScenario`] (one such test at a time, and every fail point removed when it ends,
+//!   panicking or not), and pauses only threads of its own, by name ([`pause_in`]).
 #![cfg(feature = "failpoints")]
 
 mod common;
 
 use std::collections::HashMap;
+use std::fmt::Debug;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use rmqlog::{CommitLog, Error, FlushMode, Options, TierOptions};
 
@@ -24,6 +38,11 @@ const WHAT_ENV: &str = "RMQLOG_SHARED_WHAT";
 const SEGMENT: u64 = 64 * 1024;
 /// Set in a child: the `file://` URL of the store's remote tier.
 const TIER_ENV: &str = "RMQLOG_SHARED_TIER";
+/// The longest any one wait of these tests lasts: generous, so that a slow, loaded machine never
+/// trips it; bounded, so that a hang fails the run saying what was awaited.
+const WAIT: Duration = Duration::from_secs(60);
+/// The longest a test runs before its [`watchdog`] ends the test binary.
+const TEST_BOUND: Duration = Duration::from_secs(300);
 
 /// The tier of the shared-tier tests: local copies go once two segments' worth are uploaded.
 fn tier_options(url: &str) -> TierOptions {
@@ -82,6 +101,12 @@ fn writer_process() {
     let (Ok(dirs), Ok(what)) = (std::env::var(DIRS_ENV), std::env::var(WHAT_ENV)) else {
         return; // run by the tests below
     };
+    // The parent gone (its end of stdin closed, even by a crash or the watchdog's exit), no one
+    // waits for this child, nor will kill it: it ends.
+    std::thread::spawn(|| {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        std::process::exit(0);
+    });
     let dirs: Vec<PathBuf> = dirs.split(':').map(PathBuf::from).collect();
     let opts = match what.as_str() {
         "own" => opts().clean_interval(Duration::ZERO),
@@ -212,13 +237,31 @@ fn assert_reads_back_from(log: &CommitLog, writer: u32, acked: &[u64], head: u64
     }
 }
 
-fn spawn(dirs: &[PathBuf], what: &str) -> Child {
+fn spawn(dirs: &[PathBuf], what: &str) -> Killed {
     spawn_env(dirs, what, &[])
 }
 
-fn spawn_env(dirs: &[PathBuf], what: &str, env: &[(&str, &str)]) -> Child {
+/// Held for writing from a child's spawn until it runs (it said its first line): until it
+/// execs, a child holds copies of every descriptor of this process, among them the `flock`s of
+/// opens other tests close meanwhile (their store would stay locked for that long).
+static SPAWNING: RwLock<()> = RwLock::new(());
+
+/// Returns once no child spawned by any test still holds this process's descriptors: after it,
+/// the locks of the opens this test closed are gone (another open may take them).
+fn spawns_done() {
+    drop(SPAWNING.read().unwrap_or_else(PoisonError::into_inner));
+}
+
+/// Opens `dirs` with `opts` after this test's earlier opens of them closed (see [`spawns_done`]).
+fn reopen(dirs: &[PathBuf], opts: Options) -> CommitLog {
+    spawns_done();
+    CommitLog::open(dirs, opts).unwrap()
+}
+
+fn spawn_env(dirs: &[PathBuf], what: &str, env: &[(&str, &str)]) -> Killed {
     let joined: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-    Command::new(std::env::current_exe().unwrap())
+    let _spawning = SPAWNING.write().unwrap_or_else(PoisonError::into_inner);
+    let mut child = Command::new(std::env::current_exe().unwrap())
         .envs(env.iter().copied())
         .args([
             "--exact",
@@ -228,25 +271,183 @@ fn spawn_env(dirs: &[PathBuf], what: &str, env: &[(&str, &str)]) -> Child {
         ])
         .env(DIRS_ENV, joined.join(":"))
         .env(WHAT_ENV, what)
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
-        .unwrap()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut child = Killed {
+        child,
+        what: what.to_string(),
+        lines,
+        said: Vec::new(),
+        read: 0,
+    };
+    // libtest's first line ("running 1 test"): the child runs, no descriptor of ours in it.
+    let deadline = Instant::now() + WAIT;
+    let first = child.next_line(deadline, "its first line");
+    child.said.push(first);
+    child
 }
 
-/// Reads a child's output until a line ends with `until`; returns the `acked` end if it said one.
-fn read_until(child: &mut Child, until: &str) -> Option<u64> {
-    let mut acked = None;
-    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
-        let line = line.unwrap();
-        // libtest prints the test's name on the same line before the first output.
-        if let Some(end) = line.split("acked ").nth(1) {
-            acked = Some(end.trim().parse().unwrap());
-        }
-        if line.ends_with(until) {
-            return acked;
+/// A child process running [`writer_process`], SIGKILLed and reaped when dropped (a failing
+/// test leaves none behind). Its output is read by a thread of its own, so that every wait for
+/// a line of it has a bound.
+struct Killed {
+    child: Child,
+    /// What it does (`WHAT_ENV`), for the messages.
+    what: String,
+    lines: Receiver<String>,
+    /// What it said so far, line by line.
+    said: Vec<String>,
+    /// How many lines of `said` [`Killed::read_until`] went through.
+    read: usize,
+}
+
+impl Killed {
+    /// The child's next line, waiting at most until `deadline` (else a panic naming `awaited`).
+    fn next_line(&mut self, deadline: Instant, awaited: &str) -> String {
+        match self
+            .lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            Ok(line) => line,
+            Err(RecvTimeoutError::Timeout) => panic!(
+                "child {:?} did not say {awaited} within {WAIT:?}; it said {:?}",
+                self.what, self.said
+            ),
+            Err(RecvTimeoutError::Disconnected) => panic!(
+                "child {:?} ended ({:?}) before it said {awaited}; it said {:?}",
+                self.what,
+                self.child.wait(),
+                self.said
+            ),
         }
     }
-    panic!("the child ended before saying {until:?}");
+
+    /// Reads the child's output (at most [`WAIT`]) until a line ends with `until`; returns the
+    /// `acked` end if it said one.
+    fn read_until(&mut self, until: &str) -> Option<u64> {
+        let deadline = Instant::now() + WAIT;
+        let awaited = format!("{until:?}");
+        let mut acked = None;
+        loop {
+            if self.read == self.said.len() {
+                let line = self.next_line(deadline, &awaited);
+                self.said.push(line);
+            }
+            let line = &self.said[self.read];
+            self.read += 1;
+            // libtest prints the test's name on the same line before the first output.
+            if let Some(end) = line.split("acked ").nth(1) {
+                acked = Some(end.trim().parse().unwrap());
+            }
+            if line.ends_with(until) {
+                return acked;
+            }
+        }
+    }
+
+    /// Waits (at most [`WAIT`]) for the child to end by itself; returns how it ended. What it
+    /// said is in `said`.
+    fn finish(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            match self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(line) => self.said.push(line),
+                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "child {:?} did not end within {WAIT:?}; it said {:?}",
+                    self.what, self.said
+                ),
+            }
+        }
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "child {:?} closed its output and did not end within {WAIT:?}",
+                self.what
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Ends the test binary (its children end with it: see [`writer_process`]) if the test that
+/// holds the result is still running after [`TEST_BOUND`]: a deadlock fails the run in bounded
+/// time, naming the test, rather than hanging it.
+fn watchdog() -> Watchdog {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string();
+    let (done, until_done) = channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(RecvTimeoutError::Timeout) = until_done.recv_timeout(TEST_BOUND) {
+            eprintln!("{test} still runs after {TEST_BOUND:?}: ending the test binary");
+            std::process::exit(101);
+        }
+    });
+    Watchdog(done)
+}
+
+/// Held by a test while it runs ([`watchdog`]); its drop tells the watchdog the test ended.
+struct Watchdog(#[allow(dead_code)] Sender<()>);
+
+/// Joins `thread` (doing `what`) within [`WAIT`]; its panic is the caller's.
+fn join<T>(thread: JoinHandle<T>, what: &str) -> T {
+    join_by(thread, what, Instant::now() + WAIT)
+}
+
+/// Joins `thread` (doing `what`) by `deadline`; its panic is the caller's.
+fn join_by<T>(thread: JoinHandle<T>, what: &str, deadline: Instant) -> T {
+    let start = Instant::now();
+    while !thread.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not done after {:?}",
+            start.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    thread
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+}
+
+/// Runs `f` on a thread named `name` (fail points pause threads by name: [`pause_in`]).
+fn on_thread<L: Send + Sync + 'static, T: Send + 'static>(
+    name: &str,
+    log: &Arc<L>,
+    f: impl FnOnce(&L) -> T + Send + 'static,
+) -> JoinHandle<T> {
+    let log = Arc::clone(log);
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || f(&log))
+        .unwrap()
 }
 
 fn two_dirs(root: &Path) -> Vec<PathBuf> {
@@ -255,23 +456,22 @@ fn two_dirs(root: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn four_processes_append_to_one_log_with_dense_offsets() {
+    let _watchdog = watchdog();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
     // The parent holds the store open too, and appends meanwhile.
     let log = CommitLog::open(&dirs, opts()).unwrap();
     let n = 3000;
-    let mut children: Vec<Child> = (1..=4)
+    let mut children: Vec<Killed> = (1..=4)
         .map(|w| spawn(&dirs, &format!("append:{w}:{n}")))
         .collect();
     for i in 0..n {
         log.append(&tagged(0, i, 80)).unwrap();
     }
     for c in &mut children {
-        let out: Vec<String> = BufReader::new(c.stdout.take().unwrap())
-            .lines()
-            .map(Result::unwrap)
-            .collect();
-        assert!(c.wait().unwrap().success(), "{out:?}");
+        let status = c.finish();
+        let out = &c.said;
+        assert!(status.success(), "{status}: {out:?}");
         assert!(out.iter().any(|l| l.ends_with("done")), "{out:?}");
     }
     let counts = check_store(&log);
@@ -283,27 +483,32 @@ fn four_processes_append_to_one_log_with_dense_offsets() {
     );
     log.close().unwrap();
     // The last one out left a store an exclusive writer opens as it was.
-    let log = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+    let log = reopen(&dirs, opts().exclusive(true));
     assert_eq!(check_store(&log).values().sum::<u32>(), 5 * n);
 }
 
 #[test]
 fn opens_in_one_process_append_together_and_see_each_other() {
+    let _watchdog = watchdog();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
-    let a = CommitLog::open(&dirs, opts()).unwrap();
+    let a = Arc::new(CommitLog::open(&dirs, opts()).unwrap());
     // Another order of the same directories joins the same store.
     let rev: Vec<PathBuf> = dirs.iter().rev().cloned().collect();
-    let b = CommitLog::open(&rev, opts()).unwrap();
-    std::thread::scope(|s| {
-        for (w, log) in [(1u32, &a), (2, &b)] {
-            s.spawn(move || {
+    let b = Arc::new(CommitLog::open(&rev, opts()).unwrap());
+    let appenders: Vec<_> = [(1u32, &a), (2, &b)]
+        .into_iter()
+        .map(|(w, log)| {
+            on_thread(&format!("writer {w}"), log, move |log| {
                 for i in 0..2000 {
                     log.append(&tagged(w, i, 100 + (i as usize % 300))).unwrap();
                 }
-            });
-        }
-    });
+            })
+        })
+        .collect();
+    for appender in appenders {
+        join(appender, "2000 appends");
+    }
     // Each open reads what the other wrote.
     for log in [&a, &b] {
         let counts = check_store(log);
@@ -312,16 +517,16 @@ fn opens_in_one_process_append_together_and_see_each_other() {
     }
     // A wait in one open wakes for an append of the other.
     let end = a.max_offset().unwrap();
-    std::thread::scope(|s| {
-        let waiter = s.spawn(|| b.wait(end, Some(Duration::from_secs(10))).unwrap());
-        std::thread::sleep(Duration::from_millis(50));
-        a.append(&tagged(1, 2000, 10)).unwrap();
-        assert!(waiter.join().unwrap() > end);
-    });
+    let waiter = on_thread("waiter", &b, move |b| b.wait(end, Some(WAIT)).unwrap());
+    std::thread::sleep(Duration::from_millis(50));
+    a.append(&tagged(1, 2000, 10)).unwrap();
+    let woke = join(waiter, "b's wait for a's record");
+    assert!(woke > end, "b's wait ended at {woke}, without a's record");
 }
 
 #[test]
 fn a_joiner_reads_and_keeps_the_records_from_before_it_joined() {
+    let _watchdog = watchdog();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
     let a = CommitLog::open(&dirs, opts()).unwrap();
@@ -337,8 +542,9 @@ fn a_joiner_reads_and_keeps_the_records_from_before_it_joined() {
     assert_eq!(&*b.read(0).unwrap(), tagged(0, 0, 1000));
     // b is the last one out: its clean checkpoint records its head, which must be the store's.
     a.close().unwrap();
+    spawns_done(); // a's locks are gone: b knows it is the last
     b.close().unwrap();
-    let log = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+    let log = reopen(&dirs, opts().exclusive(true));
     assert_eq!(log.min_offset().unwrap(), 0);
     for (i, &at) in acked.iter().enumerate() {
         assert_eq!(
@@ -360,13 +566,13 @@ fn checkpoint_field(dirs: &[PathBuf], name: &str) -> Vec<u64> {
         .collect()
 }
 
-/// Waits (at most 20 s) until a checkpoint newer than sequence number `seq` is written.
+/// Waits (at most [`WAIT`]) until a checkpoint newer than sequence number `seq` is written.
 fn wait_for_checkpoint_after(dirs: &[PathBuf], seq: u64) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + WAIT;
     while *checkpoint_seqs(dirs).iter().max().unwrap() <= seq {
         assert!(
-            std::time::Instant::now() < deadline,
-            "no checkpoint written"
+            Instant::now() < deadline,
+            "no checkpoint after number {seq} written within {WAIT:?}"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -378,6 +584,7 @@ fn checkpoint_seqs(dirs: &[PathBuf]) -> Vec<u64> {
 
 #[test]
 fn a_new_owner_outranks_the_checkpoints_its_predecessor_wrote() {
+    let _watchdog = watchdog();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
     let o = opts().clean_interval(Duration::ZERO);
@@ -389,6 +596,7 @@ fn a_new_owner_outranks_the_checkpoints_its_predecessor_wrote() {
     }
     let before = checkpoint_seqs(&dirs);
     a.close().unwrap();
+    spawns_done(); // a's lock on rmqlog.owner is gone: b can take it
     b.append(&tagged(2, 0, 100)).unwrap();
     b.flush().unwrap(); // b takes the work over and writes the next checkpoint
     let after = checkpoint_seqs(&dirs);
@@ -402,18 +610,19 @@ fn a_new_owner_outranks_the_checkpoints_its_predecessor_wrote() {
 
 #[test]
 fn exclusive_and_shared_writers_exclude_each_other() {
+    let _watchdog = watchdog();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
     let shared = CommitLog::open(&dirs, opts()).unwrap();
     let refused = CommitLog::open(&dirs, opts().exclusive(true)).unwrap_err();
     assert!(matches!(refused, Error::StoreLocked { .. }), "{refused}");
     shared.close().unwrap();
-    let exclusive = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+    let exclusive = reopen(&dirs, opts().exclusive(true));
     let refused = CommitLog::open(&dirs, opts()).unwrap_err();
     assert!(matches!(refused, Error::StoreLocked { .. }), "{refused}");
     drop(exclusive);
     // A joiner gives the same directories as the writers open.
-    let a = CommitLog::open(&dirs, opts()).unwrap();
+    let a = reopen(&dirs, opts());
     let refused = CommitLog::open(&dirs[..1], opts()).unwrap_err();
     assert!(
         refused.to_string().contains("same directories"),
@@ -439,6 +648,7 @@ fn exclusive_and_shared_writers_exclude_each_other() {
 
 #[test]
 fn background_work_runs_in_one_open_and_moves_on_when_it_closes() {
+    let _watchdog = watchdog();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
     let o = opts().clean_interval(Duration::ZERO);
@@ -457,7 +667,7 @@ fn background_work_runs_in_one_open_and_moves_on_when_it_closes() {
     assert_eq!(b.truncate_before(SEGMENT * 3).unwrap(), SEGMENT * 3);
     b.append(&tagged(2, 400, 10)).unwrap();
     b.close().unwrap();
-    let log = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+    let log = reopen(&dirs, opts().exclusive(true));
     assert_eq!(log.min_offset().unwrap(), SEGMENT * 3);
 }
 
@@ -465,9 +675,8 @@ fn background_work_runs_in_one_open_and_moves_on_when_it_closes() {
 /// acknowledged.
 fn kill_holding_the_lock(dirs: &[PathBuf], kind: &str) -> u64 {
     let mut child = spawn(dirs, &format!("pause:{kind}"));
-    let acked = read_until(&mut child, "paused").expect("the child said its end");
-    child.kill().unwrap(); // SIGKILL, the append lock held
-    child.wait().unwrap();
+    let acked = child.read_until("paused").expect("the child said its end");
+    drop(child); // SIGKILL, the append lock held
     acked
 }
 
@@ -476,21 +685,21 @@ fn killed_holder(kind: &str) {
     let dirs = two_dirs(t.path());
     // A writer that stays open throughout: the next ones join the store rather than recover it.
     let mut keeper = spawn(&dirs, "keep");
-    read_until(&mut keeper, "keeping");
+    keeper.read_until("keeping");
     let acked = kill_holding_the_lock(&dirs, kind);
     // The next writer takes the lock from the dead holder, cuts its tail, appends one record as
     // long as the dead writer's first (1000 bytes in a batch: what follows it would be the dead
     // writer's next record, whole, were the tail not cut), syncs, and is killed in turn.
     let mut survivor = spawn(&dirs, "survive");
-    let next = read_until(&mut survivor, "survived").expect("the survivor's offset");
-    survivor.kill().unwrap();
-    survivor.wait().unwrap();
+    let next = survivor
+        .read_until("survived")
+        .expect("the survivor's offset");
+    drop(survivor);
     assert_eq!(
         next, acked,
         "the dead writer's unpublished records are gone"
     );
-    keeper.kill().unwrap();
-    keeper.wait().unwrap();
+    drop(keeper);
     let expected = HashMap::from([(9, 50), (0, 1)]);
     let follower = CommitLog::open(&dirs, opts().read_only(true)).unwrap();
     assert_eq!(check_store(&follower), expected);
@@ -500,7 +709,7 @@ fn killed_holder(kind: &str) {
     for d in &dirs {
         let _ = std::fs::remove_file(d.join("rmqlog.ctl"));
     }
-    let log = CommitLog::open(&dirs, opts()).unwrap();
+    let log = reopen(&dirs, opts());
     assert_eq!(check_store(&log), expected);
     assert!(log.verify().unwrap().is_empty());
     // The log rolls on through the segments the dead writer had created.
@@ -512,11 +721,13 @@ fn killed_holder(kind: &str) {
 
 #[test]
 fn a_writer_killed_holding_the_lock_mid_record_leaves_nothing() {
+    let _watchdog = watchdog();
     killed_holder("single");
 }
 
 #[test]
 fn a_writer_killed_holding_the_lock_mid_roll_leaves_nothing() {
+    let _watchdog = watchdog();
     killed_holder("batch");
 }
 
@@ -524,12 +735,18 @@ fn a_writer_killed_holding_the_lock_mid_roll_leaves_nothing() {
 /// other processes' maintenance deletes and moves segments, and an append failed with "opening
 /// segment: No such file" for a copy deleted between the directory read and the read of its
 /// head. A copy deleted meanwhile is gone, not an error, and the append goes on.
+///
+/// The repair is this test's append's: only a taker of the append lock repairs, and only appends
+/// take it (a catch-up of any open, the keeper's background passes among them, lists without
+/// it), so no other open repairs first and leaves the append nothing to list.
 #[test]
 fn a_repair_listing_a_copy_deleted_under_it_goes_on() {
+    let _watchdog = watchdog();
+    let _scenario = fail::FailScenario::setup();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
-    let mut keeper = Killed(spawn(&dirs, "keep"));
-    read_until(&mut keeper.0, "keeping");
+    let mut keeper = spawn(&dirs, "keep");
+    keeper.read_until("keeping");
     let log = Arc::new(CommitLog::open(&dirs, opts()).unwrap());
     for i in 0..200 {
         log.append(&tagged(0, i, 1000)).unwrap();
@@ -541,19 +758,12 @@ fn a_repair_listing_a_copy_deleted_under_it_goes_on() {
     let other = dirs.iter().find(|d| !seg.path.starts_with(d)).unwrap();
     let spare = other.join(seg.path.file_name().unwrap());
     std::fs::write(&spare, vec![0u8; SEGMENT as usize]).unwrap();
-    let (found, release) = pause_in("layout::duplicates_found", "appender");
-    let appender = {
-        let log = Arc::clone(&log);
-        std::thread::Builder::new()
-            .name("appender".into())
-            .spawn(move || log.append(&tagged(0, 200, 1000)))
-            .unwrap()
-    };
-    found.recv().unwrap(); // the repair listed both copies
+    let found = pause_in("layout::duplicates_found", "appender");
+    let appender = on_thread("appender", &log, |log| log.append(&tagged(0, 200, 1000)));
+    let appender = found.wait(appender); // the repair listed both copies
     std::fs::remove_file(&spare).unwrap();
-    release.send(()).unwrap();
-    let at = appender.join().unwrap();
-    fail::remove("layout::duplicates_found");
+    found.release();
+    let at = join(appender, "the append after the repair");
     assert_eq!(at.expect("the append after the repair"), acked);
     drop(keeper);
     assert_eq!(check_store(&log), HashMap::from([(9, 50), (0, 201)]));
@@ -561,6 +771,7 @@ fn a_repair_listing_a_copy_deleted_under_it_goes_on() {
 
 #[test]
 fn the_open_doing_the_background_work_syncs_everyones_records() {
+    let _watchdog = watchdog();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
     let o = opts()
@@ -572,7 +783,7 @@ fn the_open_doing_the_background_work_syncs_everyones_records() {
     let b = CommitLog::open(&dirs, o.flush_interval(Duration::from_secs(3600))).unwrap();
     let at = b.append(&tagged(2, 0, 100)).unwrap();
     // b's own flusher leaves it to a's; b learns of the sync through the control page.
-    let durable = b.wait_durable(at, Some(Duration::from_secs(10))).unwrap();
+    let durable = b.wait_durable(at, Some(WAIT)).unwrap();
     assert!(durable > at, "a synced b's record: {durable} <= {at}");
     assert!(a.stats().unwrap().syncs > 0);
     assert_eq!(b.stats().unwrap().syncs, 0, "b never synced itself");
@@ -580,15 +791,16 @@ fn the_open_doing_the_background_work_syncs_everyones_records() {
 
 #[test]
 fn an_async_writer_syncs_its_records_when_the_background_work_does_not() {
+    let _watchdog = watchdog();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
-    // a does the background work and syncs nothing by itself (flush "none").
-    let a = CommitLog::open(&dirs, opts().flush(FlushMode::None)).unwrap();
+    // a does the background work and syncs nothing by itself (flush "none"), nor cleans.
+    let o = opts().clean_interval(Duration::ZERO);
+    let a = CommitLog::open(&dirs, o.clone().flush(FlushMode::None)).unwrap();
     a.append(&tagged(1, 0, 100)).unwrap();
-    let o = opts().flush_interval(Duration::from_millis(20));
-    let b = CommitLog::open(&dirs, o).unwrap();
+    let b = CommitLog::open(&dirs, o.flush_interval(Duration::from_millis(20))).unwrap();
     let at = b.append(&tagged(2, 0, 100)).unwrap();
-    let durable = b.wait_durable(at, Some(Duration::from_secs(10))).unwrap();
+    let durable = b.wait_durable(at, Some(WAIT)).unwrap();
     assert!(
         durable > at,
         "b's record is durable within its flush interval"
@@ -599,9 +811,13 @@ fn an_async_writer_syncs_its_records_when_the_background_work_does_not() {
 
 #[test]
 fn one_sync_serves_every_shared_writer_it_covers() {
+    let _watchdog = watchdog();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
-    let o = opts().flush_interval(Duration::from_secs(3600)); // syncs: the calls below only
+    // Syncs: the calls below only (no background pass, no cleaner).
+    let o = opts()
+        .flush_interval(Duration::from_secs(3600))
+        .clean_interval(Duration::ZERO);
     let a = CommitLog::open(&dirs, o.clone()).unwrap();
     let b = CommitLog::open(&dirs, o.clone()).unwrap();
     let sync = CommitLog::open(&dirs, o.flush(FlushMode::Sync)).unwrap();
@@ -622,21 +838,22 @@ fn one_sync_serves_every_shared_writer_it_covers() {
 
 #[test]
 fn a_move_its_process_died_in_is_finished_by_the_next_owner() {
+    let _watchdog = watchdog();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
     let mut mover = spawn(&dirs, "move");
-    let acked = read_until(&mut mover, "paused").unwrap();
-    let log = CommitLog::open(&dirs, opts());
-    let _ = mover.kill(); // between the copy's rename and the switch: two copies, intent set
-    mover.wait().unwrap();
-    let log = log.unwrap();
+    let acked = mover.read_until("paused").unwrap();
     let name = format!("{:020}", SEGMENT);
     let copies = |name: &str| dirs.iter().filter(|d| d.join(name).exists()).count();
+    // Counted before the kill: once the mover is dead, this open's background work (its first
+    // checkpoint) may finish the move at any moment.
     assert_eq!(
         copies(&name),
         2,
-        "killed between the copy's rename and the source's removal"
+        "paused between the copy's rename and the source's removal"
     );
+    let log = CommitLog::open(&dirs, opts()).unwrap();
+    drop(mover); // SIGKILL between the copy's rename and the switch: two copies, intent set
     log.clean(false).unwrap(); // takes the background work over
     log.append(&tagged(1, 0, 100)).unwrap();
     log.flush().unwrap();
@@ -647,7 +864,7 @@ fn a_move_its_process_died_in_is_finished_by_the_next_owner() {
     };
     check(&log);
     log.close().unwrap();
-    let log = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+    let log = reopen(&dirs, opts().exclusive(true));
     check(&log);
     assert!(log.verify().unwrap().is_empty());
     assert_eq!(copies(&name), 1, "one copy of the moved segment");
@@ -655,20 +872,23 @@ fn a_move_its_process_died_in_is_finished_by_the_next_owner() {
 
 #[test]
 fn a_move_a_joiner_died_in_is_finished_before_a_checkpoint_drops_its_intent() {
+    let _watchdog = watchdog();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
     // This open does the background work (it writes the checkpoints); the mover joins.
     let log = CommitLog::open(&dirs, opts()).unwrap();
-    let mut mover = Killed(spawn(&dirs, "move"));
-    let acked = read_until(&mut mover.0, "paused").unwrap();
-    drop(mover); // SIGKILL between the copy's rename and the switch: two copies, intent set
+    let mut mover = spawn(&dirs, "move");
+    let acked = mover.read_until("paused").unwrap();
     let name = format!("{:020}", SEGMENT);
     let copies = || dirs.iter().filter(|d| d.join(&name).exists()).count();
+    // Counted before the kill: this open's background pass, waiting for the mover's maintenance
+    // lock to write its checkpoint, finishes the move the moment the mover is dead.
     assert_eq!(
         copies(),
         2,
-        "killed between the copy's rename and the switch"
+        "paused between the copy's rename and the switch"
     );
+    drop(mover); // SIGKILL between the copy's rename and the switch: two copies, intent set
     let seq = *checkpoint_seqs(&dirs).iter().max().unwrap();
     log.append(&tagged(1, 0, 100)).unwrap();
     log.flush().unwrap();
@@ -684,7 +904,7 @@ fn a_move_a_joiner_died_in_is_finished_before_a_checkpoint_drops_its_intent() {
     };
     check(&log);
     log.close().unwrap();
-    let log = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+    let log = reopen(&dirs, opts().exclusive(true));
     check(&log);
     assert!(log.verify().unwrap().is_empty());
     assert!(!dirs.iter().any(|d| d.join(format!("{name}.tmp")).exists()));
@@ -692,22 +912,23 @@ fn a_move_a_joiner_died_in_is_finished_before_a_checkpoint_drops_its_intent() {
 
 #[test]
 fn a_deletion_a_joiner_died_in_is_taken_in_before_a_checkpoint_undoes_it() {
+    let _watchdog = watchdog();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
     let log = CommitLog::open(&dirs, opts()).unwrap();
-    let mut truncating = Killed(spawn(&dirs, "truncate"));
+    let mut truncating = spawn(&dirs, "truncate");
     // This view takes in the child's 300 records (and its rolls), so that nothing but the
     // truncation is left for it to learn.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + WAIT;
     while log.segments().unwrap().len() < 5 || log.max_offset().unwrap() < 300 * 1032 {
         assert!(
-            std::time::Instant::now() < deadline,
-            "the child's records never came"
+            Instant::now() < deadline,
+            "the child's 300 records did not come within {WAIT:?}"
         );
         std::thread::sleep(Duration::from_millis(5));
     }
     std::fs::write(t.path().join("go"), b"").unwrap();
-    let acked = read_until(&mut truncating.0, "paused").unwrap();
+    let acked = truncating.read_until("paused").unwrap();
     drop(truncating); // SIGKILL: the new head recorded, the files gone, no view told
     let head = SEGMENT * 3;
     assert_eq!(
@@ -736,53 +957,105 @@ fn a_deletion_a_joiner_died_in_is_taken_in_before_a_checkpoint_undoes_it() {
     };
     check(&log);
     log.close().unwrap();
-    let log = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+    let log = reopen(&dirs, opts().exclusive(true));
     check(&log);
     assert!(log.verify().unwrap().is_empty());
 }
 
 #[test]
 fn background_work_moves_on_when_its_process_dies() {
+    let _watchdog = watchdog();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
     // The first open does the background work: the child's.
     let mut owner = spawn(&dirs, "own");
-    read_until(&mut owner, "owning");
+    owner.read_until("owning");
     let log = CommitLog::open(&dirs, opts().clean_interval(Duration::ZERO)).unwrap();
     let acked: Vec<u64> = (0..300)
         .map(|i| log.append(&tagged(0, i, 1000)).unwrap())
         .collect();
     // Maintenance runs in any open, the owner alive or not.
     assert_eq!(log.truncate_before(SEGMENT).unwrap(), SEGMENT);
-    owner.kill().unwrap(); // SIGKILL: its lock on rmqlog.owner goes with it
-    owner.wait().unwrap();
+    drop(owner); // SIGKILL: its lock on rmqlog.owner goes with it
     assert_eq!(log.truncate_before(SEGMENT * 2).unwrap(), SEGMENT * 2);
     // Every acknowledged record above the new head reads back, here and after a reopen.
     let check = |log: &CommitLog| assert_reads_back_from(log, 0, &acked, SEGMENT * 2);
     check(&log);
     drop(log);
-    let reopened = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+    let reopened = reopen(&dirs, opts().exclusive(true));
     check(&reopened);
     assert!(reopened.verify().unwrap().is_empty());
 }
 
-/// Pauses the thread named `thread` the first time it reaches fail point `name`, until `release`
-/// gets a message, after telling `paused`; other threads, and later visits, pass.
-fn pause_in(name: &str, thread: &'static str) -> (Receiver<()>, Sender<()>) {
-    let (paused_tx, paused) = channel();
+/// Pauses the thread named `thread` the first time it reaches fail point `name`, until released;
+/// other threads, and later visits, pass. The caller holds the [`fail::FailScenario`]: the fail
+/// point goes with it, however the test ends.
+fn pause_in(name: &'static str, thread: &'static str) -> Paused {
+    let (reached_tx, reached) = channel();
     let (release, release_rx) = channel::<()>();
-    let paused_tx = Mutex::new(paused_tx);
+    let reached_tx = Mutex::new(reached_tx);
     let release_rx = Mutex::new(release_rx);
-    let once = std::sync::atomic::AtomicBool::new(false);
+    let once = AtomicBool::new(false);
     fail::cfg_callback(name, move || {
-        let first = || !once.swap(true, std::sync::atomic::Ordering::AcqRel);
+        let first = || !once.swap(true, Ordering::AcqRel);
         if std::thread::current().name() == Some(thread) && first() {
-            paused_tx.lock().unwrap().send(()).unwrap();
-            release_rx.lock().unwrap().recv().unwrap();
+            let _ = reached_tx.lock().unwrap().send(());
+            // A failed test drops its end: the thread goes on.
+            let _ = release_rx.lock().unwrap().recv();
         }
     })
     .unwrap();
-    (paused, release)
+    Paused {
+        name,
+        thread,
+        reached,
+        release,
+    }
+}
+
+/// A fail point a thread is to pause at ([`pause_in`]).
+struct Paused {
+    name: &'static str,
+    thread: &'static str,
+    reached: Receiver<()>,
+    release: Sender<()>,
+}
+
+impl Paused {
+    /// Returns `worker` (the thread to pause) once it is paused at the fail point. Panics if it
+    /// ends without reaching it (saying what it returned), or does not reach it within [`WAIT`].
+    fn wait<T: Debug>(&self, worker: JoinHandle<T>) -> JoinHandle<T> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            match self.reached.recv_timeout(Duration::from_millis(20)) {
+                Ok(()) => return worker,
+                Err(RecvTimeoutError::Disconnected) => unreachable!("the fail point holds it"),
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            if worker.is_finished() {
+                if self.reached.try_recv().is_ok() {
+                    return worker;
+                }
+                let (name, thread) = (self.name, self.thread);
+                match worker.join() {
+                    Ok(out) => panic!("thread {thread} ended without reaching {name}: {out:?}"),
+                    Err(e) => std::panic::resume_unwind(e),
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "thread {} did not reach fail point {} within {WAIT:?}",
+                self.thread,
+                self.name
+            );
+        }
+    }
+
+    /// Lets the paused thread go on; later visits of the fail point pass.
+    fn release(self) {
+        let _ = self.release.send(());
+        fail::remove(self.name);
+    }
 }
 
 /// The race the hostile review found: the owner's cleaner deletes the head while another thread
@@ -791,48 +1064,44 @@ fn pause_in(name: &str, thread: &'static str) -> (Receiver<()>, Sender<()>) {
 /// checkpoint recorded a head whose files were gone: the store no longer opened.
 #[test]
 fn maintenance_runs_in_any_open_one_at_a_time() {
+    let _watchdog = watchdog();
+    let _scenario = fail::FailScenario::setup();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
     let o = opts()
         .clean_interval(Duration::ZERO)
         .flush_interval(Duration::from_secs(3600));
-    let owner = CommitLog::open(&dirs, o.clone()).unwrap();
+    let owner = Arc::new(CommitLog::open(&dirs, o.clone()).unwrap());
     owner.flush().unwrap(); // takes the background work
-    let other = CommitLog::open(&dirs, o).unwrap();
+    let other = Arc::new(CommitLog::open(&dirs, o).unwrap());
     let acked: Vec<u64> = (0..400)
         .map(|i| other.append(&tagged(2, i, 1000)).unwrap())
         .collect();
     // The other open truncates, and pauses after recording the new head, before its files go.
-    let (paused, resume) = pause_in("delete::before_unlink", "truncating");
-    std::thread::scope(|s| {
-        let truncating = std::thread::Builder::new()
-            .name("truncating".into())
-            .spawn_scoped(s, || other.truncate_before(SEGMENT * 3).unwrap())
-            .unwrap();
-        paused.recv().unwrap();
-        // The owner's checkpoint waits for the truncation: written now, from a view that has not
-        // seen the deletion, it would record the old head above files about to go.
-        let (done_tx, done) = std::sync::mpsc::channel();
-        let owner = &owner;
-        let flushing = s.spawn(move || {
-            owner.flush().unwrap();
-            done_tx.send(()).unwrap();
-        });
-        let waited = done.recv_timeout(Duration::from_millis(300)).is_err();
-        resume.send(()).unwrap();
-        assert_eq!(truncating.join().unwrap(), SEGMENT * 3);
-        flushing.join().unwrap();
-        assert!(
-            waited,
-            "the owner's checkpoint waits for the maintenance under way"
-        );
+    let paused = pause_in("delete::before_unlink", "truncating");
+    let truncating = on_thread("truncating", &other, |o| o.truncate_before(SEGMENT * 3));
+    let truncating = paused.wait(truncating);
+    // The owner's checkpoint waits for the truncation: written now, from a view that has not
+    // seen the deletion, it would record the old head above files about to go.
+    let (done_tx, done) = channel();
+    let flushing = on_thread("flushing", &owner, move |owner| {
+        owner.flush().unwrap();
+        done_tx.send(()).unwrap();
     });
+    let waited = done.recv_timeout(Duration::from_millis(300)).is_err();
+    paused.release();
+    let truncated = join(truncating, "the truncation");
+    assert_eq!(truncated.unwrap(), SEGMENT * 3);
+    join(flushing, "the owner's flush");
+    assert!(
+        waited,
+        "the owner's checkpoint waits for the maintenance under way"
+    );
     // The head the checkpoint records is the one on disk.
     assert_eq!(
         checkpoint_field(&dirs, "min_offset"),
         [SEGMENT * 3, SEGMENT * 3]
     );
-    fail::remove("delete::before_unlink");
     assert_eq!(owner.min_offset().unwrap(), SEGMENT * 3);
     // A move and a rebalance from the open that is not the owner.
     let seg = other.segments().unwrap()[1].clone();
@@ -843,68 +1112,69 @@ fn maintenance_runs_in_any_open_one_at_a_time() {
     let check = |log: &CommitLog| assert_reads_back_from(log, 2, &acked, SEGMENT * 3);
     check(&owner);
     check(&other);
-    drop(owner);
-    drop(other);
-    let log = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+    owner.close().unwrap();
+    other.close().unwrap();
+    let log = reopen(&dirs, opts().exclusive(true));
     assert_eq!(log.min_offset().unwrap(), SEGMENT * 3);
     check(&log);
     assert!(log.verify().unwrap().is_empty());
 }
 
+/// A shared writer's listing, taken before a deletion of its own open was recorded and applied
+/// after it, never brings the deleted head back (nor has a checkpoint record it).
+///
+/// The listing is the reloader's alone: no background pass runs (an hour's flush interval, no
+/// cleaner), so none takes in the other open's roll before it (it would have nothing to list).
 #[test]
 fn a_listing_taken_before_a_deletion_never_brings_the_head_back() {
+    let _watchdog = watchdog();
+    let _scenario = fail::FailScenario::setup();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
-    let o = opts().clean_interval(Duration::ZERO);
+    let o = opts()
+        .clean_interval(Duration::ZERO)
+        .flush_interval(Duration::from_secs(3600));
     let a = Arc::new(CommitLog::open(&dirs, o.clone()).unwrap()); // does the background work
     let b = CommitLog::open(&dirs, o).unwrap();
     for i in 0..300 {
         a.append(&tagged(1, i, 1000)).unwrap();
     }
     a.max_offset().unwrap(); // a's view is current: its deletion needs no listing
-    let (deleting, release_delete) = pause_in("delete::before_checkpoint", "deleter");
-    let (reloading, release_reload) = pause_in("list::lock", "reloader");
+    let deleting = pause_in("delete::before_checkpoint", "deleter");
+    let reloading = pause_in("list::lock", "reloader");
     let head = SEGMENT * 3;
-    let deleter = {
-        let a = Arc::clone(&a);
-        std::thread::Builder::new()
-            .name("deleter".into())
-            .spawn(move || a.truncate_before(head).unwrap())
-            .unwrap()
-    };
-    deleting.recv().unwrap(); // the head left a's list; the checkpoint is not written yet
-                              // Another open rolls: a's next look lists the store, which still holds the head's files.
+    let deleter = on_thread("deleter", &a, move |a| a.truncate_before(head));
+    // The head left a's list; the checkpoint is not written yet.
+    let deleter = deleting.wait(deleter);
+    // Another open rolls: a's next look lists the store, which still holds the head's files.
     for i in 0..70 {
         b.append(&tagged(2, i, 1000)).unwrap();
     }
-    let reloader = {
-        let a = Arc::clone(&a);
-        std::thread::Builder::new()
-            .name("reloader".into())
-            // A look at the store (a listing), then a checkpoint from that view.
-            .spawn(move || a.flush().unwrap())
-            .unwrap()
-    };
-    reloading.recv().unwrap(); // listed, about to apply; the deletion goes on first
-    release_delete.send(()).unwrap();
-    assert_eq!(deleter.join().unwrap(), head);
-    release_reload.send(()).unwrap();
-    reloader.join().unwrap();
-    fail::remove("delete::before_checkpoint");
-    fail::remove("list::lock");
+    // A look at the store (a listing), then a checkpoint from that view.
+    let reloader = on_thread("reloader", &a, |a| a.flush());
+    let reloader = reloading.wait(reloader); // listed, about to apply; the deletion goes on first
+    deleting.release();
+    assert_eq!(join(deleter, "the deletion").unwrap(), head);
+    reloading.release();
+    join(reloader, "the reloader's flush").unwrap();
     drop(b);
-    drop(Arc::try_unwrap(a).unwrap());
+    Arc::try_unwrap(a).unwrap().close().unwrap();
     // The checkpoint the flush wrote records the head that is on disk: the store opens.
-    let log = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+    let log = reopen(&dirs, opts().exclusive(true));
     assert_eq!(log.min_offset().unwrap(), head);
     assert!(log.verify().unwrap().is_empty());
 }
 
 #[test]
 fn a_listing_taken_between_a_moves_switch_and_its_unlink_is_listed_again() {
+    let _watchdog = watchdog();
+    let _scenario = fail::FailScenario::setup();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
-    let o = opts().clean_interval(Duration::ZERO);
+    // No background pass: the listing below is the test's.
+    let o = opts()
+        .clean_interval(Duration::ZERO)
+        .flush_interval(Duration::from_secs(3600));
     let a = Arc::new(CommitLog::open(&dirs, o.clone()).unwrap());
     let b = CommitLog::open(&dirs, o).unwrap();
     for i in 0..300 {
@@ -916,22 +1186,19 @@ fn a_listing_taken_between_a_moves_switch_and_its_unlink_is_listed_again() {
         .find(|d| !seg.path.starts_with(d))
         .unwrap()
         .clone();
-    let (switched, release) = pause_in("move::switched", "mover");
+    let switched = pause_in("move::switched", "mover");
     let mover = {
-        let (a, to) = (Arc::clone(&a), to.clone());
-        std::thread::Builder::new()
-            .name("mover".into())
-            .spawn(move || a.move_segment(seg.start_offset, &to).unwrap())
-            .unwrap()
+        let to = to.clone();
+        on_thread("mover", &a, move |a| a.move_segment(seg.start_offset, &to))
     };
-    switched.recv().unwrap(); // the list has the copy; the source and the intent are still there
+    // The list has the copy; the source and the intent are still there.
+    let mover = switched.wait(mover);
     for i in 0..70 {
         b.append(&tagged(2, i, 1000)).unwrap(); // b rolls: a's next look lists the store
     }
     a.max_offset().unwrap(); // listed: two copies, and the intent names the source
-    release.send(()).unwrap();
-    mover.join().unwrap();
-    fail::remove("move::switched");
+    switched.release();
+    join(mover, "the move").unwrap();
     // The source is gone: a's view lists again and finds the copy (a move of it to where it is
     // does nothing; from the source it would fail).
     a.move_segment(seg.start_offset, &to).unwrap();
@@ -951,6 +1218,7 @@ fn a_listing_taken_between_a_moves_switch_and_its_unlink_is_listed_again() {
 /// its order. `RMQLOG_SHARED_CHAOS_SECS` (default 4) sets the length; the seed is printed.
 #[test]
 fn chaos_of_shared_opens() {
+    let _watchdog = watchdog();
     let secs: u64 = std::env::var("RMQLOG_SHARED_CHAOS_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -962,12 +1230,14 @@ fn chaos_of_shared_opens() {
     let base = opts()
         .retention_bytes(Some(SEGMENT * 6))
         .clean_interval(Duration::from_millis(20));
-    let acked: Mutex<Vec<(u64, u32, u32, usize)>> = Mutex::new(Vec::new());
-    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
-    std::thread::scope(|s| {
-        for w in 0..3u32 {
-            let (dirs, base, acked) = (&dirs, &base, &acked);
-            s.spawn(move || {
+    /// (offset, writer, number, length) of each acknowledged record.
+    type Acked = Vec<(u64, u32, u32, usize)>;
+    let acked: Arc<Mutex<Acked>> = Arc::default();
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let writers: Vec<JoinHandle<()>> = (0..3u32)
+        .map(|w| {
+            let (dirs, base, acked) = (dirs.clone(), base.clone(), Arc::clone(&acked));
+            std::thread::spawn(move || {
                 let mut rng = seed ^ (u64::from(w) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
                 let mut next = || {
                     rng ^= rng << 13;
@@ -976,10 +1246,10 @@ fn chaos_of_shared_opens() {
                     rng
                 };
                 let mut seq = 0u32;
-                while std::time::Instant::now() < deadline {
+                while Instant::now() < deadline {
                     let flush =
                         [FlushMode::Async, FlushMode::None, FlushMode::Sync][(next() % 3) as usize];
-                    let log = CommitLog::open(dirs, base.clone().flush(flush)).unwrap();
+                    let log = CommitLog::open(&dirs, base.clone().flush(flush)).unwrap();
                     for _ in 0..(next() % 200) {
                         match next() % 10 {
                             0..=4 => {
@@ -1031,10 +1301,13 @@ fn chaos_of_shared_opens() {
                     }
                     log.close().unwrap();
                 }
-            });
-        }
-    });
-    let log = CommitLog::open(&dirs, base.clone().exclusive(true)).unwrap();
+            })
+        })
+        .collect();
+    for writer in writers {
+        join_by(writer, "a writer's last round", deadline + WAIT);
+    }
+    let log = reopen(&dirs, base.clone().exclusive(true));
     assert!(log.verify().unwrap().is_empty());
     // Dense offsets; each writer's records consecutive from its first above the head.
     let mut at = log.min_offset().unwrap();
@@ -1051,7 +1324,7 @@ fn chaos_of_shared_opens() {
     assert_eq!(at, log.max_offset().unwrap());
     let counts = next;
     let min = log.min_offset().unwrap();
-    let acked = acked.into_inner().unwrap();
+    let acked = Arc::try_unwrap(acked).unwrap().into_inner().unwrap();
     println!(
         "shared chaos: {} records acknowledged; head {min}, end {at}; next number per writer {counts:?}",
         acked.len()
@@ -1065,31 +1338,21 @@ fn chaos_of_shared_opens() {
     }
 }
 
-/// A child process SIGKILLed and reaped when dropped: a failing test leaves none behind.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Polls `log`'s tier status until `done` holds (at most 60 s).
+/// Polls `log`'s tier status until `done` holds (at most [`WAIT`]).
 #[cfg(feature = "tier")]
 fn wait_for_tier(
     log: &CommitLog,
     what: &str,
     done: impl Fn(&rmqlog::TierStatus) -> bool,
 ) -> rmqlog::TierStatus {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + WAIT;
     loop {
         let status = log.tier_status().unwrap().expect("the log has a tier");
         if done(&status) {
             return status;
         }
         assert!(
-            std::time::Instant::now() < deadline,
+            Instant::now() < deadline,
             "timed out waiting for {what}: {status:?}"
         );
         std::thread::sleep(Duration::from_millis(50));
@@ -1099,13 +1362,14 @@ fn wait_for_tier(
 #[cfg(feature = "tier")]
 #[test]
 fn the_tier_ships_from_one_open_and_moves_on_when_its_process_dies() {
+    let _watchdog = watchdog();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
     let url = format!("file://{}", t.path().join("tier").display());
     let tiered = || opts().tier(Some(tier_options(&url)));
     // The first open ships: the child's. This open joins and ships nothing while it lives.
-    let mut shipper = Killed(spawn_env(&dirs, "ship", &[(TIER_ENV, url.as_str())]));
-    let first = read_until(&mut shipper.0, "shipping").unwrap();
+    let mut shipper = spawn_env(&dirs, "ship", &[(TIER_ENV, url.as_str())]);
+    let first = shipper.read_until("shipping").unwrap();
     let log = CommitLog::open(&dirs, tiered()).unwrap();
     let mut acked: Vec<(u64, Vec<u8>)> = (0..300)
         .map(|i| {
@@ -1123,9 +1387,12 @@ fn the_tier_ships_from_one_open_and_moves_on_when_its_process_dies() {
             .filter(|s| !s.local && s.remote)
             .count()
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + WAIT;
     while remote_only() < 4 {
-        assert!(std::time::Instant::now() < deadline, "no local copies went");
+        assert!(
+            Instant::now() < deadline,
+            "4 segments remote only: not within {WAIT:?}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     // Only the open doing the background work ships (two would refuse each other's manifest
@@ -1158,7 +1425,7 @@ fn the_tier_ships_from_one_open_and_moves_on_when_its_process_dies() {
     check(&log);
     log.close().unwrap();
     // An exclusive reopen: every record, from both tiers, and every object as the manifest says.
-    let log = CommitLog::open(&dirs, tiered().exclusive(true)).unwrap();
+    let log = reopen(&dirs, tiered().exclusive(true));
     check(&log);
     assert!(log.verify_remote_with(|_, _| {}).unwrap().is_empty());
     let status = log.tier_status().unwrap().unwrap();

@@ -16,7 +16,7 @@ use crate::consumers::claims::{
     self, member_byte, name_byte, table_byte, Claim, Claims, Table, NOBODY,
 };
 use crate::consumers::file::Positions;
-use crate::consumers::names::{find, now_ms, positions_dirs};
+use crate::consumers::names::{find, lease_now_ms, now_ms, positions_dirs};
 use crate::consumers::slot::{check_name, Slot};
 use crate::error::{Error, Result};
 use crate::failpoint::fail_point;
@@ -369,7 +369,7 @@ impl Consumer {
         if t.advance() {
             self.write_slot(t.base)?; // not expected: commits advance what they finish
         }
-        let now = now_ms();
+        let now = lease_now_ms();
         let lapsed = t.claims.iter().position(|c| {
             !c.done
                 && (c.member == NOBODY

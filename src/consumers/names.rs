@@ -218,3 +218,21 @@ pub(crate) fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
+
+/// The clock claims lapse by: milliseconds since boot, sleep included (`CLOCK_BOOTTIME`), which
+/// no clock step moves (a claims table is shared by the processes of one boot only; after a
+/// reboot its claims are of dead opens, delivered again whatever their time).
+pub(crate) fn lease_now_ms() -> u64 {
+    boot_time().as_millis() as u64
+}
+
+/// Time since boot, sleep included (`CLOCK_BOOTTIME`).
+pub(crate) fn boot_time() -> std::time::Duration {
+    let mut ts = std::mem::MaybeUninit::<libc::timespec>::uninit();
+    // SAFETY: clock_gettime writes the timespec it is given; CLOCK_BOOTTIME exists on Linux.
+    let ts = unsafe {
+        libc::clock_gettime(libc::CLOCK_BOOTTIME, ts.as_mut_ptr());
+        ts.assume_init()
+    };
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}

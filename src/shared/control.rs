@@ -23,7 +23,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use memmap2::{MmapOptions, MmapRaw};
 
@@ -48,7 +48,8 @@ struct Words {
     magic: AtomicU64,
     version: AtomicU32,
     flags: AtomicU32,
-    /// When the writer that rewrote it opened (ns since the epoch): the newest copy wins.
+    /// When the writer that rewrote it opened (ns since boot, `CLOCK_BOOTTIME`: no clock step
+    /// reorders the copies): the newest copy wins.
     opened_ns: AtomicU64,
     /// Bumped by each writer's open: what a follower knew may have been cut by recovery.
     epoch: AtomicU64,
@@ -203,7 +204,10 @@ impl Control {
         c.append_lock().init()?;
         c.set_cache(cache);
         c.hot().generation.fetch_add(1, Ordering::AcqRel);
-        w.opened_ns.store(now_ns(), Ordering::Release);
+        w.opened_ns.store(
+            crate::consumers::names::boot_time().as_nanos() as u64,
+            Ordering::Release,
+        );
         w.version.store(VERSION, Ordering::Release);
         w.flags.store(0, Ordering::Release);
         w.magic.store(MAGIC, Ordering::Release);
@@ -681,12 +685,6 @@ impl Drop for Registered<'_> {
 /// This process's PID namespace: the inode of `/proc/self/ns/pid` (0 if unknown).
 pub(crate) fn pid_namespace() -> u64 {
     std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| std::os::unix::fs::MetadataExt::ino(&m))
-}
-
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Opens and maps `path` for reading and writing; creates it (one page) if `create`. A follower

@@ -172,7 +172,7 @@ fn catch_up_with(state: &State, may_lock: bool) -> Result<()> {
         let before = ctl.generation();
         let (end, ts) = (ctl.end(), ctl.last_ts());
         let unchanged = before == ctl.generation() && before == shared.seen.load(Ordering::Acquire);
-        if (unchanged && take_end(state, end, ts)) || reload(state, &ctl, before)? {
+        if (unchanged && take_end(state, end, ts)) || reload(state, &ctl, before, false)? {
             take_flushed(state, &ctl);
             return Ok(());
         }
@@ -220,7 +220,7 @@ pub(crate) fn sync_locked(state: &State, ctl: &Control, guard: &mut PageGuard<'_
         }
         // The generation moved, or the end lies past this view's last segment although no
         // change was announced: list.
-        if reload(state, ctl, generation)? {
+        if reload(state, ctl, generation, true)? {
             return Ok(());
         }
     }
@@ -274,9 +274,11 @@ fn take_end(state: &State, end: u64, ts: u64) -> bool {
 
 /// Lists the store and takes it as of `generation`, ending at the published end: segments
 /// wholly below it are sealed, the one holding it is the last and is mapped for writing. False
-/// (nothing taken) when the generation moved during the listing, or this open took a later
-/// end meanwhile: the caller looks again.
-fn reload(state: &State, ctl: &Control, generation: u64) -> Result<bool> {
+/// (nothing taken) when the generation moved during the listing, or this open took a later end
+/// meanwhile: the caller looks again. With `locked` false a thread of this open may hold the
+/// append lock, rolled and not published yet: the segments of its roll (in the view, past the
+/// end: the listing leaves them out) stay in the view.
+fn reload(state: &State, ctl: &Control, generation: u64, locked: bool) -> Result<bool> {
     let Some(shared) = &state.shared else {
         return Ok(true);
     };
@@ -306,13 +308,28 @@ fn reload(state: &State, ctl: &Control, generation: u64) -> Result<bool> {
         if plan.end > end {
             return Ok((None, false)); // this open appended meanwhile: its view is newer
         }
-        let list = layout::to_list(
+        let rolled: &[Arc<Segment>] = match locked {
+            true => &[],
+            false => {
+                let view = plan.list.as_slice();
+                &view[view.partition_point(|s| s.start() < end)..]
+            }
+        };
+        let listed = layout::to_list(
             found,
             plan.list.as_slice(),
             state.opts.segment_size,
             state.tier.as_ref(),
         );
-        let list = writable_tail(list, end, state.opts.segment_size);
+        if rolled
+            .first()
+            .is_some_and(|r| listed.last().is_none_or(|l| l.end() != r.start()))
+        {
+            return Ok((None, false)); // not the view's roll: look again
+        }
+        let mut segs = listed.as_slice().to_vec();
+        segs.extend(rolled.iter().cloned());
+        let list = writable_tail(segs, end, state.opts.segment_size);
         if list.last().is_some_and(|l| l.end() < end) {
             return Err(Error::Corruption {
                 path: None,
@@ -337,20 +354,20 @@ fn reload(state: &State, ctl: &Control, generation: u64) -> Result<bool> {
     })
 }
 
-/// A listed view ending at `end`: the segments before the last sealed, the last mapped for
-/// writing and written up to `end`.
+/// A view ending at `end`: the segments wholly below it sealed, the one holding it (the last,
+/// but for a roll of this open in progress) mapped for writing and written up to `end`.
 fn writable_tail(
-    list: crate::storage::segments::SegmentList,
+    mut segs: Vec<Arc<Segment>>,
     end: u64,
     segment_size: u64,
 ) -> crate::storage::segments::SegmentList {
-    let n = list.as_slice().len();
-    let mut segs: Vec<Arc<Segment>> = list.as_slice().to_vec();
+    let n = segs.len();
     for (i, seg) in segs.iter_mut().enumerate() {
-        if !seg.is_local() {
-            continue; // remote only: as written as its object
+        if !seg.is_local() || seg.start() > end {
+            continue; // remote only: as written as its object; a roll's: its writer's
         }
-        if i + 1 < n {
+        let holds_end = end < seg.end() || i + 1 == n;
+        if !holds_end {
             seg.advance_written(seg.size());
             continue;
         }

@@ -37,8 +37,11 @@ pub(crate) static ZEROS: [u8; CHUNK] = [0; CHUNK];
 /// The thread warms only this far ahead of the writer or more.
 const MARGIN: u64 = 1 << 20;
 
-/// How often the thread looks at the writer's position.
+/// How often the thread looks at the writer's position while it appends.
 const PERIOD: Duration = Duration::from_millis(2);
+/// The longest the thread sleeps while the writer is idle and the segment warm ahead of it: the
+/// first appends of a burst after that warm inline meanwhile.
+const IDLE_PERIOD: Duration = Duration::from_millis(50);
 
 /// The warm edge of the active segment.
 #[derive(Debug)]
@@ -105,19 +108,25 @@ pub(crate) fn start_warmer(state: &Arc<State>, slot: &Arc<Slot>) -> Result<Perio
     let slot = Arc::clone(slot);
     let ahead = state.opts.warm_ahead;
     let mut last_end = u64::MAX;
+    let mut sleep = PERIOD;
     Periodic::start("rmqlog-warm", PERIOD, move || {
         let end = state.max_offset();
-        if let Some(t) = slot.get() {
-            let idle = end == last_end;
+        let idle = end == last_end;
+        let warmed = slot.get().is_some_and(|t| {
             warm(
                 &t,
                 || state.max_offset().saturating_sub(t.start),
                 ahead,
                 idle,
-            );
-        }
+            )
+        });
         last_end = end;
-        Next::Continue
+        // Idle with nothing left to warm: the thread sleeps longer each time, up to IDLE_PERIOD.
+        sleep = match idle && !warmed {
+            true => (sleep * 2).min(IDLE_PERIOD),
+            false => PERIOD,
+        };
+        Next::After(sleep)
     })
 }
 
@@ -126,8 +135,10 @@ pub(crate) fn start_warmer(state: &Arc<State>, slot: &Arc<Slot>) -> Result<Perio
 /// [`MARGIN`] or more behind the edge: in a burst the writer warms inline instead of waiting
 /// for the thread's chunks (measured: leapfrogging doubles the burst's time on two busy cores).
 /// Stops at the first error (the writer's inline warming takes over): this is only a speed-up.
-fn warm(t: &Target, pos: impl Fn() -> u64, ahead: u64, idle: bool) {
+/// Returns whether it warmed anything.
+fn warm(t: &Target, pos: impl Fn() -> u64, ahead: u64, idle: bool) -> bool {
     let still = pos();
+    let mut warmed = false;
     loop {
         let (from, n) = {
             let held = t.edge.lock();
@@ -136,14 +147,15 @@ fn warm(t: &Target, pos: impl Fn() -> u64, ahead: u64, idle: bool) {
             let upto = pos.saturating_add(ahead).min(t.size);
             let quiet = idle && pos == still;
             if from >= upto || !(quiet || from >= pos.saturating_add(MARGIN)) {
-                return;
+                return warmed;
             }
             fail_point!("warm::zeros");
             let n = (upto - from).min(CHUNK as u64);
             if let Err(e) = t.file.write_all_at(&ZEROS[..n as usize], from) {
                 log::debug!("warming segment {} stops: {e}", t.start);
-                return;
+                return warmed;
             }
+            warmed = true;
             t.edge.raise(&held, from + n);
             (from, n)
         };
@@ -175,4 +187,59 @@ fn populate(map: &Mapping, from: usize, n: usize) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = (map, from, n);
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{CommitLog, Options};
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    /// Context switches (one per wake-up, for a thread that sleeps) of each `rmqlog-warm` thread
+    /// of this process, by thread id.
+    fn warm_threads() -> HashMap<String, u64> {
+        let mut out = HashMap::new();
+        for task in std::fs::read_dir("/proc/self/task").unwrap() {
+            let dir = task.unwrap().path();
+            let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            if comm.trim() != "rmqlog-warm" {
+                continue;
+            }
+            let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+            let n = status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches"))
+                .filter_map(|l| l.split(':').nth(1)?.trim().parse::<u64>().ok())
+                .sum::<u64>();
+            out.insert(dir.display().to_string(), n);
+        }
+        out
+    }
+
+    #[test]
+    fn an_idle_writers_warm_thread_sleeps() {
+        let d = tempfile::tempdir().unwrap();
+        let others = warm_threads(); // other tests' threads
+        let log = CommitLog::open(&[d.path()], Options::default()).unwrap();
+        log.append(b"one").unwrap();
+        std::thread::sleep(Duration::from_millis(500)); // warmed ahead; the thread backs off
+        let before: HashMap<_, _> = warm_threads()
+            .into_iter()
+            .filter(|(t, _)| !others.contains_key(t))
+            .collect();
+        assert!(!before.is_empty(), "the log's warm thread runs");
+        std::thread::sleep(Duration::from_secs(1));
+        let after = warm_threads();
+        let woke = before
+            .iter()
+            .filter_map(|(t, n)| Some(after.get(t)? - n))
+            .min()
+            .unwrap();
+        // At the idle period, 20 a second; it was 500.
+        assert!(
+            woke < 60,
+            "the idle warm thread woke {woke} times in a second"
+        );
+        log.append(b"two").unwrap();
+    }
 }
