@@ -758,6 +758,58 @@ fn a_catch_up_during_a_roll_of_its_own_open_keeps_the_rolled_segment() {
     assert!(b.verify().unwrap().is_empty());
 }
 
+/// A shared writer closing beside another one finds it is not alone without letting go of its
+/// lock (a flock conversion unlocks first): when the other dies meanwhile, an exclusive open is
+/// still refused until the close is done.
+#[test]
+fn no_exclusive_open_slips_in_beside_a_closing_shared_writer() {
+    let _serial = serial();
+    let _clean = NoFailPoints;
+    let t = tempfile::tempdir().unwrap();
+    let dirs = vec![t.path().join("d0")];
+    let mut keeper = Proc::spawn(&dirs, "keep");
+    keeper.wait_for("keeping");
+    let log = CommitLog::open(&dirs, opts()).unwrap();
+    log.append(b"x").unwrap();
+    let (paused, release) = pause_once("close::alone_checked");
+    let closer = std::thread::spawn(move || log.close());
+    paused
+        .recv_timeout(BOUND)
+        .expect("the close checked whether it is alone");
+    drop(keeper); // SIGKILL: the closing writer is the last one now
+    match CommitLog::open(&dirs, opts().exclusive(true)) {
+        Err(Error::StoreLocked { .. }) => {}
+        other => panic!(
+            "refused while a shared writer closes, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+    release.send(()).unwrap();
+    closer.join().unwrap().unwrap();
+    let log = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+    assert_eq!(log.read(log.min_offset().unwrap()).unwrap().len(), 1);
+}
+
+/// A shared writer naming a directory through a symlink joins the writers that name it directly
+/// (the directory's identity decides), and they serialise on one join lock.
+#[test]
+fn a_writer_naming_a_directory_through_a_symlink_joins() {
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    let a = CommitLog::open(&dirs, opts()).unwrap();
+    a.append(&tagged(1, 0, 100)).unwrap();
+    let link = t.path().join("z-link-to-d0");
+    std::os::unix::fs::symlink(&dirs[0], &link).unwrap();
+    let b = CommitLog::open(&[dirs[1].clone(), link], opts()).unwrap();
+    b.append(&tagged(2, 0, 100)).unwrap();
+    a.append(&tagged(1, 1, 100)).unwrap();
+    assert_eq!(check_store(&b), HashMap::from([(1, 2), (2, 1)]));
+    drop(a);
+    drop(b);
+    let log = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+    assert_eq!(check_store(&log), HashMap::from([(1, 2), (2, 1)]));
+}
+
 /// A holder stopped (SIGSTOP) while it holds the append lock: an append waits `lock_timeout`,
 /// then fails naming the holder's process; once the holder runs again, appends go on.
 #[test]

@@ -140,6 +140,20 @@ impl Held {
     }
 }
 
+/// The byte of `rmqlog.lock` every shared writer holds a read lock on (an OFD lock, beside its
+/// `flock`): a writer alone finds no other holder of it.
+const WRITERS_BYTE: u64 = 0;
+
+impl Held {
+    /// This description is a shared writer's: a read lock on [`WRITERS_BYTE`].
+    fn mark_writer(&self) -> std::io::Result<()> {
+        match self.byte_lock(WRITERS_BYTE, libc::F_OFD_SETLK, libc::F_RDLCK)? {
+            true => Ok(()),
+            false => Err(std::io::Error::other("the writers' byte is write-locked")),
+        }
+    }
+}
+
 impl Drop for Held {
     fn drop(&mut self) {
         if self.generation != fork_generation() {
@@ -176,6 +190,10 @@ impl StoreLock {
         for wait_ms in [1, 2, 4, 8, 16, 0] {
             match held.flock(op) {
                 Ok(true) => {
+                    if hold == Hold::Shared {
+                        held.mark_writer()
+                            .map_err(|e| Error::io("locking", &path, e))?;
+                    }
                     self.held.push(held);
                     return Ok(());
                 }
@@ -190,22 +208,22 @@ impl StoreLock {
     }
 
     /// A shared holder: whether no other writer holds the store now. Call under the
-    /// [`JoinLock`] (no writer joins meanwhile); the holds stay shared.
+    /// [`JoinLock`] (no writer joins meanwhile). Tested on the writers' byte lock, never by
+    /// converting the `flock` (which Linux does by unlocking first: an exclusive opener could
+    /// slip in); the holds stay as they are.
     pub fn is_alone(&self) -> bool {
-        let alone = self
-            .held
-            .iter()
-            .all(|h| h.flock(libc::LOCK_EX | libc::LOCK_NB).unwrap_or(false));
-        // A conversion that fails may drop the lock (flock(2) converts by unlocking first):
-        // every hold is taken shared again.
-        self.share();
+        let alone = self.held.iter().all(|h| {
+            h.byte_lock(WRITERS_BYTE, libc::F_OFD_GETLK, libc::F_WRLCK)
+                .unwrap_or(false)
+        });
+        crate::failpoint::fail_point!("close::alone_checked");
         alone
     }
 
     /// Turns every hold into a shared one (the first shared writer, once its open is done).
     pub fn share(&self) {
         for h in &self.held {
-            if let Err(e) = h.flock(libc::LOCK_SH) {
+            if let Err(e) = h.flock(libc::LOCK_SH).and_then(|_| h.mark_writer()) {
                 log::warn!("sharing the store lock failed: {e}");
             }
         }

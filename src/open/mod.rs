@@ -391,9 +391,14 @@ fn metadata_dirs(dirs: &[Dir]) -> Vec<(usize, &Path)> {
         .collect()
 }
 
-/// The directory shared writers serialise on: the first by path, whatever order each gives.
+/// The directory shared writers serialise on: the first by its real path (symlinks resolved),
+/// whatever order and spelling each gives.
 fn first_dir(writable: &[PathBuf]) -> PathBuf {
-    writable.iter().min().cloned().unwrap_or_default()
+    writable
+        .iter()
+        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
+        .min()
+        .unwrap_or_default()
 }
 
 /// A shared writer joining the writers open on the store: no recovery (they run on what the
@@ -413,16 +418,25 @@ fn join_shared(
     let ckpt = store.ckpt.clone().ok_or_else(|| {
         Error::config("the shared writers open on this store left no rmqlog.meta to join")
     })?;
-    let recorded: BTreeSet<&str> = ckpt.dirs.iter().map(|d| d.path.as_str()).collect();
-    let ours: Vec<String> = dirs
+    // The same directories, by identity: a path through a symlink or another mount point
+    // names the same directory.
+    let ours: Vec<(Option<&str>, &Path)> = dirs
         .iter()
-        .filter(|d| !d.read_only)
-        .map(|d| d.path.to_string_lossy().into_owned())
+        .zip(&store.dirs)
+        .filter(|(d, _)| !d.read_only)
+        .map(|(d, found)| (found.id.as_deref(), d.path.as_path()))
         .collect();
-    if recorded != ours.iter().map(String::as_str).collect() {
+    let same = ckpt.dirs.len() == ours.len()
+        && ckpt
+            .dirs
+            .iter()
+            .all(|r| ours.iter().any(|&(id, path)| r.is(id, path)));
+    if !same {
+        let recorded: BTreeSet<&str> = ckpt.dirs.iter().map(|d| d.path.as_str()).collect();
+        let given: Vec<_> = ours.iter().map(|(_, p)| p.display().to_string()).collect();
         return Err(Error::config(format!(
             "shared writers give the same directories: the writers open on this store use \
-             {recorded:?}, this open gives {ours:?}"
+             {recorded:?}, this open gives {given:?}"
         )));
     }
     // One store, one policy: every writer rolls segments of one size (the checkpoint's list of
