@@ -810,6 +810,61 @@ fn a_writer_naming_a_directory_through_a_symlink_joins() {
     assert_eq!(check_store(&log), HashMap::from([(1, 2), (2, 1)]));
 }
 
+/// In `flush="sync"` a reader sees a record once it is durable, as its producer does: not while
+/// the append's sync is under way (the review: the append published, then synced, and a follower
+/// and a consumer took records a power loss could still take).
+#[test]
+fn in_sync_mode_readers_see_a_record_once_it_is_durable() {
+    let _serial = serial();
+    let _clean = NoFailPoints;
+    let t = tempfile::tempdir().unwrap();
+    let o = Options::default().flush(FlushMode::Sync);
+    let log = Arc::new(CommitLog::open(&[t.path()], o).unwrap());
+    let first = log.append(b"durable").unwrap();
+    let end = log.max_offset().unwrap();
+    let follower = CommitLog::open(&[t.path()], Options::default().read_only(true)).unwrap();
+    let (paused, release) = pause_once("flush::listed");
+    let appender = {
+        let log = Arc::clone(&log);
+        std::thread::spawn(move || log.append(b"syncing"))
+    };
+    paused.recv_timeout(BOUND).expect("the append's sync began");
+    let short = Some(Duration::from_millis(200));
+    for (who, reader) in [("writer", &*log), ("follower", &follower)] {
+        assert_eq!(
+            reader.wait(end, short).unwrap(),
+            end,
+            "{who}: a wait sees no new record"
+        );
+        let offsets: Vec<u64> = reader
+            .scan(None, None)
+            .unwrap()
+            .map(|r| r.unwrap().offset())
+            .collect();
+        assert_eq!(
+            offsets,
+            vec![first],
+            "{who}: a scan sees the durable record only"
+        );
+        let copts = ConsumerOptions {
+            exclusive: true,
+            ..Default::default()
+        };
+        let mut c = reader.consumer(who, copts).unwrap();
+        assert_eq!(
+            c.poll(10, Some(std::time::Instant::now())).unwrap().len(),
+            1,
+            "{who}"
+        );
+    }
+    release.send(()).unwrap();
+    let second = appender.join().unwrap().unwrap();
+    for reader in [&*log, &follower] {
+        assert!(reader.wait(end, short).unwrap() > end);
+        assert_eq!(reader.read(second).unwrap().offset(), second);
+    }
+}
+
 /// A holder stopped (SIGSTOP) while it holds the append lock: an append waits `lock_timeout`,
 /// then fails naming the holder's process; once the holder runs again, appends go on.
 #[test]

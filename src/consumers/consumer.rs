@@ -408,7 +408,7 @@ impl Consumer {
             return Ok((true, Ok(Some(r))));
         }
         self.unclaimed = t.next;
-        if t.next >= self.state.max_offset() {
+        if t.next >= self.state.readable_end() {
             return Ok((false, Ok(None)));
         }
         self.check_room(t)?;

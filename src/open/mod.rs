@@ -330,6 +330,9 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     }
     let control = Arc::new(control);
     let sync = opts.flush.policy().each_append;
+    if sync {
+        control.note_sync_writer();
+    }
     let shared = join
         .as_ref()
         .map(|(_, first)| Shared::new(first, control.generation(), control.seen().epoch));
@@ -494,6 +497,9 @@ fn join_shared(
     let control = Arc::new(control);
     let end = control.end();
     let sync = opts.flush.policy().each_append;
+    if sync {
+        control.note_sync_writer();
+    }
     let writer = Writer::new(sync, true, None, 0, end, tail, Arc::clone(&control));
     // A generation no view has: the first sync lists the store.
     let shared = Shared::new(

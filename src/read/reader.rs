@@ -535,7 +535,7 @@ impl Scan {
     ) -> Result<Scan> {
         let max = match follow {
             Some(f) => crate::read::wait::visible(&state, f.durable),
-            None => state.max_offset(),
+            None => state.readable_end(),
         };
         let min = state.min_offset();
         let wanted = end.unwrap_or(crate::storage::segment::MAX_OFFSET);

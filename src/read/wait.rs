@@ -35,12 +35,13 @@ pub(crate) enum Waited {
     Interrupted,
 }
 
-/// The end a waiter compares with: of the published records, or of the durable ones.
+/// The end a waiter compares with: of the published records, or of the durable ones (asked
+/// for, or in a store whose writers sync each append: see [`State::readable_end`]).
 pub(crate) fn visible(state: &State, durable: bool) -> u64 {
     if durable {
         state.flushed_offset().min(state.max_offset())
     } else {
-        state.max_offset()
+        state.readable_end()
     }
 }
 

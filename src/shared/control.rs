@@ -77,6 +77,10 @@ struct Words {
     /// The PID namespace of the writers (`/proc/self/ns/pid`'s inode): the lock names its holder
     /// by thread id, which means one thread only within one namespace.
     pid_ns: AtomicU64,
+    /// Non-zero when a writer of the store syncs each append (`flush="sync"`): readers then take
+    /// records up to the flushed end only, so that they see a record once it is durable, as its
+    /// producer does.
+    sync_writers: AtomicU32,
 }
 
 /// Where the writer records which page cache the end lives in (`tail_hint::page_cache_id`), so
@@ -197,6 +201,7 @@ impl Control {
         c.hot().reserved.store(end, Ordering::Release);
         w.repair_pending.store(0, Ordering::Release);
         w.pid_ns.store(pid_namespace(), Ordering::Release);
+        w.sync_writers.store(0, Ordering::Release);
         w.warmed.store(end, Ordering::Release);
         w.flushed.store(flushed, Ordering::Release);
         w.last_ts.store(last_ts, Ordering::Release);
@@ -480,6 +485,16 @@ impl Control {
     pub fn set_repair_pending(&self, pending: bool) {
         let w = &self.words().repair_pending;
         w.store(u32::from(pending), Ordering::Release);
+    }
+
+    /// A writer that syncs each append uses the page (see [`Words::sync_writers`]).
+    pub fn note_sync_writer(&self) {
+        self.words().sync_writers.store(1, Ordering::Release);
+    }
+
+    /// Whether readers take records up to the flushed end only (see [`Words::sync_writers`]).
+    pub fn sync_writers(&self) -> bool {
+        self.words().sync_writers.load(Ordering::Acquire) != 0
     }
 
     /// The PID namespace the store's writers run in (0: not recorded).

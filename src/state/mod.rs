@@ -248,6 +248,17 @@ impl State {
         }
     }
 
+    /// The end readers take records up to: the published end; in a store whose writers sync each
+    /// append (`flush="sync"`), the durable end below it, so that a reader sees a record once
+    /// its producer is told it is appended (it is durable then), never one a power loss takes.
+    pub fn readable_end(&self) -> u64 {
+        let end = self.max_offset();
+        match self.opts.flush.policy().each_append || self.control().sync_writers() {
+            true => end.min(self.flushed_offset()),
+            false => end,
+        }
+    }
+
     pub fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) || self.generation != fork_generation() {
             return Err(Error::Closed);
