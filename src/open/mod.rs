@@ -633,7 +633,10 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
         return Err(Error::not_found(names.join(":"), what));
     }
     let min = list.first().map_or(end, |s| s.start());
-    let flushed = ckpt.as_ref().map_or(0, |c| c.flushed_offset.min(end));
+    let recorded_flushed = ckpt.as_ref().map_or(0, |c| c.flushed_offset);
+    // What the writers made durable since their last checkpoint, when their page is trusted.
+    let page_flushed = published.map_or(0, |_| control.flushed());
+    let flushed = recorded_flushed.max(page_flushed).min(end);
     // A reader writes no record: the format it would write does not matter.
     let checkpoint = ckpt.unwrap_or_else(|| Checkpoint::new(0, Format::V2));
     let state = State::new(Parts {

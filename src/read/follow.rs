@@ -21,16 +21,17 @@ const ATTEMPTS: usize = 8;
 /// While the writer keeps changing the store under every listing, the current view stays (a later
 /// call picks up the rest). The log never ends below where it ended. Returns `max_offset`.
 pub(crate) fn refresh(state: &State) -> Result<u64> {
-    refresh_to(state, published_end(state))
-}
-
-/// The end the store's writers published, when their control page is live in this page cache
-/// (a page from another boot says nothing of the records on disk): a follower takes no record
-/// past it, so that a batch being copied shows whole or not at all.
-fn published_end(state: &State) -> Option<u64> {
     let paths: Vec<_> = state.dirs.iter().map(|d| d.path.clone()).collect();
-    let cache = tail_hint::page_cache_id(&paths)?;
-    state.control_full().end_in(&cache)
+    let ctl = state.control_full();
+    // The end the store's writers published, when their control page is live in this page
+    // cache (a page from another boot says nothing of the records on disk): a follower takes no
+    // record past it, so that a batch being copied shows whole or not at all.
+    let published = tail_hint::page_cache_id(&paths).and_then(|cache| ctl.end_in(&cache));
+    let end = refresh_to(state, published)?;
+    if published.is_some() {
+        state.set_flushed(ctl.flushed().min(end)); // what the writers made durable
+    }
+    Ok(end)
 }
 
 /// [`refresh`], taking no record at or past `limit` (the writer's published end: a batch being
