@@ -510,7 +510,83 @@ fn ref_scan_100(p: &Params) -> Value {
 type RowFn = fn(&Params) -> Value;
 
 /// The rows, then the references (run only when named by `--only`).
-const ROWS: [(&str, RowFn); 8] = [
+/// Shared writers: an appender's p99.9 latency while another open of the store reads past its view
+/// after each of a third open's rolls, at 2,000 segments (each read lists the store), against the
+/// same run with the reads left out (the reader sleeps instead). Readers take no writer lock, so
+/// the ratio stays near 1; before they did, it was about 3 to 8 (issue 33).
+fn shared_append_p999_readers_after_rolls(p: &Params) -> Value {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let (segments, rolls) = if p.quick { (30, 4) } else { (2_000, 20) };
+    let segment = 64 * 1024;
+    let dir = tempdir();
+    let opts = options(segment, FlushMode::None)
+        .exclusive(false)
+        .flush_interval(Duration::from_secs(3600))
+        .clean_interval(Duration::ZERO);
+    let open = || Arc::new(rmqlog::CommitLog::open(&[dir.path()], opts.clone()).expect("open"));
+    let (appender, reader, roller) = (open(), open(), open());
+    let fill = body(8 * 1024);
+    while roller.segments().expect("segments").len() < segments {
+        roller.append(&fill).expect("append");
+    }
+    let small = body(100);
+    let run = |reads: bool| -> (Duration, usize) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (log, stop, small) = (Arc::clone(&appender), Arc::clone(&stop), small.clone());
+            std::thread::spawn(move || {
+                let mut times = Vec::with_capacity(1 << 20);
+                while !stop.load(Ordering::Relaxed) {
+                    let t = std::time::Instant::now();
+                    black_box(log.append(&small).expect("append"));
+                    times.push(t.elapsed());
+                }
+                times
+            })
+        };
+        for _ in 0..rolls {
+            let before = roller.segments().expect("segments").len();
+            while roller.segments().expect("segments").len() == before {
+                roller.append(&fill).expect("append");
+            }
+            if reads {
+                // Past its view: the reader lists the store (2,000 segments) to take the roll.
+                let end = reader.max_offset().expect("max_offset");
+                black_box(
+                    reader
+                        .read(reader.min_offset().expect("min"))
+                        .expect("read"),
+                );
+                black_box(end);
+            } else {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        stop.store(true, Ordering::Relaxed);
+        let mut times = thread.join().expect("appender");
+        times.sort_unstable();
+        let n = times.len();
+        (times[(n * 999 / 1000).min(n - 1)], n)
+    };
+    let (mut ours, mut base, mut n) = (Vec::new(), Vec::new(), 0);
+    for _ in 0..p.reps {
+        let (t, k) = run(true);
+        ours.push(t);
+        n += k;
+        base.push(run(false).0);
+    }
+    latency_row(
+        "shared_append_p999_readers_after_rolls",
+        n,
+        median(ours),
+        median(base),
+        json!({"segments": segments, "rolls": rolls, "note": "p99.9 of 100 B appends: readers after each roll / none"}),
+    )
+}
+
+const ROWS: [(&str, RowFn); 9] = [
     ("rust_append_1k_vs_memcpy", rust_append_1k_vs_memcpy),
     ("rust_append_100_vs_commitlog", rust_append_100_vs_commitlog),
     (
@@ -522,6 +598,10 @@ const ROWS: [(&str, RowFn); 8] = [
     ("sync_append_64k_vs_fdatasync", sync_append_64k_vs_fdatasync),
     ("lookup_10k_vs_memory_floor", lookup_10k_vs_memory_floor),
     ("recovery_1000_vs_10_segments", recovery_1000_vs_10_segments),
+    (
+        "shared_append_p999_readers_after_rolls",
+        shared_append_p999_readers_after_rolls,
+    ),
 ];
 const REFERENCES: [(&str, RowFn); 2] = [
     ("ref_append_batch_100", ref_append_batch_100),

@@ -160,6 +160,12 @@ def test_read_only_does_not_create_directories(tmp_path):
         ({"max_message_size": 2**40}, ValueError, "max_message_size"),
         ({"max_message_size": 2**32 - 1}, ValueError, "max_message_size"),
         ({"max_message_size": False}, TypeError, "max_message_size"),
+        ({"lock_timeout_ms": 0}, ValueError, "lock_timeout_ms"),
+        ({"lock_timeout_ms": 1.5}, TypeError, "lock_timeout_ms"),
+        # Durations past what a duration holds: refused, not a panic (issue 33).
+        ({"retention_hours": 1e16}, ValueError, "retention_hours"),
+        ({"retention_hours": float("inf")}, ValueError, "retention_hours"),
+        ({"consumer_idle_hours": 1e16}, ValueError, "consumer_idle_hours"),
         ({"read_only": "yes"}, TypeError, "read_only"),
         ({"read_only": 1}, TypeError, "read_only"),
     ],

@@ -50,6 +50,9 @@ def test_bad_tier_url(tmp_path, url, words):
         ({"tier_after": float("nan")}, ValueError, ["tier_after", "non-negative"]),
         ({"tier_after": "1"}, TypeError, ["tier_after", "str"]),
         ({"local_retention_hours": -0.5}, ValueError, ["local_retention_hours", "non-negative"]),
+        # Past what a duration holds (issue 33: a PanicException at open).
+        ({"local_retention_hours": 1e16}, ValueError, ["local_retention_hours", "at most"]),
+        ({"tier_after": 1e20}, ValueError, ["tier_after", "at most"]),
         ({"local_retention_bytes": -1}, ValueError, ["local_retention_bytes"]),
         ({"tier_cache_bytes": 0}, ValueError, ["tier_cache_bytes", "at least 1"]),
     ],
