@@ -1049,3 +1049,58 @@ def test_consumers_lists_and_drops(run, tmp_path):
         assert run("consumers", store, "--drop", "audit").returncode == 0
         assert [c["name"] for c in log.consumers()] == ["billing"]
         assert "consumers (1):" in run("stat", store).stdout
+
+
+def test_stat_shows_the_log_when_the_consumer_positions_are_damaged(run, tmp_path):
+    """``rmqlog.consumers`` damaged in every directory (the core then refuses the positions):
+    ``stat`` still prints the log as usual, and its consumers section says the positions could
+    not be read and why, naming the file. Exit 1 (damaged bytes), after the report, as ``tier
+    status`` does for a damaged tier manifest; no error line."""
+    dirs = [tmp_path / "s0", tmp_path / "s1"]
+    with CommitLog(dirs, segment_size=SEG) as log:
+        log.append_batch([b"x" * 100] * 10)
+        with log.consumer("billing") as c:
+            c.poll(4)
+            c.commit()
+    copies = sorted(tmp_path.glob("s*/rmqlog.consumers"))
+    assert len(copies) == len(dirs)
+    for copy in copies:
+        with open(copy, "r+b") as f:
+            f.write(b"\xde\xad\xbe\xef" * 4)
+    api = _api_view(dirs)
+    proc = run("stat", joined(dirs))
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "rmqlog: error:" not in proc.stderr
+    assert f"offsets: min 0  max {api['max']}  flushed {api['flushed']}" in proc.stdout
+    assert re.search(
+        r"^consumers: the positions could not be read: corruption in \S+/s[01]/rmqlog\.consumers: ",
+        proc.stdout,
+        re.M,
+    ), proc.stdout
+    assert proc.stdout.endswith(
+        "".join(line + "\n" for line in rmqlog_cli.render_recorded_settings(_recorded(dirs)))
+    )
+    done = run("stat", joined(dirs), "--json")
+    assert done.returncode == 1, done.stderr
+    info = json.loads(done.stdout)
+    assert (info["max_offset"], len(info["segments"])) == (api["max"], len(api["segments"]))
+    assert info["consumers"] is None and "rmqlog.consumers: " in info["consumers_error"]
+
+
+def test_stat_reports_other_consumer_read_errors_after_the_log(
+    store, capsys, monkeypatch, restore_rmqlog_logger
+):
+    """Positions that cannot be read for another reason than damage (an I/O error): the report
+    first, then the one error line and exit 2."""
+    from rmqlog.cli import stat as cli_stat
+
+    def unreadable(clog):
+        raise PermissionError(13, "Permission denied", "/s/rmqlog.consumers")
+
+    monkeypatch.setattr(cli_stat, "consumer_rows", unreadable)
+    dirs, _ = store
+    assert rmqlog_cli.main(["stat", joined(dirs)]) == 2
+    out, err = capsys.readouterr()
+    assert out.startswith("store: ") and "\noffsets: min 0 " in out
+    assert "\nconsumers: the positions could not be read: [Errno 13] Permission denied: " in out
+    assert err == "rmqlog: error: Permission denied: /s/rmqlog.consumers\n"

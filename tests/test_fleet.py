@@ -11,12 +11,15 @@ reads the sealed segments: a store's active segment is local only.
 import ast
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import _object_stores
 import pytest
 
 import rmqlog
@@ -164,6 +167,94 @@ def test_a_range_bounds_each_store_and_columns_place_the_store(fleet):
 def test_a_list_mixing_urls_and_directories_is_refused(fleet, tmp_path):
     with pytest.raises(ValueError, match="is a directory"):
         rmqlog.to_arrow([fleet.url("web-1"), str(tmp_path / "web-1" / "d0")])
+
+
+@pytest.fixture(scope="module", params=["s3", "file"])
+def two_stores(request, tmp_path_factory):
+    """Two small stores, ``a`` and ``b``, each with one segment uploaded under its own prefix of
+    one tier: written in this process, side by side (about half a second, once per module and
+    tier, where ``fleet`` takes seconds). The tier (``url``, ``options``, ``kind``)."""
+    root = tmp_path_factory.mktemp("two_stores")
+    server = request.getfixturevalue("s3_server") if request.param == "s3" else None
+    if server is not None:
+        server.start()  # as s3_bucket: running, whatever a test before stopped
+        tier = _object_stores.S3Tier(server)
+    else:
+        tier = _object_stores.FileTier(root / "tier")
+    opts = tier.options or None
+    logs = [
+        rmqlog.CommitLog(root / n, segment_size=4096, tier_url=f"{tier.url}/{n}", tier_options=opts)
+        for n in ("a", "b")
+    ]
+    offsets = {}
+    try:
+        for n, log in zip("ab", logs, strict=True):  # 3 segments each, 2 of them sealed
+            offsets[n] = log.append_batch([f"{n}:{i:03d}:".encode() * 10 for i in range(100)])
+        deadline = time.monotonic() + 60
+        while any(log.tier_status()["pending_segments"] for log in logs):
+            assert time.monotonic() < deadline, [log.tier_status() for log in logs]
+            time.sleep(0.01)
+        ends = [max(s.start_offset + s.size for s in log.segments() if s.remote) for log in logs]
+    finally:
+        for log in logs:
+            log.close()
+    # how many records each store uploaded: what a reader of its URL reads
+    tier.uploaded = {n: sum(o < end for o in offsets[n]) for n, end in zip("ab", ends, strict=True)}
+    yield tier
+    if server is not None:
+        server.start()
+        tier.drop()
+
+
+def _spark_options(tier) -> dict[str, str]:
+    return {f"tier.{k}": v for k, v in tier.options.items()}
+
+
+def test_a_list_naming_one_store_twice_is_refused(two_stores):
+    """A list that names one store twice (the same URL, another spelling of it, or a prefix that
+    holds it too) is the caller's mistake: a ValueError naming the store, from ``to_arrow``,
+    ``scan_batches`` and the Spark source alike, before anything is read. (A list of one URL
+    twice was opened as two directories named after the URL under the current directory; a store
+    spelled twice beside another store was read once, silently.)"""
+    rs = pytest.importorskip("rmqlog.spark")
+    tier, opts = two_stores, two_stores.options or None
+    a, b = f"{tier.url}/a", f"{tier.url}/b"
+    other = a.replace("s3://", "s3a://", 1) if tier.kind == "s3" else f"{tier.url}/b/../a"
+    once = "; name each store once"
+    for urls, message in [
+        ([a, a], f"the list of stores names {a!r} twice{once}"),
+        ([a, b, a], f"names {a!r} twice{once}"),
+        ([a, other, b], f"names {a!r} twice (as {a!r} and as {other!r}){once}"),
+        ([b, a + "/", a], f"names {a + '/'!r} twice (as {a + '/'!r} and as {a!r}){once}"),
+        ([tier.url, b], f"the store {b!r} twice: by {tier.url!r} (which holds it) and by {b!r}"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            rmqlog.to_arrow(urls, tier_options=opts)
+        with pytest.raises(ValueError, match=re.escape(message)):
+            next(rmqlog.scan_batches(urls, tier_options=opts))
+        with pytest.raises(ValueError, match=re.escape(message)):  # spark.read ... .load(urls)
+            rs.RmqlogDataSource({"path": json.dumps(urls), **_spark_options(tier)})
+
+
+def test_the_store_column_keeps_each_url_as_spelled(two_stores):
+    """The ``store`` column (and a Spark fleet's partitions, which its filters on ``store``
+    match) holds each store's URL as the list spells it: a trailing slash kept (it was dropped),
+    ``s3a://`` kept. (The stores under a prefix are the prefix as spelled, then their names.)"""
+    rs = pytest.importorskip("rmqlog.spark")
+    tier, opts = two_stores, two_stores.options or None
+    a = f"{tier.url}/a/"
+    b = f"{tier.url}/b".replace("s3://", "s3a://", 1)  # as is for a file:// tier
+    each = {a: tier.uploaded["a"], b: tier.uploaded["b"]}
+    table = rmqlog.to_arrow([a, b], columns=["store", "offset"], tier_options=opts)
+    counts = {u: table["store"].to_pylist().count(u) for u in (a, b)}
+    assert counts == each and table.num_rows == sum(each.values()) > 0
+    src = rs.RmqlogDataSource({"path": json.dumps([b, a]), **_spark_options(tier)})
+    assert src.fleet == tuple(sorted((a, b)))
+    reader = src.reader(src.schema())
+    parts = reader.partitions()
+    spark_rows = [s for p in parts for batch in reader.read(p) for s in batch["store"].to_pylist()]
+    assert {p.store for p in parts} == {a, b}
+    assert {u: spark_rows.count(u) for u in (a, b)} == each
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,15 +413,15 @@ def test_a_fleet_s_columns_range_and_spelling_are_checked(fleet):
     one = rmqlog.to_arrow([fleet.url("db-1")], tier_options=opts)
     assert one.column_names == ["offset", "timestamp", "body"]
     assert one.num_rows == len(fleet.rows(("db-1",)))
-    # one store spelled twice is read once, under its first spelling
+    # one store spelled twice is refused, naming it (test_a_list_naming_one_store_twice_...)
     db1, web1 = fleet.url("db-1"), fleet.url("web-1")
     other = (
         db1.replace("s3://", "s3a://")
         if db1.startswith("s3://")
         else db1.replace("/db-1", "/web-1/../db-1")
     )
-    twice = rmqlog.to_arrow([db1, other, web1], tier_options=opts)
-    assert _rows(twice) == fleet.rows(("db-1", "web-1"))
+    with pytest.raises(ValueError, match=f"names {re.escape(repr(db1))} twice"):
+        rmqlog.to_arrow([db1, other, web1], tier_options=opts)
 
 
 @pytest.mark.parametrize("fleet", ["file"], indirect=True)

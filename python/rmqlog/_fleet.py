@@ -42,9 +42,12 @@ def fleet_urls(
 
     A fleet is one URL under which stores publish (``s3://bucket/logs``, ``s3://bucket/logs/web-*``:
     ``rmqlog.tier_stores``), or a list of tier URLs (each a store, a prefix or a glob) that names
-    more than one store or a prefix. A list of one store's URL is that store. ``on_gone(url,
-    error)``: a URL of a longer list where no store publishes is left out after this call (which
-    may raise); without it, that is ``StoreNotFoundError``."""
+    more than one store or a prefix. A list of one store's URL is that store. A list that names
+    one store twice (the same URL, another spelling of it, or a prefix or glob that holds it too)
+    raises ValueError naming it. A URL that names a store is kept as it is spelled (the ``store``
+    column shows it so); the stores under a prefix are the prefix's spelling and their names.
+    ``on_gone(url, error)``: a URL of a longer list where no store publishes is left out after
+    this call (which may raise); without it, that is ``StoreNotFoundError``."""
     if isinstance(source, CommitLog):
         return None
     settings = dict(tier_options) if tier_options else None
@@ -62,9 +65,16 @@ def fleet_urls(
                 f"a list of stores is a list of tier URLs; {dirs[0]!r} is a directory (a store's "
                 "directories are read alone: give them as one source)"
             )
-    found: dict[str, str] = {}  # one store, however spelled -> its first spelling
+    given: dict[str, str] = {}  # each URL of the list, however spelled -> as it is spelled
+    for url in items:  # before any request: a URL given twice is refused, whatever it holds
+        first = given.get(_same_store(url))
+        if first is not None:
+            spelled = "" if first == url else f" (as {first!r} and as {url!r})"
+            raise ValueError(f"the list of stores names {first!r} twice{spelled}; {_ONCE}")
+        given[_same_store(url)] = url
+    found: dict[str, tuple[str, str]] = {}  # one store, however spelled -> (spelling, URL given)
     gone = 0
-    for url in items:
+    for url in items:  # each names a store, or a prefix or glob of stores, of its own
         try:
             stores = tier_stores(url, settings)
         except StoreNotFoundError as e:
@@ -73,24 +83,45 @@ def fleet_urls(
             on_gone(url, e)  # a listed store that is gone: the caller's policy says
             gone += 1
             continue
+        if stores == [url.rstrip("/")]:
+            stores = [url]  # the store itself: as the caller spelled it (tier_stores trims "/")
         for store in stores:
-            found.setdefault(_same_store(store), store)
+            seen = found.get(_same_store(store))
+            if seen is not None:  # named by an earlier URL too (a prefix or a glob)
+                raise ValueError(_twice(*seen, store, url))
+            found[_same_store(store)] = (store, url)
     if not found:
         raise StoreNotFoundError(f"no rmqlog store publishes at any of {items}")
-    urls = sorted(found.values())
+    urls = sorted(store for store, _ in found.values())
     # A list of one store is that store; one whose other stores are gone is still a fleet (a
     # stream restarted after a store went keeps its schema, the store column).
-    return None if not gone and urls == [items[0].rstrip("/")] else urls
+    return None if not gone and urls == [items[0]] else urls
+
+
+_ONCE = "name each store once (a store read twice would give each of its records twice)"
+
+
+def _twice(store: str, url: str, again: str, other: str) -> str:
+    """The error for a list whose URLs ``url`` and ``other`` both name one store: ``store`` as
+    the first finds it, ``again`` as the second does."""
+
+    def by(found: str, given: str) -> str:
+        return repr(given) if found == given else f"{given!r} (which holds it)"
+
+    return (
+        f"the list of stores names the store {store!r} twice: by {by(store, url)} and by "
+        f"{by(again, other)}; {_ONCE}"
+    )
 
 
 def _same_store(url: str) -> str:
     """What two spellings of one store's URL have in common: ``s3a://`` is ``s3://``, a
-    ``file://`` path is normalized (``..``, ``//``)."""
+    ``file://`` path is normalized (``..``, ``//``), a trailing ``/`` is dropped."""
     scheme, _, rest = url.partition("://")
     scheme = "s3" if scheme.lower() == "s3a" else scheme.lower()
     if scheme == "file":
         rest = posixpath.normpath(unquote(rest))
-    return f"{scheme}://{rest}"
+    return f"{scheme}://{rest.rstrip('/')}"
 
 
 def _checked_columns(columns: Sequence[str] | None) -> list[str]:

@@ -128,9 +128,10 @@ impl Consumer {
         check_name(name)?;
         state.check_open()?;
         shared::catch_up(state)?;
-        if state.read_only {
-            follow::refresh(state)?; // the end a committed position is checked against
-        }
+        // A position past the end is checked for only where no writer published this boot (a
+        // read-only open of a store no writer opened since a power loss): elsewhere the writer's
+        // open checked at recovery, and a live writer's consumers commit past this open's view.
+        let unchecked = state.read_only && follow::refresh_published(state)?.1.is_none();
         let dirs = positions_dirs(state)?;
         let _names = NamesLock::take(dirs[0])?;
         let positions = Positions::open(&dirs, true)?;
@@ -139,7 +140,7 @@ impl Consumer {
         let (pair, slot, created) = match find(&pairs, name) {
             Some(i) => {
                 let mut slot = pairs[i].clone().expect("found");
-                if slot.position > end {
+                if unchecked && slot.position > end {
                     slot = behind_the_end(&positions, i, slot, end)?;
                 }
                 (i, slot, false)
@@ -203,7 +204,7 @@ impl Consumer {
             if created || c.member.is_none() {
                 // A new name, or one held alone: no claims carry over.
                 t.reset(c.slot.position);
-            } else if t.next > end {
+            } else if unchecked && t.next > end {
                 // Claims past the end: of records a power loss took (see `behind_the_end`).
                 t.reset(c.slot.position);
             } else if let Some(m) = &c.member {

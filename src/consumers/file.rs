@@ -117,7 +117,6 @@ impl Positions {
             let bytes = match read_all(path, file) {
                 Ok(b) => b,
                 Err(e) => {
-                    log::warn!("consumer positions: {e}; using the other directories' copies");
                     damaged.get_or_insert(e);
                     damaged_n += 1;
                     continue;
@@ -137,7 +136,11 @@ impl Positions {
         }
         match damaged {
             Some(e) if damaged_n == self.files.len() => Err(e),
-            _ => Ok(pairs),
+            Some(e) => {
+                log::warn!("consumer positions: {e}; using the other directories' copies");
+                Ok(pairs)
+            }
+            None => Ok(pairs),
         }
     }
 

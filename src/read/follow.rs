@@ -21,6 +21,12 @@ const ATTEMPTS: usize = 8;
 /// While the writer keeps changing the store under every listing, the current view stays (a later
 /// call picks up the rest). The log never ends below where it ended. Returns `max_offset`.
 pub(crate) fn refresh(state: &State) -> Result<u64> {
+    refresh_published(state).map(|(end, _)| end)
+}
+
+/// [`refresh`]; also the end the writers published, if their page names this page cache (a
+/// writer opened the store this boot).
+pub(crate) fn refresh_published(state: &State) -> Result<(u64, Option<u64>)> {
     let paths: Vec<_> = state.dirs.iter().map(|d| d.path.clone()).collect();
     let ctl = state.control_full();
     // The end the store's writers published, when their control page is live in this page
@@ -31,7 +37,7 @@ pub(crate) fn refresh(state: &State) -> Result<u64> {
     if published.is_some() {
         state.set_flushed(ctl.flushed().min(end)); // what the writers made durable
     }
-    Ok(end)
+    Ok((end, published))
 }
 
 /// [`refresh`], taking no record at or past `limit` (the writer's published end: a batch being

@@ -440,7 +440,9 @@ impl Control {
                 "its epoch is {}, not {epoch}: another open re-made it",
                 w.epoch.load(Ordering::Acquire)
             )
-        } else if self.end() < end {
+        } else if self.end().max(self.reserved()) < end {
+            // (A writer of this open publishes to its view just before the page: the end it is
+            // writing to is in the page by then.)
             format!("its end {} is below {end}, published before", self.end())
         } else if self.generation() < generation {
             format!(

@@ -25,7 +25,9 @@ Data goes to stdout, logs and progress bars (only when stderr is a terminal) to 
 codes: 0 on success, 1 when ``verify`` or ``tier`` finds corruption, 2 on any error (bad
 arguments, a missing directory, an unreadable store, a tier that does not answer), reported as
 one line ``rmqlog: error: ...``; the exceptions that map to them are listed in one place,
-:data:`rmqlog.cli.run.EXIT_CODES`.
+:data:`rmqlog.cli.run.EXIT_CODES`. ``tier status`` and ``stat`` print their report before such an
+exit when part of it could not be read (the tier; the consumer positions, which ``stat`` says in
+its consumers section: 1 when they are damaged).
 """
 
 from rmqlog.cli.bench import FlushMode, cmd_bench, percentile, run_bench

@@ -27,8 +27,11 @@ def consumer_rows(clog: CommitLog) -> list[dict[str, Any]] | None:
     ]
 
 
-def render_consumers(rows: list[dict[str, Any]] | None) -> list[str]:
-    """The lines ``rmqlog consumers`` and ``rmqlog stat`` print for :func:`consumer_rows`."""
+def render_consumers(rows: list[dict[str, Any]] | None, error: str | None = None) -> list[str]:
+    """The lines ``rmqlog consumers`` and ``rmqlog stat`` print for :func:`consumer_rows`, or
+    for the ``error`` that kept the positions from being read."""
+    if error is not None:
+        return [f"consumers: the positions could not be read: {error}"]
     if rows is None:
         return []
     if not rows:

@@ -192,8 +192,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="offsets, segments per directory and in the tier, disk usage",
         description="Opens the store read-only and prints its offsets, segments per directory "
         "(each one's where: local, remote, both) and in the remote tier, each directory's state "
-        "and disk usage, and the settings its writer recorded, if any. Counters and options of "
-        "the stat process itself are not the store's and are not shown.",
+        "and disk usage, its named consumers, and the settings its writer recorded, if any. "
+        "Counters and options of the stat process itself are not the store's and are not shown. "
+        "Exit code 0; when the consumer positions cannot be read, the rest is printed, the "
+        "consumers section says why, and the exit code is 1 if they are damaged, 2 on another "
+        "error.",
     )
 
     sp = sub.add_parser(

@@ -11,8 +11,15 @@ import os
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from rmqlog import CommitLog
-from rmqlog.cli.common import EXIT_OK, _emit_json, human_bytes, open_read_only, plural
+from rmqlog import CommitLog, CommitLogError, CorruptionError
+from rmqlog.cli.common import (
+    EXIT_CORRUPT,
+    EXIT_OK,
+    _emit_json,
+    human_bytes,
+    open_read_only,
+    plural,
+)
 from rmqlog.cli.consumers import consumer_rows, render_consumers
 from rmqlog.cli.tier import tier_summary, where
 
@@ -47,7 +54,15 @@ def _setting(value: Any) -> str:
 
 
 def stat_info(clog: CommitLog) -> dict[str, Any]:
-    """Everything ``rmqlog stat`` reports, as a JSON-ready dict."""
+    """Everything ``rmqlog stat`` reports, as a JSON-ready dict. Consumer positions that cannot
+    be read (``rmqlog.consumers`` damaged in every directory) do not hide the log: ``consumers``
+    is None and ``consumers_error`` says why (None when they were read)."""
+    return _stat_info(clog)[0]
+
+
+def _stat_info(clog: CommitLog) -> tuple[dict[str, Any], BaseException | None]:
+    """:func:`stat_info`'s dict, and the error that kept the consumer positions from being read
+    (None: they were read, or the open has none to read)."""
     segments = clog.segments()
     by_dir: dict[str, list[dict[str, Any]]] = {}
     seg_rows = []
@@ -93,7 +108,11 @@ def stat_info(clog: CommitLog) -> dict[str, Any]:
                 "segments": rows,
             }
         )
-    return {
+    try:
+        consumers, problem = consumer_rows(clog), None
+    except (CommitLogError, OSError) as e:
+        consumers, problem = None, e
+    info = {
         "paths": clog.paths,
         "min_offset": clog.min_offset,
         "max_offset": clog.max_offset,
@@ -107,8 +126,10 @@ def stat_info(clog: CommitLog) -> dict[str, Any]:
         "tier": _tier(clog, remote_only),
         "record_format": clog.record_format,
         "settings": recorded_settings(clog),
-        "consumers": consumer_rows(clog),
+        "consumers": consumers,
+        "consumers_error": None if problem is None else " ".join(str(problem).split()),
     }
+    return info, problem
 
 
 def _tier(clog: CommitLog, remote_only: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -172,7 +193,7 @@ def print_stat(info: dict[str, Any], out: TextIO) -> None:
         p(f"{counts}; remote bytes {tier['remote_bytes']} ({human_bytes(tier['remote_bytes'])})")
         for s in tier["segments"]:
             p(_segment_line(s))
-    for line in render_consumers(info.get("consumers")):
+    for line in render_consumers(info.get("consumers"), info.get("consumers_error")):
         p(line)
     for line in render_recorded_settings(info["settings"]):
         p(line)
@@ -188,11 +209,19 @@ def _segment_line(s: dict[str, Any]) -> str:
 
 
 def cmd_stat(args: argparse.Namespace, out: TextIO) -> int:
-    """``rmqlog stat``: offsets, segments per directory, disk usage, recorded settings."""
+    """``rmqlog stat``: offsets, segments per directory, disk usage, recorded settings. Consumer
+    positions that cannot be read are reported in the output, as ``tier status`` reports a tier
+    that does not answer: everything else is printed first, then the exit code is 1 when they are
+    damaged (a ``CorruptionError``), 2 (with the error line) on another error."""
     with open_read_only(args.paths, dict(args.tier_option or [])) as clog:
-        info = stat_info(clog)
+        info, problem = _stat_info(clog)
     if args.json:
         _emit_json(info, out)
     else:
         print_stat(info, out)
-    return EXIT_OK
+    if problem is None:
+        return EXIT_OK
+    out.flush()
+    if isinstance(problem, CorruptionError):
+        return EXIT_CORRUPT
+    raise problem
