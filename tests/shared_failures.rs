@@ -456,8 +456,8 @@ fn an_io_error_in_the_repair_leaves_the_lock_usable_and_the_repair_pending() {
     }
 }
 
-/// An I/O error creating a segment at a roll, and committing a consumer: the call fails, and the
-/// next succeeds with nothing lost.
+/// An I/O error creating a segment at a roll, writing a claim, and committing a consumer: the call
+/// fails, and the next succeeds with nothing lost.
 #[test]
 fn an_io_error_at_a_roll_or_a_commit_fails_that_call_only() {
     let _serial = serial();
@@ -475,6 +475,20 @@ fn an_io_error_at_a_roll_or_a_commit_fails_that_call_only() {
     assert!(matches!(log.append_batch(&bodies), Err(Error::Io { .. })));
     fail::remove("roll::create");
     log.append_batch(&bodies).unwrap();
+    // A claim whose table write fails: the poll fails, the records stay unclaimed.
+    let mut shared = log.consumer("s", ConsumerOptions::default()).unwrap();
+    fail::cfg("consumer::table_write", "return").unwrap();
+    let now = || Some(std::time::Instant::now());
+    assert!(matches!(shared.poll(10, now()), Err(Error::Io { .. })));
+    fail::remove("consumer::table_write");
+    let first = shared.poll(10, now()).unwrap();
+    assert_eq!(
+        first.first().map(|r| r.offset()),
+        Some(0),
+        "the same records, claimed now"
+    );
+    shared.commit(None).unwrap();
+    drop(shared);
     let mut c = log
         .consumer(
             "c",

@@ -496,6 +496,11 @@ impl Consumer {
         let (changed, out) = f(self, &mut t)?;
         fail_point!("consumer::claimed");
         if changed {
+            fail_point!("consumer::table_write", |_| Err(Error::io(
+                "writing the claims",
+                claims::FILE,
+                std::io::Error::from_raw_os_error(libc::EIO)
+            )));
             self.claims.write(self.pair, &mut t)?;
         }
         Ok(out)
