@@ -433,6 +433,9 @@ pub(crate) fn start_cleaner(state: &Arc<State>) -> Result<Periodic> {
             Err(_) => {
                 let cause = "the cleaner thread panicked".to_string();
                 log::error!("{cause}; cleaning stops, appends and reads go on");
+                // Where the user looks: stats() says it, and clean() raises it.
+                *locked(&state.stats.clean_last_error) =
+                    Some(format!("{cause}: cleaning has stopped"));
                 state.set_cleaner_failure(cause);
                 Next::Stop
             }
