@@ -879,6 +879,52 @@ fn in_sync_mode_readers_see_a_record_once_it_is_durable() {
     }
 }
 
+/// A control page made on a full disk: `DiskFull` at the open, never SIGBUS at the first touch
+/// of a page the filesystem had no block for.
+#[test]
+fn a_control_page_on_a_full_disk_is_disk_full_not_sigbus() {
+    let t = tempfile::tempdir().unwrap();
+    let mnt = t.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        skip("mounting a tmpfs is not permitted here");
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(mnt.clone());
+    let dirs = vec![mnt.join("s")];
+    let o = opts().segment_size(64 * 1024);
+    CommitLog::open(&dirs, o.clone().exclusive(true))
+        .unwrap()
+        .append(b"x")
+        .unwrap();
+    std::fs::remove_file(dirs[0].join("rmqlog.ctl")).unwrap();
+    let ballast = mnt.join("ballast");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&ballast).unwrap();
+        while f.write_all(&[1u8; 4096]).is_ok() {}
+    }
+    match CommitLog::open(&dirs, o.clone()) {
+        Err(Error::DiskFull { tried, .. }) => assert!(tried.contains("rmqlog.ctl"), "{tried}"),
+        other => panic!("DiskFull naming the page, got {:?}", other.map(|_| ())),
+    }
+    std::fs::remove_file(&ballast).unwrap();
+    let log = CommitLog::open(&dirs, o).unwrap();
+    let at = log.append(b"y").unwrap();
+    assert_eq!(&*log.read(at).unwrap(), b"y");
+}
+
 /// A holder stopped (SIGSTOP) while it holds the append lock: an append waits `lock_timeout`,
 /// then fails naming the holder's process; once the holder runs again, appends go on.
 #[test]

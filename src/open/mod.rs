@@ -323,6 +323,12 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     )
     .map_err(|e| Error::io("mapping the control page", CONTROL_FILE, e))?;
     if join.is_some() && !control.is_shared() {
+        if control.not_made().and_then(std::io::Error::raw_os_error) == Some(libc::ENOSPC) {
+            return Err(Error::DiskFull {
+                needed: 4096,
+                tried: format!("{CONTROL_FILE}, the shared writers' control page"),
+            });
+        }
         return Err(Error::config(
             "exclusive=False needs the control file rmqlog.ctl in a writable directory, and none \
              took it (see the log's warnings)",

@@ -131,6 +131,8 @@ pub(crate) struct Control {
     file: Option<(File, PathBuf)>,
     /// The page may be written (a read-only follower's may not: it cannot register to be woken).
     writable: bool,
+    /// A writer's private page: why no directory took the file (the first error).
+    not_made: Option<std::io::Error>,
 }
 
 impl Control {
@@ -141,6 +143,7 @@ impl Control {
             map,
             file: None,
             writable: true,
+            not_made: None,
         };
         c.words().magic.store(MAGIC, Ordering::Relaxed);
         c.words().version.store(VERSION, Ordering::Relaxed);
@@ -161,6 +164,7 @@ impl Control {
         mode: u32,
     ) -> std::io::Result<Control> {
         let mut chosen = None;
+        let mut first_error = None;
         for dir in dirs {
             let path = dir.join(CONTROL_FILE);
             match open_file(&path, true, mode) {
@@ -168,12 +172,16 @@ impl Control {
                     chosen = Some(c);
                     break;
                 }
-                Err(e) => log::warn!("no control file in {}: {e}", dir.display()),
+                Err(e) => {
+                    log::warn!("no control file in {}: {e}", dir.display());
+                    first_error.get_or_insert(e);
+                }
             }
         }
         let Some(c) = chosen else {
             log::warn!("waits for records work within this process only (no control file)");
-            let c = Control::private()?;
+            let mut c = Control::private()?;
+            c.not_made = first_error;
             c.hot().end.store(end, Ordering::Release);
             c.hot().reserved.store(end, Ordering::Release);
             c.words().flushed.store(flushed, Ordering::Release);
@@ -340,6 +348,11 @@ impl Control {
             }
             _ => Ok(()),
         }
+    }
+
+    /// A private page of a writer: why no directory took the control file.
+    pub fn not_made(&self) -> Option<&std::io::Error> {
+        self.not_made.as_ref()
     }
 
     /// Whether other processes see this page (a store's control file).
@@ -730,6 +743,7 @@ fn open_file(path: &Path, create: bool, mode: u32) -> std::io::Result<Control> {
         map,
         file: Some((file, path.to_path_buf())),
         writable: true,
+        not_made: None,
     })
 }
 
@@ -745,6 +759,7 @@ fn open_read_only(path: &Path) -> std::io::Result<Control> {
         map,
         file: Some((file, path.to_path_buf())),
         writable: false,
+        not_made: None,
     })
 }
 
