@@ -925,6 +925,57 @@ fn a_control_page_on_a_full_disk_is_disk_full_not_sigbus() {
     assert_eq!(&*log.read(at).unwrap(), b"y");
 }
 
+/// Opens sharing a name in read-only opens: one takes over claims another (whose view was ahead)
+/// left at its close; it looks at the log again and delivers them (it failed every poll with an
+/// internal error: "claimed records ... read as none").
+#[test]
+fn a_follower_takes_over_claims_past_its_view() {
+    let t = tempfile::tempdir().unwrap();
+    let writer = CommitLog::open(&[t.path()], opts()).unwrap();
+    writer.append(b"first").unwrap();
+    let ro = || CommitLog::open(&[t.path()], Options::default().read_only(true)).unwrap();
+    let (lx, ly) = (ro(), ro());
+    let now = || Some(std::time::Instant::now());
+    let mut y = ly.consumer("c", ConsumerOptions::default()).unwrap();
+    assert_eq!(y.poll(100, now()).unwrap().len(), 1);
+    y.commit(None).unwrap();
+    let later: Vec<u64> = (0..5).map(|i| writer.append(&[i; 10]).unwrap()).collect();
+    let mut x = lx.consumer("c", ConsumerOptions::default()).unwrap();
+    assert_eq!(x.poll(100, now()).unwrap().len(), 5);
+    drop(x); // closes without committing: its claims go to the next poll
+    let got: Vec<u64> = y
+        .poll(100, now())
+        .unwrap()
+        .iter()
+        .map(|r| r.offset())
+        .collect();
+    assert_eq!(got, later, "the closed open's claims, delivered again");
+    y.commit(None).unwrap();
+    assert_eq!(y.committed(), writer.max_offset().unwrap());
+}
+
+/// A directory where one directory's `rmqlog.consumers` should be: the log opens (a consumer's
+/// open says what is wrong), writers too.
+#[test]
+fn a_damaged_positions_file_does_not_stop_the_log_opening() {
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    {
+        let log = CommitLog::open(&dirs, opts().exclusive(true)).unwrap();
+        log.append(b"x").unwrap();
+        let mut c = log.consumer("k", ConsumerOptions::default()).unwrap();
+        c.poll(1, None).unwrap();
+        c.commit(None).unwrap();
+    }
+    let file = dirs[1].join(rmqlog::POSITIONS_FILE);
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir(&file).unwrap();
+    for exclusive in [true, false] {
+        let log = CommitLog::open(&dirs, opts().exclusive(exclusive)).unwrap();
+        log.append(b"y").unwrap();
+    }
+}
+
 /// A holder stopped (SIGSTOP) while it holds the append lock: an append waits `lock_timeout`,
 /// then fails naming the holder's process; once the holder runs again, appends go on.
 #[test]
@@ -951,6 +1002,22 @@ fn a_stopped_holder_fails_the_wait_at_its_bound_naming_it() {
     }
     assert!(started.elapsed() >= Duration::from_millis(300));
     assert!(started.elapsed() < Duration::from_secs(10));
+    // A close while another thread waits for the lock ends that wait (Closed), not at its bound.
+    let waiting = CommitLog::open(&dirs, opts().lock_timeout(Duration::from_secs(60))).unwrap();
+    let waiting = Arc::new(waiting);
+    let appender = {
+        let log = Arc::clone(&waiting);
+        std::thread::spawn(move || log.append(b"waits"))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let closing = std::time::Instant::now();
+    waiting.close().unwrap();
+    assert!(matches!(appender.join().unwrap(), Err(Error::Closed)));
+    assert!(
+        closing.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        closing.elapsed()
+    );
     // SAFETY: as above.
     unsafe { libc::kill(pid as i32, libc::SIGCONT) };
     drop(holder); // dies holding the lock: the next append repairs and goes on
@@ -985,6 +1052,21 @@ fn a_zeroed_control_page_is_refused_not_trusted() {
         acked[19]
     );
     assert!(log.append(&tagged(1, 20, 100)).unwrap() > acked[19]);
+    // The open that made the page, appending alone (nothing else changed the page): its next
+    // append checks the page too. A word of the page: the version; then the lock's bytes alone.
+    common::write_at(&ctl, 8, &4u32.to_le_bytes());
+    assert!(
+        matches!(log.append(b"v"), Err(Error::Corruption { .. })),
+        "version"
+    );
+    drop(log);
+    let log = CommitLog::open(&dirs, opts()).unwrap();
+    log.append(b"ok").unwrap();
+    common::write_at(&ctl, 1024, &[0xff; 40]);
+    match log.append(b"lock") {
+        Err(Error::Corruption { reason, .. }) => assert!(reason.contains("lock"), "{reason}"),
+        other => panic!("a lock of garbage is corruption of the page, got {other:?}"),
+    }
 }
 
 /// A joiner that may write the store but not its control page (here: immutable) is refused with

@@ -379,6 +379,14 @@ impl Consumer {
         });
         if let Some(i) = lapsed {
             let Claim { from, to, .. } = t.claims[i];
+            if to > self.state.readable_end() && self.state.read_only {
+                // Claimed by an open whose view was ahead of this one's: look again first.
+                follow::refresh(&self.state)?;
+            }
+            if to > self.state.readable_end() {
+                // Not readable here yet (a sync store's records not yet durable): later.
+                return Ok((false, Ok(None)));
+            }
             let scan = Scan::new(Arc::clone(&self.state), Some(from), Some(to))?;
             let Some((r, end)) = read(scan)? else {
                 return Err(Error::Internal(format!(

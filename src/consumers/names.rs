@@ -129,7 +129,14 @@ pub(crate) fn drop_name(state: &State, name: &str) -> Result<()> {
 /// a newer one). The records appended from now on start at the end, so each such name resumes
 /// there, and its claims past the end go: left past the end, it would skip those records, or
 /// name no record start. Said in the log, once per name.
-pub(crate) fn resume_past_the_end(state: &State) -> Result<()> {
+pub(crate) fn resume_past_the_end(state: &State) {
+    // The log opens whatever the positions' state: each consumer's open says what is wrong.
+    if let Err(e) = check_positions_against_the_end(state) {
+        log::warn!("consumer positions not checked against the log's end: {e}");
+    }
+}
+
+fn check_positions_against_the_end(state: &State) -> Result<()> {
     let Ok(dirs) = positions_dirs(state) else {
         return Ok(()); // no directory to keep positions in: no consumer
     };
@@ -142,14 +149,7 @@ pub(crate) fn resume_past_the_end(state: &State) -> Result<()> {
     let _names = NamesLock::take(dirs[0])?;
     let positions = Positions::open(&dirs, false)?;
     let end = state.max_offset();
-    let pairs = match positions.read() {
-        Ok(pairs) => pairs,
-        Err(e) => {
-            // The log opens; each consumer's open says what is wrong.
-            log::warn!("consumer positions not checked against the log's end: {e}");
-            return Ok(());
-        }
-    };
+    let pairs = positions.read()?;
     let past: Vec<(usize, Slot)> = pairs
         .into_iter()
         .enumerate()

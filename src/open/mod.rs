@@ -378,7 +378,7 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     state.refresh_checkpoint(on_disk.as_ref())?;
     writer.record_tail_hint(&state);
     // Before any append: a consumer position past what recovery kept resumes at its end.
-    crate::consumers::names::resume_past_the_end(&state)?;
+    crate::consumers::names::resume_past_the_end(&state);
     if join.is_some() {
         // The first open does the background work; others join from now on.
         crate::shared::owns_background(&state)?;
@@ -471,7 +471,14 @@ fn join_shared(
     let control = Control::find(&writable_paths)
         .filter(|c| c.is_shared() && c.is_live())
         .ok_or_else(|| {
-            Error::config("the shared writers open on this store publish through no rmqlog.ctl")
+            let exists = writable_paths.iter().any(|p| p.join(CONTROL_FILE).exists());
+            Error::config(match exists {
+                true => {
+                    "the shared writers open on this store publish through an rmqlog.ctl this \
+                     open cannot take (damaged, or made by another version of rmqlog)"
+                }
+                false => "the shared writers open on this store publish through no rmqlog.ctl",
+            })
         })?;
     // Only writers of one page cache share a store: what they publish is true for this one.
     if cache

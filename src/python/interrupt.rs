@@ -15,8 +15,8 @@ thread_local! {
 pub(super) fn detach<T: Send>(
     py: Python<'_>,
     f: impl FnOnce() -> crate::Result<T> + Send,
-) -> PyResult<T> {
-    Ok(py.detach(|| crate::shared::append_lock::interruptible(handle_signals, f))?)
+) -> crate::Result<T> {
+    py.detach(|| crate::shared::append_lock::interruptible(handle_signals, f))
 }
 
 /// Runs the interpreter's signal handlers; true (give up the wait) if one raised.

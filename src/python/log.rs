@@ -134,8 +134,9 @@ impl PyCommitLog {
             .exporter(py, rec.mapping().0, rec.segment_start())
     }
 
-    fn prune_views(&self) {
-        self.views.prune(self.log.min_offset().unwrap_or(0));
+    /// Lets go of the cached views of deleted segments; whether there were any.
+    fn prune_views(&self) -> bool {
+        self.views.prune(self.log.min_offset().unwrap_or(0))
     }
 
     /// Before a wait: the cached maps go (a view the caller holds keeps its own), so that a wait
@@ -333,9 +334,13 @@ impl PyCommitLog {
             return Ok(offset);
         }
         let appended = interrupt::detach(py, || self.log.append(data));
-        // The roll it made (failed or not) may have deleted the head: its cached maps go now.
-        self.prune_views();
-        appended
+        // The roll it made (failed or not) may have deleted the head: its cached maps go now,
+        // and an append the disk refused while they held its blocks is tried again.
+        let appended = match (appended, self.prune_views()) {
+            (Err(Error::DiskFull { .. }), true) => interrupt::detach(py, || self.log.append(data)),
+            (appended, _) => appended,
+        };
+        Ok(appended?)
     }
 
     /// Appends many records at once (all visible together, or none); returns their offsets: a
@@ -372,9 +377,15 @@ impl PyCommitLog {
         }
         let held = bodies_of(bodies, self.max_body())?;
         let slices = held.slices();
-        let found = interrupt::detach(py, || self.log.append_batch(&slices));
-        self.prune_views();
-        let found = found?;
+        let found = match (
+            interrupt::detach(py, || self.log.append_batch(&slices)),
+            self.prune_views(),
+        ) {
+            (Err(Error::DiskFull { .. }), true) => {
+                interrupt::detach(py, || self.log.append_batch(&slices))
+            }
+            (found, _) => found,
+        }?;
         if !offsets {
             return Ok(None);
         }

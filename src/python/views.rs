@@ -94,15 +94,21 @@ impl ViewCache {
 
     /// Drops the views of segments below `min` (deleted), so their maps (and disk space) can go
     /// once no caller holds a view. A load per call; the pruning only when the head moved.
-    pub fn prune(&self, min: u64) {
-        if self.min_seen.load(Ordering::Relaxed) != min {
-            self.min_seen.store(min, Ordering::Relaxed);
-            let mut views = self.locked();
-            views.by_start.retain(|&start, _| start >= min);
-            if views.last.as_ref().is_some_and(|e| e.start < min) {
-                views.last = None;
-            }
+    /// Returns whether it let go of any view.
+    pub fn prune(&self, min: u64) -> bool {
+        if self.min_seen.load(Ordering::Relaxed) == min {
+            return false;
         }
+        self.min_seen.store(min, Ordering::Relaxed);
+        let mut views = self.locked();
+        let before = views.by_start.len();
+        views.by_start.retain(|&start, _| start >= min);
+        let mut dropped = views.by_start.len() < before;
+        if views.last.as_ref().is_some_and(|e| e.start < min) {
+            views.last = None;
+            dropped = true;
+        }
+        dropped
     }
 
     pub fn clear(&self) {

@@ -533,7 +533,12 @@ impl Control {
     /// process; every [`LOCK_SLICE`] it asks whether to give up ([`append_lock::interrupted`]:
     /// Ctrl-C in Python) and whether the page is still the writers' (a page damaged under its
     /// waiters would leave them asleep for good).
-    pub fn lock_appends(&self, bound: Duration) -> Result<PageGuard<'_>> {
+    /// `open` is asked too: its error (the log closed meanwhile) ends the wait.
+    pub fn lock_appends(
+        &self,
+        bound: Duration,
+        open: &dyn Fn() -> Result<()>,
+    ) -> Result<PageGuard<'_>> {
         if let Some(guard) = self.try_lock_appends()? {
             return Ok(guard);
         }
@@ -554,6 +559,7 @@ impl Control {
             if append_lock::interrupted() {
                 return Err(Error::Interrupted);
             }
+            open()?;
             if started.elapsed() >= bound {
                 return Err(Error::LockTimeout {
                     path: self.path().map(Path::to_path_buf).unwrap_or_default(),
@@ -564,8 +570,12 @@ impl Control {
         }
     }
 
-    /// An error of the append lock, naming the page.
+    /// An error of the append lock, naming the page. `EINVAL`: the lock's bytes are no mutex (the
+    /// page damaged where its other words still check).
     pub fn lock_error(&self, e: std::io::Error) -> Error {
+        if e.raw_os_error() == Some(libc::EINVAL) {
+            return self.damaged("its append lock is not a mutex (overwritten)");
+        }
         let path = self
             .path()
             .map_or_else(|| PathBuf::from(CONTROL_FILE), Path::to_path_buf);
@@ -809,14 +819,16 @@ mod tests {
         let holder = {
             let ctl = std::sync::Arc::clone(&ctl);
             std::thread::spawn(move || {
-                let _guard = ctl.lock_appends(Duration::from_secs(1)).unwrap();
+                let _guard = ctl
+                    .lock_appends(Duration::from_secs(1), &|| Ok(()))
+                    .unwrap();
                 held.0.send(()).unwrap();
                 let _ = hold.1.recv_timeout(Duration::from_secs(30));
             })
         };
         held.1.recv().unwrap();
         let t = Instant::now();
-        match ctl.lock_appends(Duration::from_millis(250)) {
+        match ctl.lock_appends(Duration::from_millis(250), &|| Ok(())) {
             Err(Error::LockTimeout { holder, .. }) => {
                 assert_eq!(holder, Some(std::process::id()), "the holder's process")
             }
@@ -824,8 +836,10 @@ mod tests {
         }
         assert!(t.elapsed() >= Duration::from_millis(250));
         let t = Instant::now();
-        let waited =
-            append_lock::interruptible(|| true, || ctl.lock_appends(Duration::from_secs(30)));
+        let waited = append_lock::interruptible(
+            || true,
+            || ctl.lock_appends(Duration::from_secs(30), &|| Ok(())),
+        );
         assert!(matches!(waited, Err(Error::Interrupted)), "{waited:?}");
         assert!(
             t.elapsed() < Duration::from_secs(5),
@@ -833,7 +847,10 @@ mod tests {
         );
         hold.0.send(()).unwrap();
         holder.join().unwrap();
-        drop(ctl.lock_appends(Duration::from_secs(1)).unwrap());
+        drop(
+            ctl.lock_appends(Duration::from_secs(1), &|| Ok(()))
+                .unwrap(),
+        );
     }
 
     #[test]

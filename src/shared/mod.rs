@@ -181,10 +181,23 @@ fn catch_up_with(state: &State, may_lock: bool) -> Result<()> {
         return Err(changing(state));
     }
     // The store changed under every listing: once more with the lock (no roll runs then).
-    let mut guard = ctl.lock_appends(state.opts.lock_timeout)?;
+    let mut guard = ctl.lock_appends(state.opts.lock_timeout, &|| state.check_open())?;
     sync_locked(state, &ctl, &mut guard)?;
     take_flushed(state, &ctl);
     Ok(())
+}
+
+/// `Ok` if `ctl` is still the page the shared writers share, as this open knows it (see
+/// [`Control::check_intact`]); nothing for an exclusive writer.
+pub(crate) fn check_page(state: &State, ctl: &Control) -> Result<()> {
+    match &state.shared {
+        Some(shared) => ctl.check_intact(
+            shared.epoch,
+            state.max_offset(),
+            shared.seen.load(Ordering::Acquire),
+        ),
+        None => Ok(()),
+    }
 }
 
 /// Listings a catch-up takes before it lists with the append lock held; listings a holder of the

@@ -62,6 +62,11 @@ pub(crate) fn roll(
     Ok(created)
 }
 
+/// How long a roll that deleted segments for space waits, at most, for their blocks to free
+/// (other processes' maps of them go as they take the deletion in).
+const SPACE_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
+const SPACE_WAITS: usize = 20;
+
 /// The cleaning of a roll that found every disk full, before it gives up: what retention would
 /// delete if no consumer held it. A shared writer cleans under the maintenance lock, taken only
 /// if free (this append holds the append lock, which maintenance takes after its own: waiting
@@ -196,12 +201,26 @@ fn create_segment(
     let name = segment_name(start);
     let mut eligible = eligible_dirs(state, pending);
     if eligible.is_empty() {
-        match clean_inline(state) {
-            Ok(n) if n > 0 => log::info!("a full-disk roll cleaned {n} segments"),
-            Ok(_) => {}
-            Err(e) => log::warn!("cleaning before a full-disk roll failed: {e}"),
-        }
+        let cleaned = match clean_inline(state) {
+            Ok(n) => n,
+            Err(e) => {
+                log::warn!("cleaning before a full-disk roll failed: {e}");
+                0
+            }
+        };
         eligible = eligible_dirs(state, pending);
+        if cleaned > 0 {
+            log::info!("a full-disk roll cleaned {cleaned} segments");
+            // Their blocks free once every process lets go of their maps: a reader wakes on
+            // the change and lists the store again within moments.
+            for _ in 0..SPACE_WAITS {
+                if !eligible.is_empty() {
+                    break;
+                }
+                std::thread::sleep(SPACE_WAIT);
+                eligible = eligible_dirs(state, pending);
+            }
+        }
     }
     let infos: Vec<DirInfo> = eligible.iter().map(|(_, d)| d.clone()).collect();
     let shares: Vec<usize> = eligible

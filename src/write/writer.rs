@@ -344,13 +344,15 @@ impl Writer {
         };
         let ctl = self.shared_page(&c);
         let _page = match &ctl {
-            Some(ctl) => match ctl.try_lock_appends()? {
-                Some(mut page) => {
-                    c.catch_up(state, ctl, &mut page, false)?;
-                    Some(page)
+            Some(ctl) => {
+                match crate::shared::check_page(state, ctl).and_then(|()| ctl.try_lock_appends())? {
+                    Some(mut page) => {
+                        c.catch_up(state, ctl, &mut page, false)?;
+                        Some(page)
+                    }
+                    None => return Ok(None),
                 }
-                None => return Ok(None),
-            },
+            }
             None => None,
         };
         // A large record is a syscall of its own: the caller's slow path lets go of its lock.
@@ -409,6 +411,9 @@ struct Batch<'a, B> {
 
 /// A shared writer's append lock, taken, with the cursor brought up to the control page.
 fn lock_page<'a>(state: &State, c: &mut Cursor, ctl: &'a Control) -> Result<PageGuard<'a>> {
+    // A damaged page is refused before its lock is touched (a lock of garbage fails untyped),
+    // at every append: one alone on a page damaged under it would skip the catch-up's check.
+    crate::shared::check_page(state, ctl)?;
     if state
         .shared
         .as_ref()
@@ -417,7 +422,7 @@ fn lock_page<'a>(state: &State, c: &mut Cursor, ctl: &'a Control) -> Result<Page
         // The segment list changed: listed before the lock is taken, not while others wait.
         crate::shared::catch_up(state)?;
     }
-    let mut page = ctl.lock_appends(state.opts.lock_timeout)?;
+    let mut page = ctl.lock_appends(state.opts.lock_timeout, &|| state.check_open())?;
     c.catch_up(state, ctl, &mut page, state.opts.flush.policy().each_append)?;
     Ok(page)
 }
