@@ -12,6 +12,8 @@
 
 mod common;
 
+use common::{check_store, tagged};
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -63,43 +65,6 @@ fn opts() -> Options {
         .segment_size(SEGMENT)
         .flush(FlushMode::Async)
         .exclusive(false)
-}
-
-/// A body naming its writer and its number in that writer's sequence.
-fn tagged(writer: u32, i: u32, len: usize) -> Vec<u8> {
-    let mut b = Vec::with_capacity(len.max(8));
-    b.extend_from_slice(&writer.to_le_bytes());
-    b.extend_from_slice(&i.to_le_bytes());
-    b.resize(len.max(8), (writer as u8).wrapping_mul(31) ^ (i as u8));
-    b
-}
-
-/// Every record of the store: dense offsets, whole bodies, each writer's records in its order
-/// without gaps or repeats. Returns how many each writer has.
-fn check_store(log: &CommitLog) -> HashMap<u32, u32> {
-    let mut next: HashMap<u32, u32> = HashMap::new();
-    let mut at = log.min_offset().unwrap();
-    for rec in log.scan(None, None).unwrap() {
-        let rec = rec.unwrap();
-        assert_eq!(rec.offset(), at, "offsets are dense");
-        at = rec.next_offset();
-        let w = u32::from_le_bytes(rec[..4].try_into().unwrap());
-        let i = u32::from_le_bytes(rec[4..8].try_into().unwrap());
-        assert_eq!(
-            &*rec,
-            tagged(w, i, rec.len()),
-            "record at {} is whole",
-            rec.offset()
-        );
-        let n = next.entry(w).or_default();
-        assert_eq!(
-            i, *n,
-            "writer {w}'s records in order, none lost or repeated"
-        );
-        *n += 1;
-    }
-    assert_eq!(at, log.max_offset().unwrap(), "the scan reaches the end");
-    next
 }
 
 /// Runs `f` on a thread; fails naming `what` if it takes longer than [`BOUND`].

@@ -123,3 +123,40 @@ pub fn seed(var: &str) -> u64 {
         },
     )
 }
+
+/// A body naming its writer and its number in that writer's sequence.
+pub fn tagged(writer: u32, i: u32, len: usize) -> Vec<u8> {
+    let mut b = Vec::with_capacity(len.max(8));
+    b.extend_from_slice(&writer.to_le_bytes());
+    b.extend_from_slice(&i.to_le_bytes());
+    b.resize(len.max(8), (writer as u8).wrapping_mul(31) ^ (i as u8));
+    b
+}
+
+pub fn untag(b: &[u8]) -> (u32, u32) {
+    let w = u32::from_le_bytes(b[..4].try_into().unwrap());
+    let i = u32::from_le_bytes(b[4..8].try_into().unwrap());
+    assert_eq!(b, tagged(w, i, b.len()), "a record's bytes are whole");
+    (w, i)
+}
+
+/// Every record of the store: dense offsets from `min_offset`, and each writer's records in its
+/// own order without gaps or repeats. Returns how many each writer has.
+pub fn check_store(log: &CommitLog) -> std::collections::HashMap<u32, u32> {
+    let mut next: std::collections::HashMap<u32, u32> = Default::default();
+    let mut at = log.min_offset().unwrap();
+    for rec in log.scan(None, None).unwrap() {
+        let rec = rec.unwrap();
+        assert_eq!(rec.offset(), at, "offsets are dense");
+        at = rec.next_offset();
+        let (w, i) = untag(&rec);
+        let n = next.entry(w).or_default();
+        assert_eq!(
+            i, *n,
+            "writer {w}'s records in its order, none lost or repeated"
+        );
+        *n += 1;
+    }
+    assert_eq!(at, log.max_offset().unwrap(), "the scan reaches the end");
+    next
+}
