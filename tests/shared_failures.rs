@@ -1176,4 +1176,33 @@ fn positions_damaged_in_every_copy_are_an_error() {
             "nothing renamed or re-made"
         );
     }
+    // Copies zeroed, or cut short, in every directory read as holding no name (as a file its
+    // creator died in before writing does): the count of names made says otherwise.
+    for damage in ["zeroed", "cut short"] {
+        for d in &dirs {
+            let file = d.join(rmqlog::POSITIONS_FILE);
+            let len = std::fs::metadata(&file).unwrap().len();
+            match damage {
+                "zeroed" => common::write_at(&file, 0, &vec![0u8; len as usize]),
+                _ => std::fs::File::options()
+                    .write(true)
+                    .open(&file)
+                    .unwrap()
+                    .set_len(0)
+                    .unwrap(),
+            }
+        }
+        let copts = ConsumerOptions {
+            start: Start::Latest,
+            ..Default::default()
+        };
+        match log.consumer("k", copts) {
+            Err(Error::Corruption { reason, .. }) => assert!(reason.contains("gone"), "{reason}"),
+            other => panic!("{damage}: an error, got {:?}", other.map(|c| c.committed())),
+        }
+        assert!(
+            log.consumers().is_err(),
+            "{damage}: the listing says so too"
+        );
+    }
 }

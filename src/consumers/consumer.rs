@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crate::consumers::claims::{
     self, member_byte, name_byte, table_byte, Claim, Claims, Table, NOBODY,
 };
-use crate::consumers::file::Positions;
+use crate::consumers::file::{check_made, note_pairs_made, pairs_made, Positions};
 use crate::consumers::names::{find, lease_now_ms, now_ms, positions_dirs};
 use crate::consumers::slot::{check_name, Slot};
 use crate::error::{Error, Result};
@@ -136,6 +136,9 @@ impl Consumer {
         let _names = NamesLock::take(dirs[0])?;
         let positions = Positions::open(&dirs, true)?;
         let pairs = positions.read()?;
+        let names_file = dirs[0].join(crate::open::lock::NAMES_FILE);
+        let made = pairs_made(&names_file);
+        check_made(&pairs, made, &dirs)?;
         let end = state.max_offset();
         let (pair, slot, created) = match find(&pairs, name) {
             Some(i) => {
@@ -161,6 +164,9 @@ impl Consumer {
                     name: name.to_owned(),
                 };
                 positions.write(i, &slot, true)?;
+                if i as u64 >= made {
+                    note_pairs_made(&names_file, i as u64 + 1)?;
+                }
                 (i, slot, true)
             }
         };

@@ -202,6 +202,62 @@ impl Positions {
     }
 }
 
+/// The pairs every copy once held: recorded in `rmqlog.names` (under its lock, after the pair's
+/// first slot was written durably) so that copies zeroed or cut short in every directory (which
+/// read as holding fewer names, as a file its creator died in before writing does) are found.
+const MADE_MAGIC: &[u8; 8] = b"RMQLNAM1";
+
+/// How many pairs were made (0 for a store that did not record it).
+pub(crate) fn pairs_made(names_file: &Path) -> u64 {
+    let Ok(bytes) = std::fs::read(names_file) else {
+        return 0;
+    };
+    match (bytes.get(..8), bytes.get(8..16)) {
+        (Some(magic), Some(n)) if magic == MADE_MAGIC => {
+            u64::from_le_bytes(n.try_into().unwrap_or_default())
+        }
+        _ => 0,
+    }
+}
+
+/// Records that `n` pairs were made (the names lock held).
+pub(crate) fn note_pairs_made(names_file: &Path, n: u64) -> Result<()> {
+    let mut bytes = MADE_MAGIC.to_vec();
+    bytes.extend_from_slice(&n.to_le_bytes());
+    let file = OpenOptions::new()
+        .write(true)
+        .open(names_file)
+        .ctx("opening", names_file)?;
+    file.write_all_at(&bytes, 0).ctx("writing", names_file)?;
+    file.sync_data().ctx("syncing", names_file)
+}
+
+/// `Ok` unless a pair below `made` reads as never written in every copy: the copies were zeroed
+/// or cut short (not a crash: a pair's slot is durable before it is counted).
+pub(crate) fn check_made(pairs: &[Option<Slot>], made: u64, dirs: &[&Path]) -> Result<()> {
+    let lost = (0..made as usize)
+        .filter(|&i| pairs.get(i).is_none_or(Option::is_none))
+        .count();
+    if lost == 0 {
+        return Ok(());
+    }
+    let names: Vec<String> = dirs
+        .iter()
+        .map(|d| d.join(FILE).display().to_string())
+        .collect();
+    Err(Error::Corruption {
+        path: dirs.first().map(|d| d.join(FILE)),
+        offset: None,
+        reason: format!(
+            "the consumers' committed positions of {lost} of the {made} names made are gone from \
+             every copy ({}): zeroed or cut short. Restore a copy, or move the files aside (e.g. \
+             to {FILE}.damaged) and remove {NAMES}'s record to start every name anew",
+            names.join(", "),
+            NAMES = crate::open::lock::NAMES_FILE,
+        ),
+    })
+}
+
 /// Refuses a store whose copies of the file are all damaged (none missing ones aside): no
 /// directory has the positions to make the others from, and making them anew would move every
 /// name back to its start (skipping, or repeating, what it had not committed).

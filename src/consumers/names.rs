@@ -37,6 +37,7 @@ pub(crate) fn list(state: &State) -> Result<Vec<ConsumerInfo>> {
     shared::catch_up(state)?;
     let dirs = positions_dirs(state)?;
     let positions = Positions::open_existing(&dirs)?;
+    let made = crate::consumers::file::pairs_made(&dirs[0].join(crate::open::lock::NAMES_FILE));
     let end = state.max_offset();
     // Held names show through their locks (no claims file: no name was ever opened); a store
     // this open cannot write shows none.
@@ -51,7 +52,9 @@ pub(crate) fn list(state: &State) -> Result<Vec<ConsumerInfo>> {
     let idle_ms = idle_hours.map(|h| (h * 3_600_000.0) as u64);
     let now = now_ms();
     let mut out = Vec::new();
-    for (pair, s) in positions.read()?.into_iter().enumerate() {
+    let pairs = positions.read()?;
+    crate::consumers::file::check_made(&pairs, made, &dirs)?;
+    for (pair, s) in pairs.into_iter().enumerate() {
         let Some(s) = s.filter(|s| !s.dropped) else {
             continue;
         };
