@@ -31,6 +31,7 @@
 
 // The parts, roughly bottom to top (README.md, "Layout of the code"); each folder's mod.rs says
 // what it holds. `log` is the facade over them all.
+mod clock;
 mod error;
 mod failpoint;
 mod sync;

@@ -93,7 +93,13 @@ impl CommitLog {
             state,
             writer,
             lock,
+            recovered,
         } = open(paths, opts)?;
+        if let Some(end) = recovered {
+            // Before any append of this open: a consumer position past what recovery kept
+            // resumes at that end (where the records any open appends from now on start).
+            crate::consumers::names::resume_past_the_end(&state, end);
+        }
         let log = CommitLog {
             state,
             writer,

@@ -481,6 +481,7 @@ fn an_io_error_at_a_roll_or_a_commit_fails_that_call_only() {
 /// after. A commit makes the records below it durable first, in every flush mode.
 #[test]
 fn a_commit_makes_the_records_below_it_durable_first() {
+    let _serial = serial();
     for flush in [FlushMode::None, FlushMode::Async, FlushMode::Sync] {
         let t = tempfile::tempdir().unwrap();
         let o = Options::default()
@@ -534,6 +535,7 @@ fn a_commit_makes_the_records_below_it_durable_first() {
 /// every record appended since, exclusive or shared.
 #[test]
 fn a_position_past_the_recovered_end_resumes_at_the_end() {
+    let _serial = serial();
     for exclusive in [true, false] {
         let t = tempfile::tempdir().unwrap();
         let o = Options::default().flush_interval(Duration::from_secs(600));
@@ -773,6 +775,7 @@ fn no_exclusive_open_slips_in_beside_a_closing_shared_writer() {
 /// (the directory's identity decides), and they serialise on one join lock.
 #[test]
 fn a_writer_naming_a_directory_through_a_symlink_joins() {
+    let _serial = serial();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
     let a = CommitLog::open(&dirs, opts()).unwrap();
@@ -848,6 +851,7 @@ fn in_sync_mode_readers_see_a_record_once_it_is_durable() {
 /// of a page the filesystem had no block for.
 #[test]
 fn a_control_page_on_a_full_disk_is_disk_full_not_sigbus() {
+    let _serial = serial();
     let t = tempfile::tempdir().unwrap();
     let mnt = t.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
@@ -895,6 +899,7 @@ fn a_control_page_on_a_full_disk_is_disk_full_not_sigbus() {
 /// internal error: "claimed records ... read as none").
 #[test]
 fn a_follower_takes_over_claims_past_its_view() {
+    let _serial = serial();
     let t = tempfile::tempdir().unwrap();
     let writer = CommitLog::open(&[t.path()], opts()).unwrap();
     writer.append(b"first").unwrap();
@@ -923,6 +928,7 @@ fn a_follower_takes_over_claims_past_its_view() {
 /// open says what is wrong), writers too.
 #[test]
 fn a_damaged_positions_file_does_not_stop_the_log_opening() {
+    let _serial = serial();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
     {
@@ -994,6 +1000,7 @@ fn a_stopped_holder_fails_the_wait_at_its_bound_naming_it() {
 /// the page, never written over record 0; nothing acknowledged is lost.
 #[test]
 fn a_zeroed_control_page_is_refused_not_trusted() {
+    let _serial = serial();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
     let log = CommitLog::open(&dirs, opts()).unwrap();
@@ -1038,6 +1045,7 @@ fn a_zeroed_control_page_is_refused_not_trusted() {
 /// the error opening it for writing names, not killed by SIGSEGV taking the lock.
 #[test]
 fn a_joiner_that_cannot_write_the_page_is_refused() {
+    let _serial = serial();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
     let first = CommitLog::open(&dirs, opts()).unwrap();
@@ -1082,6 +1090,7 @@ fn skip(why: &str) {
 /// by thread id, which a process of another namespace can share with a live holder.
 #[test]
 fn a_writer_in_another_pid_namespace_is_refused() {
+    let _serial = serial();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
     let first = CommitLog::open(&dirs, opts()).unwrap();
@@ -1112,6 +1121,7 @@ fn a_writer_in_another_pid_namespace_is_refused() {
 /// the follower looks at its file while it waits, and follows the new page.
 #[test]
 fn a_follower_follows_a_replaced_control_page() {
+    let _serial = serial();
     let t = tempfile::tempdir().unwrap();
     let o = Options::default();
     let log = CommitLog::open(&[t.path()], o.clone()).unwrap();
@@ -1141,6 +1151,7 @@ fn a_follower_follows_a_replaced_control_page() {
 /// of every consumer to its start.
 #[test]
 fn positions_damaged_in_every_copy_are_an_error() {
+    let _serial = serial();
     let t = tempfile::tempdir().unwrap();
     let dirs = two_dirs(t.path());
     let o = opts().exclusive(true);

@@ -16,7 +16,7 @@ use crate::consumers::claims::{
     self, member_byte, name_byte, table_byte, Claim, Claims, Table, NOBODY,
 };
 use crate::consumers::file::{check_made, note_pairs_made, pairs_made, Positions};
-use crate::consumers::names::{find, lease_now_ms, now_ms, positions_dirs};
+use crate::consumers::names::{behind_the_end, find, lease_now_ms, now_ms, positions_dirs};
 use crate::consumers::slot::{check_name, Slot};
 use crate::error::{Error, Result};
 use crate::failpoint::fail_point;
@@ -693,31 +693,6 @@ impl Consumer {
             }
         }
     }
-}
-
-/// A committed position found past the log's end: the records it covered are gone (a power loss
-/// took what the log had not synced, from a store written before commits made them durable; or
-/// the store was restored from an older copy). The records appended since start at the end, so
-/// the name resumes there: a position left past it would skip them, or name no record start.
-pub(crate) fn behind_the_end(
-    positions: &Positions,
-    pair: usize,
-    slot: Slot,
-    end: u64,
-) -> Result<Slot> {
-    log::warn!(
-        "consumer {:?}: its committed position {} lies past the log's end {end} (the records \
-         between were lost after it committed them); it resumes at {end}",
-        slot.name,
-        slot.position
-    );
-    let slot = Slot {
-        seq: slot.seq + 1,
-        position: end,
-        ..slot
-    };
-    positions.write(pair, &slot, true)?;
-    Ok(slot)
 }
 
 /// Where `start` is in the log now.

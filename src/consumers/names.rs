@@ -132,14 +132,14 @@ pub(crate) fn drop_name(state: &State, name: &str) -> Result<()> {
 /// a newer one). The records appended from now on start at the end, so each such name resumes
 /// there, and its claims past the end go: left past the end, it would skip those records, or
 /// name no record start. Said in the log, once per name.
-pub(crate) fn resume_past_the_end(state: &State) {
+pub(crate) fn resume_past_the_end(state: &State, end: u64) {
     // The log opens whatever the positions' state: each consumer's open says what is wrong.
-    if let Err(e) = check_positions_against_the_end(state) {
+    if let Err(e) = check_positions_against_the_end(state, end) {
         log::warn!("consumer positions not checked against the log's end: {e}");
     }
 }
 
-fn check_positions_against_the_end(state: &State) -> Result<()> {
+fn check_positions_against_the_end(state: &State, end: u64) -> Result<()> {
     let Ok(dirs) = positions_dirs(state) else {
         return Ok(()); // no directory to keep positions in: no consumer
     };
@@ -151,7 +151,6 @@ fn check_positions_against_the_end(state: &State) -> Result<()> {
     }
     let _names = NamesLock::take(dirs[0])?;
     let positions = Positions::open(&dirs, false)?;
-    let end = state.max_offset();
     let pairs = positions.read()?;
     let past: Vec<(usize, Slot)> = pairs
         .into_iter()
@@ -167,7 +166,7 @@ fn check_positions_against_the_end(state: &State) -> Result<()> {
     let claims = Claims::open(dirs[0])?;
     let locks = ByteLocks::open(claims.path())?;
     for (pair, slot) in past {
-        crate::consumers::consumer::behind_the_end(&positions, pair, slot, end)?;
+        behind_the_end(&positions, pair, slot, end)?;
         locks.lock(table_byte(pair))?;
         let reset = claims.read(pair).and_then(|t| match t {
             Some(mut t) if t.next > end => {
@@ -226,16 +225,30 @@ pub(crate) fn now_ms() -> u64 {
 /// no clock step moves (a claims table is shared by the processes of one boot only; after a
 /// reboot its claims are of dead opens, delivered again whatever their time).
 pub(crate) fn lease_now_ms() -> u64 {
-    boot_time().as_millis() as u64
+    crate::clock::boot_time().as_millis() as u64
 }
 
-/// Time since boot, sleep included (`CLOCK_BOOTTIME`).
-pub(crate) fn boot_time() -> std::time::Duration {
-    let mut ts = std::mem::MaybeUninit::<libc::timespec>::uninit();
-    // SAFETY: clock_gettime writes the timespec it is given; CLOCK_BOOTTIME exists on Linux.
-    let ts = unsafe {
-        libc::clock_gettime(libc::CLOCK_BOOTTIME, ts.as_mut_ptr());
-        ts.assume_init()
+/// A committed position found past the log's end: the records it covered are gone (a power loss
+/// took what the log had not synced, from a store written before commits made them durable; or
+/// the store was restored from an older copy). The records appended since start at the end, so
+/// the name resumes there: a position left past it would skip them, or name no record start.
+pub(crate) fn behind_the_end(
+    positions: &Positions,
+    pair: usize,
+    slot: Slot,
+    end: u64,
+) -> Result<Slot> {
+    log::warn!(
+        "consumer {:?}: its committed position {} lies past the log's end {end} (the records \
+         between were lost after it committed them); it resumes at {end}",
+        slot.name,
+        slot.position
+    );
+    let slot = Slot {
+        seq: slot.seq + 1,
+        position: end,
+        ..slot
     };
-    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    positions.write(pair, &slot, true)?;
+    Ok(slot)
 }

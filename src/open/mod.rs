@@ -53,6 +53,8 @@ pub(crate) struct Opened {
     pub state: Arc<State>,
     pub writer: Option<Writer>,
     pub lock: Option<StoreLock>,
+    /// The end recovery found, for the open that recovered the store (a writer's first open).
+    pub recovered: Option<u64>,
 }
 
 pub(crate) fn open<P: AsRef<Path>>(paths: &[P], mut opts: Options) -> Result<Opened> {
@@ -377,8 +379,6 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     }
     state.refresh_checkpoint(on_disk.as_ref())?;
     writer.record_tail_hint(&state);
-    // Before any append: a consumer position past what recovery kept resumes at its end.
-    crate::consumers::names::resume_past_the_end(&state);
     if join.is_some() {
         // The first open does the background work; others join from now on.
         crate::shared::owns_background(&state)?;
@@ -388,6 +388,7 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
         state,
         writer: Some(writer),
         lock: Some(lock),
+        recovered: Some(end),
     })
 }
 
@@ -547,6 +548,7 @@ fn join_shared(
         state,
         writer: Some(writer),
         lock: Some(lock),
+        recovered: None,
     })
 }
 
@@ -671,6 +673,7 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
         state,
         writer: None,
         lock: None,
+        recovered: None,
     })
 }
 
@@ -709,6 +712,7 @@ fn open_remote(url: &str, opts: Options) -> Result<Opened> {
         state,
         writer: None,
         lock: None,
+        recovered: None,
     })
 }
 

@@ -218,7 +218,7 @@ impl Control {
         c.set_cache(cache);
         c.hot().generation.fetch_add(1, Ordering::AcqRel);
         w.opened_ns.store(
-            crate::consumers::names::boot_time().as_nanos() as u64,
+            crate::clock::boot_time().as_nanos() as u64,
             Ordering::Release,
         );
         w.version.store(VERSION, Ordering::Release);
