@@ -62,10 +62,10 @@ pub(crate) fn roll(
     Ok(created)
 }
 
-/// How long a roll that deleted segments for space waits, at most, for their blocks to free
+/// How long a roll that deleted segments for space waits, at most (50 ms), for their blocks to free
 /// (other processes' maps of them go as they take the deletion in).
 const SPACE_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
-const SPACE_WAITS: usize = 20;
+const SPACE_WAITS: usize = 5;
 
 /// The cleaning of a roll that found every disk full, before it gives up: what retention would
 /// delete if no consumer held it. A shared writer cleans under the maintenance lock, taken only
