@@ -67,6 +67,14 @@ fn opts() -> Options {
         .exclusive(false)
 }
 
+/// Options of an exclusive consumer.
+fn exclusive() -> ConsumerOptions {
+    ConsumerOptions {
+        exclusive: true,
+        ..ConsumerOptions::default()
+    }
+}
+
 /// Runs `f` on a thread; fails naming `what` if it takes longer than [`BOUND`].
 fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = channel();
@@ -454,15 +462,7 @@ fn an_io_error_at_a_roll_or_a_commit_fails_that_call_only() {
     );
     shared.commit(None).unwrap();
     drop(shared);
-    let mut c = log
-        .consumer(
-            "c",
-            ConsumerOptions {
-                exclusive: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let mut c = log.consumer("c", exclusive()).unwrap();
     c.poll(100, Some(std::time::Instant::now())).unwrap();
     fail::cfg("consumer::records_durable", "return").unwrap();
     assert!(matches!(c.commit(None), Err(Error::Io { .. })));
@@ -491,15 +491,7 @@ fn a_commit_makes_the_records_below_it_durable_first() {
         for i in 0..100 {
             log.append(&tagged(1, i, 100)).unwrap();
         }
-        let mut c = log
-            .consumer(
-                "k",
-                ConsumerOptions {
-                    exclusive: true,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        let mut c = log.consumer("k", exclusive()).unwrap();
         assert_eq!(c.poll(100, None).unwrap().len(), 100);
         let committed = c.commit(None).unwrap();
         assert!(
@@ -511,15 +503,7 @@ fn a_commit_makes_the_records_below_it_durable_first() {
         let more: Vec<Vec<u8>> = (100..150).map(|i| tagged(1, i, 100)).collect();
         log.append_batch(&more).unwrap();
         let reader = CommitLog::open(&[t.path()], Options::default().read_only(true)).unwrap();
-        let mut r = reader
-            .consumer(
-                "r",
-                ConsumerOptions {
-                    exclusive: true,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        let mut r = reader.consumer("r", exclusive()).unwrap();
         assert_eq!(r.poll(1000, None).unwrap().len(), 150);
         let committed = r.commit(None).unwrap();
         reader.refresh().unwrap();
@@ -828,10 +812,7 @@ fn in_sync_mode_readers_see_a_record_once_it_is_durable() {
             vec![first],
             "{who}: a scan sees the durable record only"
         );
-        let copts = ConsumerOptions {
-            exclusive: true,
-            ..Default::default()
-        };
+        let copts = exclusive();
         let mut c = reader.consumer(who, copts).unwrap();
         assert_eq!(
             c.poll(10, Some(std::time::Instant::now())).unwrap().len(),
