@@ -6,11 +6,13 @@ crash.
 
 Two producer processes append orders to one store (``exclusive=False``). The store keeps what a
 consumer has not committed (``retain_unconsumed=True``) while its size retention
-(``retention_bytes``) deletes what every consumer is done with. Two worker processes consume
-under the one name ``"billing"``: each poll claims the next records for that worker, and each
-worker records what it handled, then commits. One worker is killed (SIGKILL) in the middle of
-the stream, between a poll and its commit; a new worker takes its place. The records the dead
-one had claimed and not committed go to the next poll (at least once), and no record is lost.
+(``retention_bytes``) deletes what every consumer is done with: settings the producers give and
+the store keeps (docs/options.md). Two worker processes, started before the store exists, open
+it read-only (``wait_for_store_ms``) and consume under the one name ``"billing"``: each poll
+claims the next records for that worker, and each worker records what it handled, then commits.
+One worker is killed (SIGKILL) in the middle of the stream, between a poll and its commit; a new
+worker takes its place. The records the dead one had claimed and not committed go to the next
+poll (at least once), and no record is lost.
 At the end the example prints how many orders were handled, how many twice (only records the
 dead worker held), and where the name's committed position is.
 """
@@ -40,7 +42,7 @@ def produce(dirs: list[str], producer: int) -> None:
 def work(dirs: list[str], worker: str, handled_dir: str) -> None:
     """A worker of the billing service: handle, record, then commit. Ends when idle for 2 s."""
     with (
-        CommitLog(dirs, exclusive=False, **STORE) as log,
+        CommitLog(dirs, read_only=True, wait_for_store_ms=30_000) as log,
         log.consumer("billing", start="earliest", redelivery_timeout=10.0) as billing,
         open(Path(handled_dir) / worker, "a") as handled,
     ):
@@ -57,13 +59,12 @@ def main() -> int:
         dirs = [str(Path(tmp) / "d0"), str(Path(tmp) / "d1")]
         handled_dir = Path(tmp) / "handled"
         handled_dir.mkdir()
-        CommitLog(dirs, exclusive=False, **STORE).close()  # create the store
         ctx = mp.get_context("spawn")
         producers = [ctx.Process(target=produce, args=(dirs, p)) for p in range(PRODUCERS)]
         workers = [
             ctx.Process(target=work, args=(dirs, f"worker-{w}", str(handled_dir))) for w in (1, 2)
         ]
-        for p in producers + workers:
+        for p in workers + producers:  # the workers wait for the store the producers make
             p.start()
         time.sleep(1.0)
         os.kill(workers[0].pid, signal.SIGKILL)  # mid-stream, whatever it was doing
@@ -77,7 +78,7 @@ def main() -> int:
         for f in handled_dir.iterdir():
             for line in f.read_text().split():
                 seen[int(line)] = seen.get(int(line), 0) + 1
-        with CommitLog(dirs, exclusive=False, **STORE) as log:
+        with CommitLog(dirs, exclusive=False) as log:  # the store's settings: STORE
             [billing] = log.consumers()
             deleted = log.clean()  # retention: only what billing is done with may go
             print(

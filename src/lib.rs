@@ -66,7 +66,8 @@ pub use crate::log::{CommitLog, SegmentInfo};
 pub use crate::maintain::mover::Moved;
 pub use crate::maintain::verify::BadRange;
 pub use crate::options::{
-    EventFn, FlushMode, Options, PerDir, PlaceFn, Strategy, TierOptions, SEGMENT_ALIGN,
+    EventFn, FlushMode, Options, PerDir, PlaceFn, StoreSetting, Strategy, TierOptions,
+    SEGMENT_ALIGN,
 };
 pub use crate::read::reader::{Follow, RecordRef, Scan};
 pub use crate::state::dirs::{DirEvent, DirInfo, DirState};

@@ -170,6 +170,76 @@ impl<T: Clone> PerDir<T> {
 /// Receives directory state changes, on a background thread, with no lock held.
 pub type EventFn = dyn Fn(&DirEvent) + Send + Sync;
 
+/// A setting a store keeps for all its opens (`docs/options.md`): recorded in its metadata by
+/// each writer, shown by `rmqlog stat`. An open that does not name one takes the store's recorded
+/// value; a writer that names another value changes it for the store (with a warning on the
+/// `rmqlog` logger), and is refused while other writers are open. Every other option is the
+/// open's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreSetting {
+    SegmentSize,
+    Strategy,
+    RetentionHours,
+    DeleteHours,
+    RetentionBytes,
+    RetainUnconsumed,
+    ConsumerIdleHours,
+    MaxUsedRatio,
+    ForceCleanRatio,
+    MinFreeBytes,
+    CleanInterval,
+    TierUrl,
+    TierAfter,
+    LocalRetention,
+    LocalRetentionBytes,
+}
+
+impl StoreSetting {
+    /// Every store-wide setting.
+    pub const ALL: [StoreSetting; 15] = [
+        StoreSetting::SegmentSize,
+        StoreSetting::Strategy,
+        StoreSetting::RetentionHours,
+        StoreSetting::DeleteHours,
+        StoreSetting::RetentionBytes,
+        StoreSetting::RetainUnconsumed,
+        StoreSetting::ConsumerIdleHours,
+        StoreSetting::MaxUsedRatio,
+        StoreSetting::ForceCleanRatio,
+        StoreSetting::MinFreeBytes,
+        StoreSetting::CleanInterval,
+        StoreSetting::TierUrl,
+        StoreSetting::TierAfter,
+        StoreSetting::LocalRetention,
+        StoreSetting::LocalRetentionBytes,
+    ];
+
+    /// The option's name, as Python's `CommitLog` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreSetting::SegmentSize => "segment_size",
+            StoreSetting::Strategy => "strategy",
+            StoreSetting::RetentionHours => "retention_hours",
+            StoreSetting::DeleteHours => "delete_hours",
+            StoreSetting::RetentionBytes => "retention_bytes",
+            StoreSetting::RetainUnconsumed => "retain_unconsumed",
+            StoreSetting::ConsumerIdleHours => "consumer_idle_hours",
+            StoreSetting::MaxUsedRatio => "max_used_ratio",
+            StoreSetting::ForceCleanRatio => "force_clean_ratio",
+            StoreSetting::MinFreeBytes => "min_free_bytes",
+            StoreSetting::CleanInterval => "clean_interval_ms",
+            StoreSetting::TierUrl => "tier_url",
+            StoreSetting::TierAfter => "tier_after",
+            StoreSetting::LocalRetention => "local_retention_hours",
+            StoreSetting::LocalRetentionBytes => "local_retention_bytes",
+        }
+    }
+
+    fn bit(self) -> u32 {
+        1 << self as u32
+    }
+}
+
 /// Options of [`CommitLog::open`](crate::CommitLog::open).
 #[derive(Clone)]
 pub struct Options {
@@ -181,6 +251,11 @@ pub struct Options {
     pub strategy: Strategy,
     /// Open without the writer lock; never writes, truncates or deletes. Defaults to `false`.
     pub read_only: bool,
+    /// A read-only open of a store that does not exist yet waits this long for a writer to make
+    /// it (its metadata written), then fails with [`Error::StoreNotFound`]; it returns as soon as
+    /// the store is there. `None` fails at once. Only for read-only opens (a writer makes the
+    /// store). Defaults to `None`.
+    pub wait_for_store: Option<Duration>,
     /// No other writer, in this process or another, while this one is open: opening beside a
     /// writer fails with `StoreLocked`. With `false` several opens (in one process or many)
     /// append to the store together; none may be exclusive (`docs/producers-consumers.md`).
@@ -257,6 +332,8 @@ pub struct Options {
     /// remembers its tier: later opens without this option use the recorded URL. Defaults to
     /// none.
     pub tier: Option<TierOptions>,
+    /// The store-wide settings named through their setters or [`Options::named`].
+    named: u32,
 }
 
 impl fmt::Debug for Options {
@@ -265,6 +342,7 @@ impl fmt::Debug for Options {
             .field("segment_size", &self.segment_size)
             .field("strategy", &self.strategy)
             .field("read_only", &self.read_only)
+            .field("wait_for_store", &self.wait_for_store)
             .field("exclusive", &self.exclusive)
             .field("flush", &self.flush)
             .field("flush_interval", &self.flush_interval)
@@ -286,6 +364,14 @@ impl fmt::Debug for Options {
             .field("clean_interval", &self.clean_interval)
             .field("file_mode", &format_args!("{:o}", self.file_mode))
             .field("tier", &self.tier.as_ref().map(|t| &t.url))
+            .field(
+                "named",
+                &StoreSetting::ALL
+                    .iter()
+                    .filter(|s| self.named & s.bit() != 0)
+                    .map(|s| s.name())
+                    .collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -296,6 +382,7 @@ impl Default for Options {
             segment_size: 64 << 20,
             strategy: Strategy::RoundRobin,
             read_only: false,
+            wait_for_store: None,
             exclusive: true,
             flush: FlushMode::Async,
             flush_interval: Duration::from_millis(500),
@@ -318,6 +405,7 @@ impl Default for Options {
             clean_interval: Duration::from_secs(10),
             file_mode: 0o640,
             tier: None,
+            named: 0,
         }
     }
 }
@@ -370,10 +458,50 @@ impl Options {
         self.retention_hours.is_some() || self.retention_bytes.is_some() || forced
     }
 
+    /// Marks `setting` as named by this open, as its setter does: the open then keeps its own
+    /// value, even one equal to the default, instead of the store's recorded one.
+    #[must_use]
+    pub fn named(mut self, setting: StoreSetting) -> Self {
+        self.named |= setting.bit();
+        self
+    }
+
+    /// Whether this open names `setting`: through its setter or [`Options::named`], or by a value
+    /// other than the default (a field assigned directly).
+    pub fn names(&self, setting: StoreSetting) -> bool {
+        if self.named & setting.bit() != 0 {
+            return true;
+        }
+        let d = Options::default();
+        let tier = self.tier.as_ref();
+        let untiered = TierOptions::new("");
+        let t = tier.unwrap_or(&untiered);
+        match setting {
+            StoreSetting::SegmentSize => self.segment_size != d.segment_size,
+            StoreSetting::Strategy => self.strategy.name() != d.strategy.name(),
+            StoreSetting::RetentionHours => self.retention_hours != d.retention_hours,
+            StoreSetting::DeleteHours => self.delete_hours != d.delete_hours,
+            StoreSetting::RetentionBytes => self.retention_bytes != d.retention_bytes,
+            StoreSetting::RetainUnconsumed => self.retain_unconsumed != d.retain_unconsumed,
+            StoreSetting::ConsumerIdleHours => self.consumer_idle_hours != d.consumer_idle_hours,
+            StoreSetting::MaxUsedRatio => self.max_used_ratio != d.max_used_ratio,
+            StoreSetting::ForceCleanRatio => self.force_clean_ratio != d.force_clean_ratio,
+            StoreSetting::MinFreeBytes => self.min_free_bytes != d.min_free_bytes,
+            StoreSetting::CleanInterval => self.clean_interval != d.clean_interval,
+            StoreSetting::TierUrl => tier.is_some(),
+            StoreSetting::TierAfter => t.after != untiered.after,
+            StoreSetting::LocalRetention => t.local_retention != untiered.local_retention,
+            StoreSetting::LocalRetentionBytes => {
+                t.local_retention_bytes != untiered.local_retention_bytes
+            }
+        }
+    }
+
     /// Sets [`Options::segment_size`].
     #[must_use]
     pub fn segment_size(mut self, bytes: u64) -> Self {
         self.segment_size = bytes;
+        self.named |= StoreSetting::SegmentSize.bit();
         self
     }
 
@@ -381,6 +509,7 @@ impl Options {
     #[must_use]
     pub fn strategy(mut self, strategy: Strategy) -> Self {
         self.strategy = strategy;
+        self.named |= StoreSetting::Strategy.bit();
         self
     }
 
@@ -388,6 +517,13 @@ impl Options {
     #[must_use]
     pub fn read_only(mut self, read_only: bool) -> Self {
         self.read_only = read_only;
+        self
+    }
+
+    /// Sets [`Options::wait_for_store`].
+    #[must_use]
+    pub fn wait_for_store(mut self, limit: Option<Duration>) -> Self {
+        self.wait_for_store = limit;
         self
     }
 
@@ -444,6 +580,7 @@ impl Options {
     #[must_use]
     pub fn max_used_ratio(mut self, ratio: Option<f64>) -> Self {
         self.max_used_ratio = PerDir::all(ratio);
+        self.named |= StoreSetting::MaxUsedRatio.bit();
         self
     }
 
@@ -451,6 +588,7 @@ impl Options {
     #[must_use]
     pub fn force_clean_ratio(mut self, ratio: Option<f64>) -> Self {
         self.force_clean_ratio = PerDir::all(ratio);
+        self.named |= StoreSetting::ForceCleanRatio.bit();
         self
     }
 
@@ -458,6 +596,7 @@ impl Options {
     #[must_use]
     pub fn min_free_bytes(mut self, bytes: u64) -> Self {
         self.min_free_bytes = bytes;
+        self.named |= StoreSetting::MinFreeBytes.bit();
         self
     }
 
@@ -479,6 +618,7 @@ impl Options {
     #[must_use]
     pub fn retention_hours(mut self, hours: Option<f64>) -> Self {
         self.retention_hours = hours;
+        self.named |= StoreSetting::RetentionHours.bit();
         self
     }
 
@@ -486,6 +626,7 @@ impl Options {
     #[must_use]
     pub fn delete_hours(mut self, hours: Option<Vec<u32>>) -> Self {
         self.delete_hours = hours;
+        self.named |= StoreSetting::DeleteHours.bit();
         self
     }
 
@@ -493,6 +634,7 @@ impl Options {
     #[must_use]
     pub fn retention_bytes(mut self, bytes: Option<u64>) -> Self {
         self.retention_bytes = bytes;
+        self.named |= StoreSetting::RetentionBytes.bit();
         self
     }
 
@@ -507,6 +649,7 @@ impl Options {
     #[must_use]
     pub fn retain_unconsumed(mut self, on: bool) -> Self {
         self.retain_unconsumed = on;
+        self.named |= StoreSetting::RetainUnconsumed.bit();
         self
     }
 
@@ -514,6 +657,7 @@ impl Options {
     #[must_use]
     pub fn consumer_idle_hours(mut self, hours: Option<f64>) -> Self {
         self.consumer_idle_hours = hours;
+        self.named |= StoreSetting::ConsumerIdleHours.bit();
         self
     }
 
@@ -528,6 +672,7 @@ impl Options {
     #[must_use]
     pub fn clean_interval(mut self, interval: Duration) -> Self {
         self.clean_interval = interval;
+        self.named |= StoreSetting::CleanInterval.bit();
         self
     }
 
@@ -562,6 +707,11 @@ impl Options {
         }
         if self.flush_interval.is_zero() {
             return Err(Error::invalid("flush_interval_ms must be at least 1"));
+        }
+        if self.wait_for_store.is_some() && !self.read_only {
+            return Err(Error::invalid(
+                "wait_for_store is for read-only opens: a writer makes the store",
+            ));
         }
         if self.lock_timeout.is_zero() {
             return Err(Error::invalid("lock_timeout_ms must be at least 1"));
@@ -660,5 +810,26 @@ mod tests {
         assert_eq!(err, "unknown preset \"rocketmq\"; accepted: \"broker\"");
         // Forced cleaning alone is retention too.
         assert!(d.force_clean_ratio(Some(0.9)).retention_configured());
+    }
+
+    #[test]
+    fn a_setting_is_named_by_its_setter_or_by_a_value_other_than_the_default() {
+        for (i, s) in StoreSetting::ALL.iter().enumerate() {
+            assert_eq!(*s as usize, i, "ALL is in declaration order");
+            assert!(!Options::default().names(*s), "{}", s.name());
+        }
+        let set = Options::default().retain_unconsumed(false);
+        assert!(set.names(StoreSetting::RetainUnconsumed));
+        assert!(!set.names(StoreSetting::SegmentSize));
+        let direct = Options {
+            segment_size: 8192,
+            ..Options::default()
+        };
+        assert!(direct.names(StoreSetting::SegmentSize));
+        let broker = Options::broker();
+        assert!(broker.names(StoreSetting::RetentionHours));
+        assert!(!broker.names(StoreSetting::RetainUnconsumed));
+        let tiered = Options::default().tier(Some(TierOptions::new("file:///t")));
+        assert!(tiered.names(StoreSetting::TierUrl) && !tiered.names(StoreSetting::TierAfter));
     }
 }

@@ -340,7 +340,8 @@ def test_stat_shows_no_settings_or_counters_of_its_own_open(run, tmp_path):
         assert proc.stdout.endswith("\nsettings: not recorded in this store\n")
     else:  # the writer's, never the reader's defaults
         assert (recorded["strategy"], recorded["flush"]) == ("most_free", "sync")
-        assert "\nsettings (recorded by the writer):\n" in proc.stdout
+        assert "\nsettings (store-wide, the default of every open):\n" in proc.stdout
+        assert "\nthe last writer's own:\n" in proc.stdout
         assert "\n  strategy: most_free\n" in proc.stdout and "\n  flush: sync\n" in proc.stdout
 
 
@@ -352,16 +353,17 @@ def test_recorded_settings_are_rendered_when_the_store_has_them():
     assert render(
         {"strategy": "most_free", "flush": "sync", "delete_hours": (2, 3), "ratio": None}
     ) == [
-        "settings (recorded by the writer):",
+        "settings (store-wide, the default of every open):",
         "  strategy: most_free",
-        "  flush: sync",
         "  delete_hours: 2, 3",
+        "the last writer's own:",
+        "  flush: sync",
         "  ratio: none",
     ]
-    assert render({"delete_hours": [4], "on": True}) == [
-        "settings (recorded by the writer):",
+    assert render({"delete_hours": [4], "max_used_ratio_by_dir": {"/a": 0.5}}) == [
+        "settings (store-wide, the default of every open):",
         "  delete_hours: 4",
-        "  on: true",
+        "  max_used_ratio_by_dir: /a: 0.5",
     ]
     info = {
         "paths": ["/s"],
@@ -377,7 +379,9 @@ def test_recorded_settings_are_rendered_when_the_store_has_them():
     }
     out = io.StringIO()
     rmqlog_cli.print_stat(info, out)
-    assert out.getvalue().endswith("\nsettings (recorded by the writer):\n  strategy: most_free\n")
+    assert out.getvalue().endswith(
+        "\nsettings (store-wide, the default of every open):\n  strategy: most_free\n"
+    )
 
 
 def test_singular_and_plural_counts(run, tmp_path):

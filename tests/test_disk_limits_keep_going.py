@@ -58,12 +58,13 @@ def _disk_turnover() -> int:
 
 
 def test_a_process_that_reads_keeps_appending_at_force_clean_ratio(mnt):
+    already = _deleted_maps()  # left by earlier tests in this process
     disk = mnt.tmpfs("disk", 8 << 20)
     log = mnt.log([disk / "s"], segment_size=SEG, force_clean_ratio=0.8)
     n = _disk_turnover()
     errors = _append_n([log], n, read_every=200)
     assert errors < n // 100, f"{errors} DiskFullError for {n} appends"
-    assert _deleted_maps() <= 2, "deleted segments stay mapped"
+    assert _deleted_maps() - already <= 2, "deleted segments stay mapped"
     assert log.min_offset > 0, "the cleaning deleted the head"
 
 

@@ -12,9 +12,9 @@ remote-only segments from the tier. Here:
   included), in a read-only follower, and, after one survivor closed and the last one was
   killed, in an exclusive reopen with the tier; nothing unacknowledged appears but the calls the
   killed ones were in; a URL-only open shows a dense prefix; ``verify(remote=True)`` is clean;
-- a joiner whose tier options differ from the writers' (another URL, none, another local
-  retention or ``tier_after``) is refused, naming the difference, and changes nothing; also when
-  the writers gave only ``tier_url`` and the joiner gives no tier;
+- a joiner whose tier options differ from the writers' (another URL, another local retention
+  or ``tier_after``) is refused, naming the difference, and changes nothing; a joiner that gives
+  no tier takes the store's (docs/options.md);
 - two processes, each with its own placement function, put each segment they roll where their
   function said; a joiner with a named strategy is refused, and the other way round;
 - a process that is not doing the background work reads a record of a segment whose local copy
@@ -542,10 +542,6 @@ def test_joiner_with_other_tier_options_is_refused(tmp_path, tier):
     # and its own.
     cases = {
         "another tier_url": ({"tier_url": other_url}, ("tier_url", url, other_url)),
-        "no tier": (
-            {"tier_url": None, "tier_options": None, "local_retention_bytes": None},
-            ("local_retention_bytes", str(LOCAL), "None"),
-        ),
         "another local_retention_bytes": (
             {"local_retention_bytes": 3 * LOCAL},
             ("local_retention_bytes", str(LOCAL), str(3 * LOCAL)),
@@ -599,10 +595,10 @@ def test_joiner_with_other_tier_options_is_refused(tmp_path, tier):
     check_store(dirs, tier, acked, {})
 
 
-def test_joiner_without_the_writers_tier_is_refused(tmp_path, tier):
-    """The writers gave only ``tier_url`` (and the options to reach it), the default policy; a
-    joiner that gives no tier at all is refused too, naming the tier it lacks."""
-    from rmqlog import CommitLog, ConfigurationError
+def test_a_joiner_that_gives_no_tier_takes_the_writers(tmp_path, tier):
+    """The writers gave ``tier_url`` (and the options to reach it); a joiner that gives no tier,
+    nor any other store-wide option, takes the store's settings and joins (docs/options.md)."""
+    from rmqlog import CommitLog
 
     dirs = store_dirs(tmp_path)
     opts = {"segment_size": SEGMENT, "flush_interval_ms": 50, **tier_kwargs(tier)}
@@ -610,20 +606,15 @@ def test_joiner_without_the_writers_tier_is_refused(tmp_path, tier):
         writer = Producer(tmp_path, dirs, 0, opts)
         procs.append(writer)
         wait_for(lambda: writer.status()["uploads"] >= 1, "the writer uploads")
-        try:
-            CommitLog(dirs, exclusive=False, segment_size=SEGMENT).close()
-        except ConfigurationError as e:
-            message = str(e)
-        else:
-            raise AssertionError(
-                f"a joiner without a tier was accepted by writers shipping to {tier.url}"
-            )
-        assert names(message, "tier_url", tier.url, "None"), message
+        with CommitLog(dirs, exclusive=False) as joiner:
+            assert joiner.recorded_settings()["segment_size"] == SEGMENT
+            joined = joiner.append(b"from the joiner")
         n = len(writer.acked())
         writer.wait_acks(n + 50)
         writer.close()
         acked = writer.acked()
     with CommitLog(dirs, **tier_kwargs(tier)) as log:
+        assert bytes(log.read(joined)) == b"from the joiner"
         for i, off, size in acked:
             assert bytes(log.read(off)) == body(i, size)
 

@@ -426,6 +426,39 @@ def test_a_backup_under_other_names_never_reads_the_original(tmp_path):
         assert all(str(tmp_path / "backup") in s.path for s in ro.segments())
 
 
+def test_a_writer_given_one_directory_of_a_copy_is_told_the_copys_other_directory(tmp_path):
+    orig = [tmp_path / "c1" / "d0", tmp_path / "c1" / "d1"]
+    write_store(orig, n=60)
+    shutil.copytree(tmp_path / "c1", tmp_path / "c2", symlinks=True)
+    copy = [tmp_path / "c2" / "d0", tmp_path / "c2" / "d1"]
+    with pytest.raises(ConfigurationError) as e:
+        CommitLog(str(copy[0]), segment_size=4096)
+    msg = str(e.value)
+    # The fix it names is the copy's own directory (what the read-only open finds by itself).
+    assert "left out" in msg and str(copy[1]) in msg and str(orig[1]) not in msg, msg
+    with CommitLog(str(copy[0]), read_only=True) as ro:
+        assert [d.path for d in ro.dirs()] == [str(d) for d in copy]
+    with CommitLog([str(d) for d in copy], segment_size=4096) as log:
+        assert bodies(log) == [body(i) for i in range(60)]
+    # A copy that lacks a directory names the copy's path as not found, never the original's.
+    shutil.rmtree(tmp_path / "c2")
+    shutil.copytree(orig[0], copy[0])
+    with pytest.raises(ConfigurationError) as e:
+        CommitLog(str(copy[0]), segment_size=4096)
+    msg = str(e.value)
+    assert "not found" in msg and str(copy[1]) in msg and str(orig[1]) not in msg, msg
+    # The original's directory is there: accepting it as lost is refused, naming the copy's.
+    with pytest.raises(ConfigurationError, match="the original's directory") as e:
+        CommitLog(str(copy[0]), segment_size=4096, accept_lost=[str(orig[1])])
+    assert str(copy[1]) in str(e.value)
+    # The copy's lacking directory, by the copy's path: the copy opens with its holes.
+    with CommitLog(str(copy[0]), segment_size=4096, accept_lost=[str(copy[1])]) as log:
+        kept = bodies(log)
+        assert kept and set(kept) < {body(i) for i in range(60)}
+    with CommitLog([str(d) for d in orig], segment_size=4096) as log:  # the original: whole
+        assert bodies(log) == [body(i) for i in range(60)]
+
+
 def test_a_copy_of_one_directory_mixed_with_the_originals_others_is_refused(tmp_path):
     dirs = [tmp_path / "s" / d for d in "abc"]
     write_store(dirs, n=90)

@@ -44,7 +44,14 @@ from rmqlog._native import (
 )
 
 DEFAULTS = MappingProxyType(_native.DEFAULTS)
-"""The value each keyword argument of ``CommitLog`` takes when it is not given (read-only)."""
+"""The value each keyword argument of ``CommitLog`` takes when it is not given (read-only); for
+a store-wide setting (``STORE_SETTINGS``), only where the store records none."""
+
+STORE_SETTINGS: tuple[str, ...] = _native.STORE_SETTINGS
+"""The ``CommitLog`` options a store keeps for all its opens: one not given takes the store's
+recorded value; a writer alone on the store that gives another value changes it, with a WARNING
+on the ``rmqlog`` logger; with other writers open, it is refused. The others are each open's own
+(docs/options.md)."""
 
 PRESETS = MappingProxyType({k: MappingProxyType(v) for k, v in _native.PRESETS.items()})
 """For each ``CommitLog(preset=...)`` name, the value each keyword argument takes with it when it
@@ -60,6 +67,7 @@ __all__ = [
     "MAX_OFFSET",
     "PRESETS",
     "SPLIT_EVERY",
+    "STORE_SETTINGS",
     "BatchScan",
     "ClosedError",
     "CommitLog",

@@ -16,6 +16,7 @@ __all__ = [
     "MAX_OFFSET",
     "PRESETS",
     "SPLIT_EVERY",
+    "STORE_SETTINGS",
     "BatchScan",
     "ClosedError",
     "CommitLog",
@@ -56,7 +57,10 @@ SPLIT_EVERY: int
 """The spacing of ``Segment.splits``: a remote segment lists its first record at or after every
 multiple of this many bytes (32 MiB)."""
 DEFAULTS: dict[str, object]
-"""The value each keyword argument of ``CommitLog`` takes when it is not given (no preset)."""
+"""The value each keyword argument of ``CommitLog`` takes when it is not given (no preset); for a
+store-wide setting, only where the store records none."""
+STORE_SETTINGS: tuple[str, ...]
+"""The options a store keeps for all its opens (docs/options.md)."""
 PRESETS: dict[str, dict[str, object]]
 """For each ``preset`` name, the value each keyword argument takes with it when not given."""
 
@@ -316,8 +320,12 @@ class CommitLog:
 
     ``paths`` is one directory, a str of several separated by ``os.pathsep`` (RIP-7's
     ``"/d0/store:/d1/store"``), or a sequence of paths. Each new segment goes to one directory.
-    An option not given takes its value from ``rmqlog.DEFAULTS``, or with ``preset="broker"``
-    from ``rmqlog.PRESETS["broker"]`` (RocketMQ broker's retention and 1 GiB segments). By
+    A store-wide option (``rmqlog.STORE_SETTINGS``) not given takes the store's recorded value
+    (a writer alone that gives another value changes it, with a warning; docs/options.md). Any
+    other option not given takes its value from ``rmqlog.DEFAULTS``, or with ``preset="broker"``
+    from ``rmqlog.PRESETS["broker"]`` (RocketMQ broker's retention and 1 GiB segments), as does a
+    store-wide one for a new store. ``wait_for_store_ms`` makes a read-only open of a store not
+    made yet wait that long for a writer to make it. By
     default nothing is ever deleted: records are kept until ``truncate_before`` or until
     retention is configured (``retention_hours``, ``retention_bytes``, ``force_clean_ratio``).
     """
@@ -330,6 +338,7 @@ class CommitLog:
         segment_size: int = ...,
         strategy: _Strategy | _StrategyFn = ...,
         read_only: bool = ...,
+        wait_for_store_ms: int | None = ...,
         exclusive: bool = ...,
         flush: Literal["async", "sync", "none"] = ...,
         flush_interval_ms: int = ...,

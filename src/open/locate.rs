@@ -45,13 +45,77 @@ pub(crate) struct Store {
     pub dirs: Vec<Located>,
     /// The newest metadata among them.
     pub ckpt: Option<Checkpoint>,
-    /// Recorded directories not among `dirs`, each with whether it is read-only.
-    pub left_out: Vec<(DirRecord, bool)>,
+    /// Recorded directories not among `dirs`.
+    pub left_out: Vec<LeftOut>,
     /// The store id the directories' identities carry, if any has one.
     pub store_id: Option<String>,
 }
 
+/// A recorded directory an open was not given.
+#[derive(Debug, Clone)]
+pub(crate) struct LeftOut {
+    pub record: DirRecord,
+    pub read_only: bool,
+    pub place: Place,
+}
+
+/// Where a left-out directory is looked for.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Place {
+    /// At its recorded path: the given directories are in their recorded places.
+    Recorded,
+    /// The given directories are a copy (or a move) of the store, and this is the copy's own
+    /// directory; what is at the recorded path is the original's.
+    Copy(PathBuf),
+    /// The given directories are a copy that lacks this directory; where the copy would have
+    /// it, when its recorded path lies under the copied prefix.
+    NotInCopy(Option<PathBuf>),
+}
+
+impl LeftOut {
+    /// Whether the directory is there for this open: the copy's, else at its recorded path.
+    pub fn is_there(&self, store_id: &str) -> bool {
+        match &self.place {
+            Place::Recorded => still_there(&self.record, store_id),
+            Place::Copy(_) => true,
+            Place::NotInCopy(_) => false,
+        }
+    }
+
+    /// The path this open would give it: the copy's (where the copy has it or would have it),
+    /// else the recorded one.
+    pub fn path(&self) -> PathBuf {
+        match &self.place {
+            Place::Copy(p) | Place::NotInCopy(Some(p)) => p.clone(),
+            _ => PathBuf::from(&self.record.path),
+        }
+    }
+}
+
 impl Store {
+    /// Where the directory recorded at `path` is for this open (the store may have moved).
+    pub fn now_at(&self, path: &str) -> PathBuf {
+        self.dirs
+            .iter()
+            .find(|d| d.record.as_ref().is_some_and(|r| r.path == path))
+            .map_or_else(|| PathBuf::from(path), |d| d.path.clone())
+    }
+
+    /// `accept_lost` with each directory a copy lacks, named by the copy's path, named by its
+    /// recorded path as the store knows it.
+    pub fn lost_as_recorded(&self, accept_lost: &[PathBuf]) -> Vec<PathBuf> {
+        accept_lost
+            .iter()
+            .map(|p| {
+                let lacked = self
+                    .left_out
+                    .iter()
+                    .find(|lo| matches!(&lo.place, Place::NotInCopy(Some(at)) if at == p));
+                lacked.map_or_else(|| p.clone(), |lo| PathBuf::from(&lo.record.path))
+            })
+            .collect()
+    }
+
     /// Where the recorded directory `rec` is now, if it is one of `dirs`.
     pub fn path_of(&self, rec: &DirRecord) -> Option<&Path> {
         self.dirs
@@ -116,32 +180,52 @@ pub(crate) fn locate(given: &[Given], find_others: bool) -> Result<Store> {
     }
     let store_id = ids.iter().flatten().next().map(|i| i.store_id.clone());
     check_not_mixed(&dirs, store_id.as_deref())?;
-    let mut left_out: Vec<(DirRecord, bool)> = records
+    let left_out: Vec<(DirRecord, bool)> = records
         .into_iter()
         .zip(taken)
         .filter(|(_, t)| !t)
         .map(|(r, _)| r)
         .collect();
-    if find_others {
-        if let Some(c) = &ckpt {
+    let mut left_out: Vec<LeftOut> = match &ckpt {
+        None => Vec::new(),
+        Some(c) => {
             let moves = relocations(&dirs);
             // Moved or copied elsewhere: what is at the recorded paths is the original's.
             let in_place = moves.is_empty();
-            left_out.retain(
-                |(rec, ro)| match find(rec, &c.store_id, &moves, in_place, &dirs) {
-                    Some(path) => {
-                        dirs.push(Located {
-                            path,
-                            read_only: *ro,
-                            id: rec.id.clone(),
-                            has_identity: rec.id.is_some(),
-                            record: Some(rec.clone()),
-                        });
-                        false
-                    }
-                    None => true,
-                },
-            );
+            left_out
+                .into_iter()
+                .map(|(record, read_only)| LeftOut {
+                    place: match in_place {
+                        true => Place::Recorded,
+                        false => find(&record, &c.store_id, &moves, false, &dirs)
+                            .map_or_else(|| Place::NotInCopy(moved(&record, &moves)), Place::Copy),
+                    },
+                    record,
+                    read_only,
+                })
+                .collect()
+        }
+    };
+    if find_others {
+        if let Some(c) = &ckpt {
+            left_out.retain(|lo| {
+                let found = match &lo.place {
+                    Place::Recorded => find(&lo.record, &c.store_id, &[], true, &dirs),
+                    Place::Copy(p) => Some(p.clone()),
+                    Place::NotInCopy(_) => None,
+                };
+                let Some(path) = found.filter(|p| !dirs.iter().any(|d| d.path == *p)) else {
+                    return true;
+                };
+                dirs.push(Located {
+                    path,
+                    read_only: lo.read_only,
+                    id: lo.record.id.clone(),
+                    has_identity: lo.record.id.is_some(),
+                    record: Some(lo.record.clone()),
+                });
+                false
+            });
         }
     }
     Ok(Store {
@@ -333,6 +417,14 @@ fn relocations(dirs: &[Located]) -> Vec<(PathBuf, PathBuf)> {
         }
     }
     out
+}
+
+/// Where the store, moved or copied, would have the recorded directory `rec`.
+fn moved(rec: &DirRecord, moves: &[(PathBuf, PathBuf)]) -> Option<PathBuf> {
+    let old = Path::new(&rec.path);
+    moves
+        .iter()
+        .find_map(|(from, to)| Some(to.join(old.strip_prefix(from).ok()?)))
 }
 
 /// The recorded directory `rec` where the store now is, else where it was, if its identity there

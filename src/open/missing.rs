@@ -7,30 +7,36 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::open::layout::{self, Found};
-use crate::open::locate::{still_there, Store};
+use crate::open::locate::{still_there, LeftOut, Place, Store};
 use crate::storage::checkpoint::{Checkpoint, DirRecord};
 
 /// The recorded directories a writer's open was not given. One still at its recorded path (its
-/// identity says so) must hold no segment the log needs: it then leaves the store (the error
-/// names every one that holds some). One not found there is returned, unless `accept_lost`
-/// names it: the log must do without it.
+/// identity says so), or where the copy or moved store the open was given has it, must hold no
+/// segment the log needs: it then leaves the store (the error names every one that holds some,
+/// by the path this open would give). One not found is returned, unless `accept_lost` names it:
+/// the log must do without it.
 pub(crate) fn check_left_out(
     c: &Checkpoint,
-    left_out: &[(DirRecord, bool)],
+    left_out: &[LeftOut],
     lost: &[PathBuf],
     have: &[Found],
 ) -> Result<Vec<DirRecord>> {
     let mut missing = Vec::new();
     let mut needed_in = Vec::new();
-    for (rec, _) in left_out {
-        let path = PathBuf::from(&rec.path);
-        if lost.contains(&path) {
+    for lo in left_out {
+        let rec = &lo.record;
+        if lost.contains(&PathBuf::from(&rec.path)) {
             continue;
         }
-        if !still_there(rec, &c.store_id) {
-            missing.push(rec.clone());
+        if !lo.is_there(&c.store_id) {
+            // Named where this open would find it: the copy's path for a copy.
+            missing.push(DirRecord {
+                path: lo.path().to_string_lossy().into_owned(),
+                ..rec.clone()
+            });
             continue;
         }
+        let path = lo.path();
         let listing = layout::list(std::slice::from_ref(&path), &[true], None, &[])?;
         let needed = listing
             .segments
@@ -88,12 +94,34 @@ pub(crate) fn check_accept_lost(
         if c.lost_dirs.iter().any(named) {
             continue;
         }
-        match store.left_out.iter().find(|(r, _)| named(r)) {
-            Some((rec, _)) if still_there(rec, &c.store_id) => {
+        let left_out = store.left_out.iter();
+        match left_out
+            .clone()
+            .find(|lo| matches!(&lo.place, Place::NotInCopy(Some(at)) if at == p))
+            .or_else(|| left_out.clone().find(|lo| named(&lo.record)))
+        {
+            Some(lo)
+                if matches!(lo.place, Place::NotInCopy(Some(_)))
+                    && named(&lo.record)
+                    && still_there(&lo.record, &c.store_id) =>
+            {
                 return Err(Error::config(format!(
-                    "accept_lost names {}, but that directory is there: give it in paths",
+                    "accept_lost names {}, the original's directory (still there), but this \
+                     open is given a copy, which lacks it: name it by the copy's path, {}",
+                    p.display(),
+                    lo.path().display()
+                )));
+            }
+            Some(lo) if lo.is_there(&c.store_id) => {
+                let at = lo.path();
+                let it = match at == *p {
+                    true => "it".to_string(),
+                    false => at.display().to_string(),
+                };
+                return Err(Error::config(format!(
+                    "accept_lost names {}, but that directory is there: give {it} in paths",
                     p.display()
-                )))
+                )));
             }
             Some(_) => {}
             None => {
@@ -117,7 +145,7 @@ pub(crate) fn lost_records(
     let known = store
         .left_out
         .iter()
-        .map(|(r, _)| r)
+        .map(|lo| &lo.record)
         .chain(c.iter().flat_map(|c| &c.lost_dirs));
     let known: Vec<&DirRecord> = known.collect();
     lost.iter()

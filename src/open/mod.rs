@@ -4,6 +4,7 @@
 //! a writer changes the store), a move a crashed process left (`interrupted_move.rs`), and crash
 //! recovery: finding the end and cutting what lies beyond it (`recovery.rs`).
 
+mod appear;
 pub(crate) mod interrupted_move;
 pub(crate) mod layout;
 pub(crate) mod listing;
@@ -37,7 +38,7 @@ use crate::storage::identity::{self, Identity};
 use crate::storage::record::{Format, FILLER_LEN};
 use crate::storage::segment::Segment;
 use crate::storage::segments::SegmentList;
-use crate::storage::settings::WriterSettings;
+use crate::storage::settings::{Change, WriterSettings};
 use crate::storage::tail_hint::{self, TailHints};
 use crate::sync::locked;
 use crate::tier::{check_reachable, is_url, learn_head, open_tier, open_url, Tier};
@@ -148,7 +149,11 @@ fn paths_of(dirs: &[Dir]) -> Vec<PathBuf> {
     dirs.iter().map(|d| d.path.clone()).collect()
 }
 
-fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> Result<Opened> {
+fn open_writer(
+    writable: Vec<PathBuf>,
+    read_only: Vec<PathBuf>,
+    mut opts: Options,
+) -> Result<Opened> {
     for path in &read_only {
         if !path.is_dir() {
             return Err(Error::config(format!(
@@ -180,6 +185,13 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     let store = locate(&given(&dirs), false)?;
     let all = paths_of(&dirs);
     check_reachable(&opts, store.ckpt.as_ref(), &all)?;
+    // Alone on the store: what this open names changes the store's settings.
+    for change in adopt_recorded(&mut opts, store.ckpt.as_ref(), &store)? {
+        log::warn!(
+            "this open changes the store's {change}: the store keeps the new value for every \
+             later open"
+        );
+    }
     let online: Vec<bool> = dirs
         .iter()
         .map(|d| d.state().0 != DirState::Offline)
@@ -193,7 +205,7 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     }
     let sizes = known_sizes(ckpt.as_ref(), opts.segment_size);
     let mut listing = layout::list(&all, &online, None, &sizes)?;
-    let lost = Checkpoint::lost_paths(ckpt.as_ref(), &opts.accept_lost);
+    let lost = Checkpoint::lost_paths(ckpt.as_ref(), &store.lost_as_recorded(&opts.accept_lost));
     // Refused before any leftover is removed.
     let missing = match &ckpt {
         Some(c) => check_left_out(c, &store.left_out, &lost, &listing.segments)?,
@@ -392,6 +404,27 @@ fn open_writer(writable: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -
     })
 }
 
+/// Takes into `opts` the store-wide settings it does not name from the store's recorded ones
+/// (per-directory ratios keyed by where `store` has each directory now); returns those it names
+/// with other values.
+fn adopt_recorded(
+    opts: &mut Options,
+    ckpt: Option<&Checkpoint>,
+    store: &Store,
+) -> Result<Vec<Change>> {
+    let Some(recorded) = ckpt.and_then(|c| c.writer.as_ref()) else {
+        return Ok(Vec::new());
+    };
+    let recorded = recorded.with_dirs_at(|path| store.now_at(path));
+    recorded.fill(opts);
+    opts.validate().map_err(|e| {
+        Error::config(format!(
+            "the store's recorded settings are not valid ({e}); give that option to replace it"
+        ))
+    })?;
+    Ok(recorded.changes(&WriterSettings::of(opts)))
+}
+
 /// The directories that keep metadata (index in `dirs`, path).
 fn metadata_dirs(dirs: &[Dir]) -> Vec<(usize, &Path)> {
     dirs.iter()
@@ -419,7 +452,7 @@ fn join_shared(
     read_only: Vec<PathBuf>,
     lock: StoreLock,
     first: &Path,
-    opts: Options,
+    mut opts: Options,
 ) -> Result<Opened> {
     dirs.extend(read_only.iter().map(|p| Dir::new(p.clone(), true)));
     let store = locate(&given(&dirs), false)?;
@@ -451,16 +484,18 @@ fn join_shared(
     }
     // One store, one policy: every writer rolls segments of one size (the checkpoint's list of
     // sizes is written by one of them only), and whichever open does the background work
-    // applies the same retention.
-    if let Some(w) = &ckpt.writer {
-        let differences = w.policy_differences(&WriterSettings::of(&opts));
-        if !differences.is_empty() {
-            return Err(Error::config(format!(
-                "shared writers open a store with the same options; against the writers open on \
-                 it: {}",
-                differences.join("; ")
-            )));
-        }
+    // applies the same retention. What this open does not name it takes from the writers open.
+    let changes = adopt_recorded(&mut opts, Some(&ckpt), &store)?;
+    if !changes.is_empty() {
+        let changes: Vec<String> = changes
+            .iter()
+            .map(|c| format!("{} is {} there, {} here", c.setting, c.recorded, c.given))
+            .collect();
+        return Err(Error::config(format!(
+            "a store's settings change only while one writer is open on it; against the writers \
+             open: {}",
+            changes.join("; ")
+        )));
     }
     let writable_paths: Vec<&Path> = dirs
         .iter()
@@ -588,6 +623,17 @@ fn identify(dirs: &mut [Dir], store: &Store, store_id: &str, mode: u32) {
 }
 
 fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> Result<Opened> {
+    match opts.wait_for_store {
+        None => open_made(given, read_only, opts),
+        Some(limit) => match appear::wait(&given, limit)? {
+            false => open_made(given, read_only, opts),
+            true => open_made(given, read_only, opts).map_err(|e| appear::after_waiting(e, limit)),
+        },
+    }
+}
+
+/// A read-only open of the store `given` holds (or the error that says it holds none).
+fn open_made(given: Vec<PathBuf>, read_only: Vec<PathBuf>, mut opts: Options) -> Result<Opened> {
     for d in given.iter().chain(&read_only) {
         if !d.is_dir() {
             return Err(Error::not_found(d, " (the directory does not exist)"));
@@ -624,6 +670,8 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
     let control = Arc::new(control);
     let recorded = read_newest(&paths)?;
     check_reachable(&opts, recorded.as_ref(), &paths)?;
+    // A reader changes nothing: what it names is its own view.
+    adopt_recorded(&mut opts, recorded.as_ref(), &store)?;
     let store_id = recorded
         .as_ref()
         .map(|c| c.store_id.clone())
@@ -635,7 +683,8 @@ fn open_reader(given: Vec<PathBuf>, read_only: Vec<PathBuf>, opts: Options) -> R
         tail_hint::page_cache_id(&paths).and_then(|c| Control::published_end(&dirs_of, &c));
     let (ckpt, list, end, last_ts) = recovered_view(&paths, &ids, &opts, tier.as_ref(), published)
         .map_err(|e| {
-            let missing: Vec<DirRecord> = store.left_out.iter().map(|(r, _)| r.clone()).collect();
+            let missing: Vec<DirRecord> =
+                store.left_out.iter().map(|lo| lo.record.clone()).collect();
             missing_dirs_error(&missing, e)
         })?;
     if ckpt.is_none() && store.store_id.is_none() && list.first().is_none() {

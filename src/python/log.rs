@@ -189,7 +189,7 @@ impl PyCommitLog {
     #[new]
     #[pyo3(
         text_signature = "(paths, *, preset=..., segment_size=..., strategy=..., read_only=..., \
-        exclusive=..., flush=..., flush_interval_ms=..., lock_timeout_ms=..., max_message_size=..., read_only_paths=..., accept_lost=..., \
+        wait_for_store_ms=..., exclusive=..., flush=..., flush_interval_ms=..., lock_timeout_ms=..., max_message_size=..., read_only_paths=..., accept_lost=..., \
         max_used_ratio=..., force_clean_ratio=..., min_free_bytes=..., warm_ahead=..., \
         on_dir_event=..., retention_hours=..., delete_hours=..., retention_bytes=..., \
         retain_unconsumed=..., consumer_idle_hours=..., max_deletes_per_pass=..., clean_interval_ms=..., file_mode=..., \
@@ -207,6 +207,7 @@ impl PyCommitLog {
         segment_size = None,
         strategy = None,
         read_only = None,
+        wait_for_store_ms = None,
         exclusive = None,
         flush = None,
         flush_interval_ms = None,
@@ -231,8 +232,8 @@ impl PyCommitLog {
         tier_url = None,
         tier_options = None,
         tier_after = None,
-        local_retention_hours = None,
-        local_retention_bytes = None,
+        local_retention_hours = Arg::NotGiven,
+        local_retention_bytes = Arg::NotGiven,
         tier_cache_bytes = None,
         tier_cache_dir = None,
     ))]
@@ -244,6 +245,7 @@ impl PyCommitLog {
         segment_size: Option<&Bound<'py, PyAny>>,
         strategy: Option<&Bound<'py, PyAny>>,
         read_only: Option<&Bound<'py, PyAny>>,
+        wait_for_store_ms: Option<&Bound<'py, PyAny>>,
         exclusive: Option<&Bound<'py, PyAny>>,
         flush: Option<&Bound<'py, PyAny>>,
         flush_interval_ms: Option<&Bound<'py, PyAny>>,
@@ -268,8 +270,8 @@ impl PyCommitLog {
         tier_url: Option<&Bound<'py, PyAny>>,
         tier_options: Option<&Bound<'py, PyAny>>,
         tier_after: Option<&Bound<'py, PyAny>>,
-        local_retention_hours: Option<&Bound<'py, PyAny>>,
-        local_retention_bytes: Option<&Bound<'py, PyAny>>,
+        local_retention_hours: Arg<'py>,
+        local_retention_bytes: Arg<'py>,
         tier_cache_bytes: Option<&Bound<'py, PyAny>>,
         tier_cache_dir: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Self> {
@@ -286,6 +288,7 @@ impl PyCommitLog {
             segment_size,
             strategy,
             read_only,
+            wait_for_store_ms,
             exclusive,
             flush,
             flush_interval_ms,
@@ -310,8 +313,8 @@ impl PyCommitLog {
             tier_url,
             tier_options,
             tier_after,
-            local_retention_hours,
-            local_retention_bytes,
+            local_retention_hours: local_retention_hours.given(),
+            local_retention_bytes: local_retention_bytes.given(),
             tier_cache_bytes,
             tier_cache_dir,
             url_path,
@@ -734,6 +737,18 @@ impl PyCommitLog {
         )?;
         d.set_item("min_free_bytes", w.min_free_bytes)?;
         d.set_item("clean_interval_ms", w.clean_interval_ms)?;
+        let tier = w.tier.as_ref();
+        d.set_item("tier_url", tier.map(|t| t.url.clone()))?;
+        d.set_item("tier_after", tier.map(|t| t.after_ms as f64 / 1000.0))?;
+        let hours = |ms: u64| ms as f64 / 3_600_000.0;
+        d.set_item(
+            "local_retention_hours",
+            tier.and_then(|t| t.local_retention_ms).map(hours),
+        )?;
+        d.set_item(
+            "local_retention_bytes",
+            tier.and_then(|t| t.local_retention_bytes),
+        )?;
         Ok(Some(d))
     }
 

@@ -22,7 +22,7 @@ mod views;
 mod wait;
 
 use pyo3::prelude::*;
-use pyo3::types::PyFrozenSet;
+use pyo3::types::{PyFrozenSet, PyTuple};
 
 /// The native half of the `rmqlog` package.
 #[pymodule]
@@ -46,6 +46,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SPLIT_EVERY", crate::SPLIT_EVERY)?;
     m.add("DEFAULTS", options::defaults(m.py())?)?;
     m.add("PRESETS", options::presets(m.py())?)?;
+    let store_wide = crate::StoreSetting::ALL.map(crate::StoreSetting::name);
+    m.add("STORE_SETTINGS", PyTuple::new(m.py(), store_wide)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("FEATURES", PyFrozenSet::new(m.py(), crate::FEATURES)?)?;
     Ok(())

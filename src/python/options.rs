@@ -12,17 +12,18 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyT
 
 use super::args;
 use super::dirs::PyDirInfo;
-use crate::{DirEvent, DirInfo, FlushMode, Options, PerDir, Strategy, TierOptions};
+use crate::{DirEvent, DirInfo, FlushMode, Options, PerDir, StoreSetting, Strategy, TierOptions};
 
 /// The keyword arguments of `CommitLog`, as given: `None` when not given. For the options whose
 /// `None` means "off" (`max_used_ratio`, `force_clean_ratio`, `retention_hours`, `delete_hours`,
-/// `retention_bytes`), an explicit `None` arrives as Python's `None`; for the others it means
-/// "not given".
+/// `retention_bytes`, `consumer_idle_hours`, `local_retention_hours`, `local_retention_bytes`), an
+/// explicit `None` arrives as Python's `None`; for the others it means "not given".
 pub struct Kwargs<'a, 'py> {
     pub preset: Option<&'a Bound<'py, PyAny>>,
     pub segment_size: Option<&'a Bound<'py, PyAny>>,
     pub strategy: Option<&'a Bound<'py, PyAny>>,
     pub read_only: Option<&'a Bound<'py, PyAny>>,
+    pub wait_for_store_ms: Option<&'a Bound<'py, PyAny>>,
     pub exclusive: Option<&'a Bound<'py, PyAny>>,
     pub flush: Option<&'a Bound<'py, PyAny>>,
     pub flush_interval_ms: Option<&'a Bound<'py, PyAny>>,
@@ -146,6 +147,7 @@ fn option_values<'py>(
     d.set_item("segment_size", o.segment_size)?;
     d.set_item("strategy", o.strategy.name())?;
     d.set_item("read_only", o.read_only)?;
+    d.set_item("wait_for_store_ms", o.wait_for_store.map(ms))?;
     d.set_item("exclusive", o.exclusive)?;
     d.set_item("flush", o.flush.as_str())?;
     d.set_item("flush_interval_ms", ms(o.flush_interval))?;
@@ -257,6 +259,9 @@ pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
     if let Some(v) = k.read_only {
         o.read_only = args::boolean(v, "read_only")?;
     }
+    if let Some(v) = k.wait_for_store_ms {
+        o.wait_for_store = Some(Duration::from_millis(args::uint(v, "wait_for_store_ms")?));
+    }
     if let Some(v) = k.exclusive {
         o.exclusive = args::boolean(v, "exclusive")?;
     }
@@ -341,6 +346,39 @@ pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
     }
     o.tier = tier(k)?;
     o.validate()?;
+    // A store-wide setting not given is the store's recorded one (`StoreSetting`).
+    let some = |v: Option<&Bound<'_, PyAny>>| v.filter(|v| !v.is_none()).is_some();
+    let given = [
+        (k.segment_size.is_some(), StoreSetting::SegmentSize),
+        (k.strategy.is_some(), StoreSetting::Strategy),
+        (k.retention_hours.is_some(), StoreSetting::RetentionHours),
+        (k.delete_hours.is_some(), StoreSetting::DeleteHours),
+        (k.retention_bytes.is_some(), StoreSetting::RetentionBytes),
+        (
+            k.retain_unconsumed.is_some(),
+            StoreSetting::RetainUnconsumed,
+        ),
+        (
+            k.consumer_idle_hours.is_some(),
+            StoreSetting::ConsumerIdleHours,
+        ),
+        (k.max_used_ratio.is_some(), StoreSetting::MaxUsedRatio),
+        (k.force_clean_ratio.is_some(), StoreSetting::ForceCleanRatio),
+        (k.min_free_bytes.is_some(), StoreSetting::MinFreeBytes),
+        (k.clean_interval_ms.is_some(), StoreSetting::CleanInterval),
+        (some(k.tier_after), StoreSetting::TierAfter),
+        (
+            k.local_retention_hours.is_some(),
+            StoreSetting::LocalRetention,
+        ),
+        (
+            k.local_retention_bytes.is_some(),
+            StoreSetting::LocalRetentionBytes,
+        ),
+    ];
+    for (_, setting) in given.into_iter().filter(|(given, _)| *given) {
+        o = o.named(setting);
+    }
     Ok(o)
 }
 
@@ -362,8 +400,8 @@ fn tier(k: &Kwargs<'_, '_>) -> PyResult<Option<TierOptions>> {
             ];
             if let Some((name, _)) = others.iter().find(|(_, v)| given(*v)) {
                 return Err(PyValueError::new_err(format!(
-                    "{name} configures the remote tier: give tier_url too (a store that has a \
-                     tier remembers its URL, not its options)"
+                    "{name} configures the remote tier: give tier_url too (an open that gives \
+                     no tier option takes the store's tier and its policy)"
                 )));
             }
             return Ok(None);

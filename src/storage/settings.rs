@@ -1,9 +1,13 @@
-//! The settings a store's writer ran with, recorded in the metadata so that tools reading the
-//! store (`rmqlog stat`) show the store's settings, never their own defaults.
+//! The settings a store's writer ran with, recorded in the metadata: the store-wide ones are the
+//! default of every later open (an open names only what it changes), and tools reading the store
+//! (`rmqlog stat`) show them, never their own defaults.
+
+use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::options::Options;
+use crate::options::{Options, PerDir, StoreSetting, Strategy, TierOptions};
 
 /// The options of the writer that last opened the store. `max_used_ratio` and
 /// `force_clean_ratio` are the values for directories without an override; the overrides are in
@@ -23,7 +27,8 @@ pub struct WriterSettings {
     pub retention_bytes: Option<u64>,
     #[serde(default)]
     pub retain_unconsumed: bool,
-    #[serde(default)]
+    /// Recorded since consumers hold retention; a record from before has the default.
+    #[serde(default = "default_idle_hours")]
     pub consumer_idle_hours: Option<f64>,
     pub delete_hours: Option<Vec<u32>>,
     pub max_used_ratio: Option<f64>,
@@ -37,6 +42,10 @@ pub struct WriterSettings {
     /// The remote tier's URL and the policy its uploads and local deletions follow.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier: Option<TierPolicy>,
+}
+
+fn default_idle_hours() -> Option<f64> {
+    Options::default().consumer_idle_hours
 }
 
 /// The store-wide part of the tier options: where segments go, and when.
@@ -62,7 +71,12 @@ impl WriterSettings {
             retention_bytes: opts.retention_bytes,
             retain_unconsumed: opts.retain_unconsumed,
             consumer_idle_hours: opts.consumer_idle_hours,
-            delete_hours: opts.delete_hours.clone(),
+            delete_hours: opts.delete_hours.as_ref().map(|h| {
+                let mut h = h.clone();
+                h.sort_unstable();
+                h.dedup();
+                h
+            }),
             max_used_ratio: opts.max_used_ratio.default,
             max_used_ratio_by_dir: by_dir(&opts.max_used_ratio.overrides),
             force_clean_ratio: opts.force_clean_ratio.default,
@@ -79,17 +93,130 @@ impl WriterSettings {
     }
 }
 
+/// A store-wide setting an open changes: its name, the recorded value, the open's value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    pub setting: &'static str,
+    pub recorded: String,
+    pub given: String,
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} from {} to {}",
+            self.setting, self.recorded, self.given
+        )
+    }
+}
+
 impl WriterSettings {
-    /// The store-wide policy fields where `other` (a shared writer joining) differs from these
-    /// (the writers open): segment size, placement, retention, disk limits, cleaning, the tier.
-    /// Each process keeps its own durability (`flush`, `flush_interval_ms`) and
-    /// `max_message_size`.
-    pub fn policy_differences(&self, other: &WriterSettings) -> Vec<String> {
+    /// These settings with each per-directory ratio keyed by the path `now` gives for the path
+    /// it was recorded at: a store moved or copied keeps its ratios.
+    pub(crate) fn with_dirs_at(&self, now: impl Fn(&str) -> PathBuf) -> WriterSettings {
+        let moved = |by_dir: &[(String, Option<f64>)]| {
+            let moved: Vec<(PathBuf, Option<f64>)> =
+                by_dir.iter().map(|(p, r)| (now(p), *r)).collect();
+            self::by_dir(&moved)
+        };
+        WriterSettings {
+            max_used_ratio_by_dir: moved(&self.max_used_ratio_by_dir),
+            force_clean_ratio_by_dir: moved(&self.force_clean_ratio_by_dir),
+            ..self.clone()
+        }
+    }
+
+    /// Takes into `opts` every store-wide setting it does not name ([`Options::names`]) from
+    /// these. A custom placement function cannot be recorded: an open that names none places
+    /// by round robin.
+    pub(crate) fn fill(&self, opts: &mut Options) {
+        // Read before anything is filled in: a filled value may differ from the default.
+        let named = StoreSetting::ALL.map(|s| opts.names(s));
+        let names = |s: StoreSetting| named[s as usize];
+        let ms = Duration::from_millis;
+        let by_dir = |default: Option<f64>, by_dir: &[(String, Option<f64>)]| PerDir {
+            default,
+            overrides: by_dir.iter().map(|(p, r)| (PathBuf::from(p), *r)).collect(),
+        };
+        let strategy = match names(StoreSetting::Strategy) {
+            false => Strategy::parse(&self.strategy).ok(),
+            true => None,
+        };
+        let tier_url = !names(StoreSetting::TierUrl);
+        let tier_after = !names(StoreSetting::TierAfter);
+        let local = !names(StoreSetting::LocalRetention);
+        let local_bytes = !names(StoreSetting::LocalRetentionBytes);
+        if !names(StoreSetting::SegmentSize) {
+            opts.segment_size = self.segment_size;
+        }
+        if let Some(s) = strategy {
+            opts.strategy = s;
+        }
+        if !names(StoreSetting::RetentionHours) {
+            opts.retention_hours = self.retention_hours;
+        }
+        if !names(StoreSetting::DeleteHours) {
+            opts.delete_hours.clone_from(&self.delete_hours);
+        }
+        if !names(StoreSetting::RetentionBytes) {
+            opts.retention_bytes = self.retention_bytes;
+        }
+        if !names(StoreSetting::RetainUnconsumed) {
+            opts.retain_unconsumed = self.retain_unconsumed;
+        }
+        if !names(StoreSetting::ConsumerIdleHours) {
+            opts.consumer_idle_hours = self.consumer_idle_hours;
+        }
+        if !names(StoreSetting::MaxUsedRatio) {
+            opts.max_used_ratio = by_dir(self.max_used_ratio, &self.max_used_ratio_by_dir);
+        }
+        if !names(StoreSetting::ForceCleanRatio) {
+            opts.force_clean_ratio = by_dir(self.force_clean_ratio, &self.force_clean_ratio_by_dir);
+        }
+        if !names(StoreSetting::MinFreeBytes) {
+            opts.min_free_bytes = self.min_free_bytes;
+        }
+        if !names(StoreSetting::CleanInterval) {
+            opts.clean_interval = ms(self.clean_interval_ms);
+        }
+        let Some(recorded) = &self.tier else {
+            return;
+        };
+        if tier_url {
+            opts.tier = Some(TierOptions::new(recorded.url.clone()));
+        }
+        // The policy of the recorded tier only: another URL starts from its own defaults.
+        if let Some(t) = opts
+            .tier
+            .as_mut()
+            .filter(|t| t.url.trim_end_matches('/') == recorded.url)
+        {
+            if tier_after {
+                t.after = ms(recorded.after_ms);
+            }
+            if local {
+                t.local_retention = recorded.local_retention_ms.map(ms);
+            }
+            if local_bytes {
+                t.local_retention_bytes = recorded.local_retention_bytes;
+            }
+        }
+    }
+
+    /// The store-wide settings where `other` (what an open would record) differs from these:
+    /// segment size, placement, retention, disk limits, cleaning, the tier. Each open keeps its
+    /// own durability (`flush`, `flush_interval_ms`) and `max_message_size`.
+    pub fn changes(&self, other: &WriterSettings) -> Vec<Change> {
         self.policy()
             .into_iter()
             .zip(other.policy())
             .filter(|((_, a), (_, b))| a != b)
-            .map(|((name, a), (_, b))| format!("{name} is {a} there, {b} here"))
+            .map(|((setting, recorded), (_, given))| Change {
+                setting,
+                recorded,
+                given,
+            })
             .collect()
     }
 
@@ -154,13 +281,73 @@ impl WriterSettings {
     }
 }
 
-fn by_dir(overrides: &[(std::path::PathBuf, Option<f64>)]) -> Vec<(String, Option<f64>)> {
-    overrides
+/// The overrides in path order: the same map, however given, records and compares the same.
+fn by_dir(overrides: &[(PathBuf, Option<f64>)]) -> Vec<(String, Option<f64>)> {
+    let mut by_dir: Vec<(String, Option<f64>)> = overrides
         .iter()
         .map(|(p, r)| (p.to_string_lossy().into_owned(), *r))
-        .collect()
+        .collect();
+    by_dir.sort_by(|a, b| a.0.cmp(&b.0));
+    by_dir
 }
 
 fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_open_takes_what_it_does_not_name_and_keeps_what_it_names() {
+        let store = Options::broker()
+            .segment_size(8192)
+            .strategy(Strategy::MostFree)
+            .retain_unconsumed(true)
+            .consumer_idle_hours(None)
+            .clean_interval(Duration::from_secs(60))
+            .tier(Some(TierOptions {
+                after: Duration::from_secs(5),
+                ..TierOptions::new("file:///t")
+            }));
+        let recorded = WriterSettings::of(&store);
+        let mut forgetful = Options::default();
+        recorded.fill(&mut forgetful);
+        assert_eq!(WriterSettings::of(&forgetful), recorded);
+        assert!(recorded.changes(&WriterSettings::of(&forgetful)).is_empty());
+        // Named, even as the default: kept, and reported as a change.
+        let mut naming = Options::default().retain_unconsumed(false);
+        recorded.fill(&mut naming);
+        let changes = recorded.changes(&WriterSettings::of(&naming));
+        let said: Vec<String> = changes.iter().map(ToString::to_string).collect();
+        assert_eq!(said, ["retain_unconsumed from True to False"]);
+        assert_eq!(naming.segment_size, 8192);
+        assert_eq!(
+            naming.tier.as_ref().map(|t| t.after),
+            Some(Duration::from_secs(5))
+        );
+        // A function cannot be recorded: round robin, reported.
+        let custom = WriterSettings::of(&Options::default().strategy(Strategy::Custom(
+            std::sync::Arc::new(|_: &[crate::DirInfo], _: u64| None),
+        )));
+        let mut next = Options::default();
+        custom.fill(&mut next);
+        assert_eq!(next.strategy.name(), "round_robin");
+        assert_eq!(custom.changes(&WriterSettings::of(&next)).len(), 1);
+    }
+
+    #[test]
+    fn a_record_from_before_consumers_held_retention_has_the_default_idle_hours() {
+        let mut json = serde_json::to_value(WriterSettings::of(&Options::default())).unwrap();
+        let fields = json.as_object_mut().unwrap();
+        fields.remove("retain_unconsumed");
+        fields.remove("consumer_idle_hours");
+        let old: WriterSettings = serde_json::from_value(json).unwrap();
+        assert_eq!(
+            old.consumer_idle_hours,
+            Options::default().consumer_idle_hours
+        );
+        assert!(!old.retain_unconsumed);
+    }
 }

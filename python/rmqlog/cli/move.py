@@ -1,7 +1,8 @@
 """``rmqlog move`` and ``rmqlog rebalance``: moving sealed segments between a store's directories.
 
-Both open the store as its writer (no other writer may run) with the settings its last writer
-recorded, so that the store keeps recording its own writer's settings, not the tool's defaults.
+Both open the store as its writer (no other writer may run). The store-wide settings come from
+the store itself (an open takes what it does not name); the tool also takes the last writer's
+durability, so that the store keeps recording its own writer's settings, not the tool's defaults.
 """
 
 from __future__ import annotations
@@ -12,33 +13,18 @@ from typing import Any, TextIO
 from rmqlog import CommitLog
 from rmqlog.cli.common import EXIT_OK, _emit_json, plural, progress, split_paths, working
 
-# Recorded settings a writer's open takes as they are (the ratios are handled below; a custom
-# strategy, a function, cannot be recorded and falls back to the default).
-_AS_RECORDED = (
-    "segment_size",
-    "flush",
-    "flush_interval_ms",
-    "max_message_size",
-    "retention_hours",
-    "retention_bytes",
-    "delete_hours",
-    "min_free_bytes",
-    "clean_interval_ms",
-)
+# The last writer's own options (not store-wide) the tool opens with.
+_AS_RECORDED = ("flush", "flush_interval_ms", "max_message_size")
 
 
 def recorded_options(paths: list[str], read_only: tuple[str, ...] | list[str]) -> dict[str, Any]:
-    """The keyword arguments that reopen the store as its last writer had it."""
+    """The keyword arguments that reopen the store as its last writer had it: its durability;
+    the store-wide settings are the store's own for every open."""
     with CommitLog(paths, read_only=True, read_only_paths=read_only) as ro:
         rec = ro.recorded_settings()
     if rec is None:
         return {}
-    kw = {k: rec[k] for k in _AS_RECORDED}
-    if rec["strategy"] != "custom":
-        kw["strategy"] = rec["strategy"]
-    for ratio in ("max_used_ratio", "force_clean_ratio"):
-        kw[ratio] = rec[f"{ratio}_by_dir"] or rec[ratio]
-    return kw
+    return {k: rec[k] for k in _AS_RECORDED}
 
 
 def _open_writer(args: argparse.Namespace) -> CommitLog:

@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from rmqlog import CommitLog, CommitLogError, CorruptionError
+from rmqlog import STORE_SETTINGS, CommitLog, CommitLogError, CorruptionError
 from rmqlog.cli.common import (
     EXIT_CORRUPT,
     EXIT_OK,
@@ -35,17 +35,27 @@ def recorded_settings(clog: CommitLog) -> dict[str, Any] | None:
 
 
 def render_recorded_settings(settings: Mapping[str, Any] | None) -> list[str]:
-    """The lines ``rmqlog stat`` prints for :func:`recorded_settings`' result."""
+    """The lines ``rmqlog stat`` prints for :func:`recorded_settings`' result: the store-wide
+    settings (``rmqlog.STORE_SETTINGS``, every open's default), then the last writer's own."""
     if settings is None:
         return ["settings: not recorded in this store"]
-    lines = [f"  {k}: {_setting(v)}" for k, v in settings.items()]
-    return ["settings (recorded by the writer):", *lines]
+
+    def store_wide(key: str) -> bool:
+        return key.removesuffix("_by_dir") in STORE_SETTINGS
+
+    lines = ["settings (store-wide, the default of every open):"]
+    lines += [f"  {k}: {_setting(v)}" for k, v in settings.items() if store_wide(k)]
+    own = [f"  {k}: {_setting(v)}" for k, v in settings.items() if not store_wide(k)]
+    return lines + (["the last writer's own:", *own] if own else [])
 
 
 def _setting(value: Any) -> str:
-    """A recorded setting as text: ``none``, ``true``, ``2, 3`` for a sequence."""
+    """A recorded setting as text: ``none``, ``true``, ``2, 3`` for a sequence, ``/a: 0.5`` for
+    a mapping."""
     if value is None:
         return "none"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}: {_setting(v)}" for k, v in value.items()) or "none"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, list | tuple):
