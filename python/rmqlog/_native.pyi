@@ -4,10 +4,10 @@ import datetime
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Literal, Protocol, Self, final, overload
+from typing import Generic, Literal, Protocol, Self, final, overload
 
 import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no stubs
-from typing_extensions import Buffer
+from typing_extensions import Buffer, TypeVar
 
 __all__ = [
     "DEFAULTS",
@@ -79,6 +79,10 @@ def tier_stores(url: str, tier_options: Mapping[str, str] | None = None) -> list
 
 _StrPath = str | os.PathLike[str]
 
+_Body = TypeVar("_Body", memoryview, bytes, default=memoryview)
+"""What a read hands a body out as: ``memoryview`` (``body="view"``, the default) or ``bytes``
+(``body="bytes"``)."""
+
 class CommitLogError(Exception):
     """Base of every rmqlog error."""
 
@@ -129,8 +133,8 @@ class TierError(CommitLogError, OSError):
     """The remote tier's object store failed a request (unreachable, refused)."""
 
 @final
-class Record:
-    """One record."""
+class Record(Generic[_Body]):
+    """One record (``Record[bytes]`` from ``read_record(offset, body="bytes")``)."""
 
     @property
     def offset(self) -> int:
@@ -139,8 +143,9 @@ class Record:
     def timestamp_ms(self) -> int:
         """Store timestamp, milliseconds since the Unix epoch (non-decreasing in a log)."""
     @property
-    def body(self) -> memoryview:
-        """The body, a read-only memoryview over the segment's map (no copy)."""
+    def body(self) -> _Body:
+        """The body: a read-only memoryview over the segment's map (no copy), or with
+        ``body="bytes"`` a ``bytes`` copy."""
     @property
     def next_offset(self) -> int:
         """Offset of the next record (after a segment filler: the next segment's start)."""
@@ -211,11 +216,12 @@ _StrategyFn = Callable[[list[DirInfo], int], int]
 _DirEventFn = Callable[[str, str, str, str], object]
 
 @final
-class ScanIterator(Iterator[tuple[int, memoryview]]):
-    """Iterator of ``(offset, body)`` returned by :meth:`CommitLog.scan`."""
+class ScanIterator(Iterator[tuple[int, _Body]]):
+    """Iterator of ``(offset, body)`` returned by :meth:`CommitLog.scan` (``ScanIterator[bytes]``
+    with ``body="bytes"``)."""
 
     def __iter__(self) -> Self: ...
-    def __next__(self) -> tuple[int, memoryview]: ...
+    def __next__(self) -> tuple[int, _Body]: ...
 
 class _ArrowArrayLike(Protocol):
     """An Arrow array through the PyCapsule interface (``__arrow_c_array__``); objects with
@@ -274,12 +280,25 @@ class Consumer:
     def lag(self) -> dict[str, int]:
         """``{"records": n, "bytes": n}`` between the committed position and the log's end;
         counting the records scans them."""
+    @overload
     def poll(
-        self, max_records: int | None = None, *, timeout: float | None = None
+        self,
+        max_records: int | None = None,
+        *,
+        timeout: float | None = None,
+        body: Literal["view"] = "view",
     ) -> list[tuple[int, memoryview]]:
         """Up to ``max_records`` (default 500) records as ``(offset, body)``, waiting up to
         ``timeout`` seconds (None: as long as it takes) for the first; ``[]`` if none came.
-        Waits release the GIL; Ctrl-C interrupts them."""
+        Waits release the GIL; Ctrl-C interrupts them. ``body``: as :meth:`CommitLog.read`'s."""
+    @overload
+    def poll(
+        self,
+        max_records: int | None = None,
+        *,
+        timeout: float | None = None,
+        body: Literal["bytes"],
+    ) -> list[tuple[int, bytes]]: ...
     def poll_batches(
         self,
         max_records: int | None = None,
@@ -431,10 +450,22 @@ class CommitLog:
         batches are the same whatever the number. A following scan builds on the caller's
         thread. ``None`` for an option means its default. See docs/arrow.md.
         """
-    def read(self, offset: int, /) -> memoryview:
-        """The body of the record at ``offset``: a read-only memoryview over the map."""
-    def read_record(self, offset: int, /) -> Record:
-        """The record at ``offset`` with its metadata."""
+    @overload
+    def read(self, offset: int, /, *, body: Literal["view"] = "view") -> memoryview:
+        """The body of the record at ``offset``: a read-only memoryview over the map.
+
+        ``body="bytes"``: a ``bytes`` copy instead, made in Rust (what ``json.loads``, dict keys
+        and pickling want; one copy, and it pins no map). The same option, with the same
+        values, on :meth:`read_record`, :meth:`scan` and :meth:`Consumer.poll`.
+        """
+    @overload
+    def read(self, offset: int, /, *, body: Literal["bytes"]) -> bytes: ...
+    @overload
+    def read_record(self, offset: int, /, *, body: Literal["view"] = "view") -> Record[memoryview]:
+        """The record at ``offset`` with its metadata (``body``: as :meth:`read`'s)."""
+    @overload
+    def read_record(self, offset: int, /, *, body: Literal["bytes"]) -> Record[bytes]: ...
+    @overload
     def scan(
         self,
         start: int | None = None,
@@ -443,13 +474,26 @@ class CommitLog:
         follow: bool = False,
         timeout: float | None = None,
         durable: bool = False,
-    ) -> ScanIterator:
+        body: Literal["view"] = "view",
+    ) -> ScanIterator[memoryview]:
         """``(offset, body)`` for records starting in ``[start, end)``, up to ``max_offset`` now.
 
         ``follow=True``: on past it, yielding records as they are appended (by any process),
         until ``end``, ``close()``, or ``timeout`` seconds with no new record; ``durable``:
-        flushed records only. Waits release the GIL; Ctrl-C interrupts them.
+        flushed records only. Waits release the GIL; Ctrl-C interrupts them. ``body``: as
+        :meth:`read`'s (``"bytes"``: each body a ``bytes`` copy).
         """
+    @overload
+    def scan(
+        self,
+        start: int | None = None,
+        end: int | None = None,
+        *,
+        follow: bool = False,
+        timeout: float | None = None,
+        durable: bool = False,
+        body: Literal["bytes"],
+    ) -> ScanIterator[bytes]: ...
     def wait(self, offset: int, /, timeout: float | None = None, *, durable: bool = False) -> int:
         """Blocks until ``max_offset`` (``durable``: ``flushed_offset``) passes ``offset``, or
         ``timeout`` seconds pass; returns that end (past ``offset`` unless timed out).
@@ -485,7 +529,7 @@ class CommitLog:
     def drop_consumer(self, name: str, /) -> None:
         """Forgets consumer ``name`` (its position is gone); ``ConsumerBusyError`` while it is
         open anywhere."""
-    def __iter__(self) -> ScanIterator: ...
+    def __iter__(self) -> ScanIterator[memoryview]: ...
     def offset_for_timestamp(self, ts_ms: int, /) -> int:
         """Offset of the first record with ``timestamp_ms >= ts_ms``, else ``max_offset``.
         Record headers are walked without their CRCs (timestamps never decrease in a log); the

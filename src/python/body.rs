@@ -1,9 +1,11 @@
-//! Bodies given to `append` and `append_batch`. `bytes` is immutable, so it is read in place. Any
-//! other bytes-like object (bytearray, memoryview, array, NumPy, mmap, ...) may change while the
-//! GIL is released, and a record's CRC and its stored bytes must come from the same bytes: it is
-//! copied first, with the GIL held, straight from its buffer export (no Python call). Its size is
-//! checked against `max_message_size` before the copy, and a buffer of Python object references
-//! (format `O`) is refused: its bytes are addresses, not data.
+//! Bodies given to `append` and `append_batch`, and how reads hand bodies out ([`BodyOut`]).
+//!
+//! `bytes` is immutable, so it is read in place. Any other bytes-like object (bytearray,
+//! memoryview, array, NumPy, mmap, ...) may change while the GIL is released, and a record's CRC
+//! and its stored bytes must come from the same bytes: it is copied first, with the GIL held,
+//! straight from its buffer export (no Python call). Its size is checked against
+//! `max_message_size` before the copy, and a buffer of Python object references (format `O`) is
+//! refused: its bytes are addresses, not data.
 
 use std::ffi::{c_char, CStr};
 use std::ops::Range;
@@ -14,7 +16,58 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
 use super::args;
-use crate::Error;
+use crate::{Error, RecordRef};
+
+/// How a read hands out bodies (`body=` of `read`, `read_record`, `scan` and `Consumer.poll`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum BodyOut {
+    /// A read-only memoryview over the segment's map (no copy): the default, `"view"`.
+    View,
+    /// A `bytes` copy, made while the record holds its map: `"bytes"`.
+    Bytes,
+}
+
+impl BodyOut {
+    /// The `body=` argument (`None`: the default, a view).
+    pub fn of(obj: Option<&Bound<'_, PyAny>>) -> PyResult<BodyOut> {
+        let Some(obj) = obj else {
+            return Ok(BodyOut::View);
+        };
+        let Ok(name) = obj.cast::<PyString>() else {
+            return Err(PyTypeError::new_err(format!(
+                "body must be \"view\" or \"bytes\" (a str), got {}",
+                args::type_of(obj)
+            )));
+        };
+        match name.to_str()? {
+            "view" => Ok(BodyOut::View),
+            "bytes" => Ok(BodyOut::Bytes),
+            other => Err(PyValueError::new_err(format!(
+                "body must be \"view\" (a memoryview over the map, no copy) or \"bytes\" (a \
+                 copy), got {other:?}"
+            ))),
+        }
+    }
+
+    /// The body of `rec`: `view()` makes the memoryview.
+    pub fn body<'py>(
+        self,
+        py: Python<'py>,
+        rec: &RecordRef,
+        view: impl FnOnce() -> PyResult<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        match self {
+            BodyOut::View => view(),
+            BodyOut::Bytes => Ok(copy(py, rec)),
+        }
+    }
+}
+
+/// The body of `rec` as `bytes`: one copy, made while `rec` holds its map (mapped, and never
+/// rewritten below the log's end).
+pub fn copy<'py>(py: Python<'py>, rec: &RecordRef) -> Bound<'py, PyAny> {
+    PyBytes::new(py, rec.body()).into_any()
+}
 
 /// One body for [`crate::CommitLog::append`].
 pub enum Body<'py> {

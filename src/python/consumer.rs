@@ -9,6 +9,7 @@ use pyo3::types::{IntoPyDict, PyBool, PyDict, PyInt, PyList, PyString};
 
 use super::args;
 use super::arrow;
+use super::body::{self, BodyOut};
 use super::buffer::SegmentBuffer;
 use super::ints;
 use super::log::PyCommitLog;
@@ -56,16 +57,22 @@ impl PyConsumer {
 
 #[pymethods]
 impl PyConsumer {
-    /// Up to `max_records` records from the position as `(offset, memoryview)` pairs, waiting
-    /// up to `timeout` seconds (None: as long as it takes) for the first; `[]` if none came.
-    #[pyo3(signature = (max_records = None, *, timeout = None))]
+    /// Up to `max_records` records from the position as `(offset, memoryview)` pairs
+    /// (`body="bytes"`: `(offset, bytes)`), waiting up to `timeout` seconds (None: as long as it
+    /// takes) for the first; `[]` if none came.
+    #[pyo3(
+        signature = (max_records = None, *, timeout = None, body = None),
+        text_signature = "($self, max_records=None, *, timeout=None, body='view')"
+    )]
     fn poll<'py>(
         &self,
         py: Python<'py>,
         max_records: Option<&Bound<'py, PyAny>>,
         timeout: Option<&Bound<'py, PyAny>>,
+        body: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
         let max = max_records.map_or(Ok(POLL_RECORDS), |m| count(m, "max_records"))?;
+        let bodies = BodyOut::of(body)?;
         let deadline = wait::deadline(timeout)?;
         let log = self.log.get();
         let records = self.with(|c| loop {
@@ -85,6 +92,10 @@ impl PyConsumer {
         let out = PyList::empty(py);
         let mut view: Option<(usize, Bound<'py, SegmentBuffer>)> = None;
         for rec in &records {
+            if bodies == BodyOut::Bytes {
+                out.append(ints::pair(py, rec.offset(), body::copy(py, rec)))?;
+                continue;
+            }
             let (map, range) = rec.mapping();
             let id = Arc::as_ptr(map) as usize;
             let exporter = match &view {

@@ -10,7 +10,7 @@ use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use super::args::{self, Arg};
 use super::arrow;
-use super::body::{self, Bodies, Body};
+use super::body::{self, Bodies, Body, BodyOut};
 use super::buffer::SegmentBuffer;
 use super::consumer::{self, PyConsumer};
 use super::dirs::PyDirInfo;
@@ -145,13 +145,13 @@ impl PyCommitLog {
         self.views.clear();
     }
 
-    fn record(&self, py: Python<'_>, rec: &RecordRef) -> PyResult<PyRecord> {
+    fn record(&self, py: Python<'_>, rec: &RecordRef, out: BodyOut) -> PyResult<PyRecord> {
         Ok(PyRecord {
             offset: rec.offset(),
             timestamp_ms: rec.timestamp_ms(),
             next_offset: rec.next_offset(),
             size: rec.len(),
-            body: self.body_view(py, rec)?.unbind(),
+            body: out.body(py, rec, || self.body_view(py, rec))?.unbind(),
         })
     }
 
@@ -437,27 +437,41 @@ impl PyCommitLog {
         ))
     }
 
-    /// The body of the record at `offset`, as a read-only memoryview over the map (no copy).
-    #[pyo3(signature = (offset, /))]
+    /// The body of the record at `offset`, as a read-only memoryview over the map (no copy);
+    /// `body="bytes"`: a copy.
+    #[pyo3(signature = (offset, /, *, body = None), text_signature = "($self, offset, /, *, body='view')")]
     fn read<'py>(
         &self,
         py: Python<'py>,
         offset: &Bound<'py, PyAny>,
+        body: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let out = BodyOut::of(body)?;
         let rec = self.read_checked(offset)?;
-        self.body_view(py, &rec)
+        out.body(py, &rec, || self.body_view(py, &rec))
     }
 
     /// The record at `offset` with its metadata.
-    #[pyo3(signature = (offset, /))]
-    fn read_record(&self, py: Python<'_>, offset: &Bound<'_, PyAny>) -> PyResult<PyRecord> {
+    #[pyo3(signature = (offset, /, *, body = None), text_signature = "($self, offset, /, *, body='view')")]
+    fn read_record(
+        &self,
+        py: Python<'_>,
+        offset: &Bound<'_, PyAny>,
+        body: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyRecord> {
+        let out = BodyOut::of(body)?;
         let rec = self.read_checked(offset)?;
-        self.record(py, &rec)
+        self.record(py, &rec, out)
     }
 
-    /// Iterates `(offset, memoryview)` over records in `[start, end)`, up to `max_offset` as of
-    /// the call; with `follow`, on past it as records come (see `wait`).
-    #[pyo3(signature = (start = None, end = None, *, follow = false, timeout = None, durable = false))]
+    /// Iterates `(offset, memoryview)` (`body="bytes"`: `(offset, bytes)`) over records in
+    /// `[start, end)`, up to `max_offset` as of the call; with `follow`, on past it as records
+    /// come (see `wait`).
+    #[pyo3(
+        signature = (start = None, end = None, *, follow = false, timeout = None, durable = false, body = None),
+        text_signature = "($self, start=None, end=None, *, follow=False, timeout=None, \
+                          durable=False, body='view')"
+    )]
     fn scan(
         slf: &Bound<'_, Self>,
         start: Option<&Bound<'_, PyAny>>,
@@ -465,7 +479,9 @@ impl PyCommitLog {
         follow: bool,
         timeout: Option<&Bound<'_, PyAny>>,
         durable: bool,
+        body: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyScan> {
+        let out = BodyOut::of(body)?;
         let this = slf.get();
         let (start, end) = this.range_args(start, end)?;
         let follow = follow_args(follow, timeout, durable)?;
@@ -481,6 +497,7 @@ impl PyCommitLog {
                 ready: VecDeque::new(),
                 failed: None,
                 view: None,
+                out,
             }),
         })
     }
@@ -552,7 +569,7 @@ impl PyCommitLog {
     }
 
     fn __iter__(slf: &Bound<'_, Self>) -> PyResult<PyScan> {
-        Self::scan(slf, None, None, false, None, false)
+        Self::scan(slf, None, None, false, None, false, None)
     }
 
     /// Offset of the first record with `timestamp_ms >= ts_ms`, else `max_offset`.

@@ -9,6 +9,7 @@ use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
+use super::body::{self, BodyOut};
 use super::buffer::SegmentBuffer;
 use super::ints;
 use super::log::PyCommitLog;
@@ -28,9 +29,11 @@ pub(super) struct ScanState {
     /// The exporter of the map the last body came from (address, exporter): consecutive records
     /// share it without a trip through the log's cache.
     pub(super) view: Option<(usize, Py<SegmentBuffer>)>,
+    /// How bodies are handed out (`body=`).
+    pub(super) out: BodyOut,
 }
 
-/// Iterator of `(offset, memoryview)` returned by `CommitLog.scan()`.
+/// Iterator of `(offset, memoryview)` (or `(offset, bytes)`) returned by `CommitLog.scan()`.
 #[pyclass(name = "ScanIterator", module = "rmqlog", frozen)]
 pub struct PyScan {
     pub(super) log: Py<PyCommitLog>,
@@ -75,6 +78,9 @@ impl PyScan {
             }
         }
         match st.ready.pop_front() {
+            Some(rec) if st.out == BodyOut::Bytes => {
+                Ok(Some(ints::pair(py, rec.offset(), body::copy(py, &rec))))
+            }
             Some(rec) => {
                 let (map, range) = rec.mapping();
                 let id = Arc::as_ptr(map) as usize;

@@ -145,7 +145,7 @@ def _lookup(store: Store, offsets: Iterable[Any], strict: bool) -> list[bytes | 
                 max_off = log.refresh()
                 refreshed = True
             try:
-                out.append(bytes(log.read(off)))
+                out.append(log.read(off, body="bytes"))  # one copy, in Rust
             except (OffsetOutOfRangeError, InvalidOffsetError, CorruptionError) as e:
                 if strict:
                     raise
