@@ -65,9 +65,7 @@ def main() -> None:
         dirs = [str(Path(tmp) / f"disk{i}" / "store") for i in range(3)]
         produce(dirs)
 
-        spark = local_session(
-            "local[2]", "rmqlog-spark-pipeline", conf={"spark.sql.shuffle.partitions": "2"}
-        )
+        spark = local_session("local[2]", "rmqlog-spark-pipeline")  # 2 shuffle partitions
         try:
             log_df = (
                 spark.read.format("rmqlog")

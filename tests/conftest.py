@@ -258,10 +258,8 @@ class _SparkSessions:
         session = rs.local_session(
             master,
             "rmqlog-test-spark",
-            conf={
-                "spark.sql.shuffle.partitions": "2",
-                "spark.scheduler.minRegisteredResourcesRatio": "1.0",  # jobs wait for all
-            },
+            # Shuffle partitions: local_session's default, the cores (2 for both masters).
+            conf={"spark.scheduler.minRegisteredResourcesRatio": "1.0"},  # jobs wait for all
         )
         assert session.conf.get(rs.PUSHDOWN_CONF) == "true"
         self.session = session

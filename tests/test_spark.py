@@ -716,3 +716,45 @@ def test_streaming_query_exactly_once_across_restart(spark, tmp_path):
     assert len(seen) == len({off for off, _ in seen})  # no record twice
     assert sorted(seen) == want and len(want) == 2400  # none lost
     assert seen == sorted(seen)  # batches follow the log in order
+
+
+# ---------------------------------------------------------------------------------------------
+# local_session
+
+
+@pytest.mark.parametrize(
+    ("master", "cores"),
+    [
+        ("local", 1),
+        ("local[1]", 1),
+        ("local[2]", 2),
+        ("local[16]", 16),
+        ("local[4, 3]", 4),  # with maxFailures
+        ("local[*]", len(os.sched_getaffinity(0))),
+        ("local[*,2]", len(os.sched_getaffinity(0))),
+        ("local-cluster[2,1,1024]", 2),
+        ("local-cluster[ 3 , 2 , 512 ]", 6),
+        ("spark://host:7077", None),
+        ("yarn", None),
+        ("local[x]", None),
+    ],
+)
+def test_local_cores_of_a_master(master, cores):
+    from rmqlog.spark.session import local_cores
+
+    assert local_cores(master) == cores
+
+
+def test_local_session_sizes_shuffle_partitions_to_its_cores_unless_conf_sets_them(spark):
+    # conftest.py's session sets none: local[2] has 2 (Spark's default is 200).
+    from rmqlog.spark.session import SHUFFLE_PARTITIONS
+
+    master = spark.sparkContext.master
+    assert spark.conf.get(SHUFFLE_PARTITIONS) == "2"
+    try:
+        again = rs.local_session(master, "rmqlog-test-spark", conf={SHUFFLE_PARTITIONS: "7"})
+        assert again is spark  # the live session, given conf: the caller's value wins
+        assert spark.conf.get(SHUFFLE_PARTITIONS) == "7"
+    finally:
+        assert rs.local_session(master, "rmqlog-test-spark") is spark
+    assert spark.conf.get(SHUFFLE_PARTITIONS) == "2"
