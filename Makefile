@@ -1,16 +1,29 @@
 # Developer entry points. `.ci/run` runs `make test`; `make help` lists the targets.
 #
 # What is installed in $(VENV), one stamp each, so that `make demo` and `make test` (in either
-# order) build the extension once and install the extras once:
-#   $(VENV)/.tools    the venv and the build backend (pyproject.toml's build-system.requires)
-#   $(VENV)/.built    rmqlog itself, editable, release build, no extras: all `make demo` needs
-#   $(VENV)/.extras   the extras EXTRAS (test, spark, bench): what the other targets need
+# order) build each thing once and install the extras once:
+#   $(VENV)/.tools       the venv and the build backend (pyproject.toml's build-system.requires)
+#   $(VENV)/.built-demo  rmqlog editable, release build with DEMO_FEATURES (no tier): what
+#                        `make demo` needs. A venv that has the full build (.built) keeps it:
+#                        the demo runs on it (more features than it needs), nothing is downgraded.
+#   $(VENV)/.built       rmqlog editable, release build with the wheel's features (pyproject.toml's
+#                        [tool.maturin] features: python, tier): what the tests need. After
+#                        `make demo` it compiles the tier's crates and relinks; the crates the
+#                        demo compiled are reused (Cargo.toml unifies their features).
+#   $(VENV)/.extras      the extras EXTRAS (test, spark, bench): what the other targets need
 # Python sources need no stamp: the editable install reads python/ in place.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TOOLS := $(VENV)/.tools
+BUILT_DEMO := $(VENV)/.built-demo
 BUILT := $(VENV)/.built
 EXTRAS_STAMP := $(VENV)/.extras
+# The demo's build: PyO3 and Arrow (`python` implies `arrow`), none of the tier's 120 crates.
+DEMO_FEATURES := python
+SOURCES := Cargo.toml Cargo.lock $(shell find src -name '*.rs')
+# `maturin develop` into $(VENV): an editable install, the release build with cargo's own output
+# (a line per crate, a progress bar on a terminal), then rmqlog's one dependency.
+DEVELOP = VIRTUAL_ENV="$(abspath $(VENV))" $(VENV)/bin/maturin develop --release
 EXTRAS ?= test,spark,bench
 # Full passes of benches/compare.py in `make bench` (each row reported as min/median/max).
 BENCH_RUNS ?= 5
@@ -38,22 +51,41 @@ help:
 # Step 1 of `make demo`. maturin goes into the venv so that builds skip pip's build isolation (no
 # fresh build environment per build) and `make wheel` has it.
 $(TOOLS): pyproject.toml
-	@test -x $(PY) || echo "$(call STEP,1)creating $(VENV) (Python venv with maturin, the build tool)"
+	@test -x $(PY) || echo "$(call STEP,1)creating $(VENV) (Python venv with maturin, the build tool; \
+	a few seconds)"
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@$(REQUIREMENTS) build > $(VENV)/build-requirements.txt
 	@$(PY) -m pip install -q -r $(VENV)/build-requirements.txt
 	@touch $@
 
-# Step 2: the extension in release mode, rmqlog installed editable with its one dependency.
-$(BUILT): $(TOOLS) Cargo.toml Cargo.lock $(shell find src -name '*.rs')
-	@echo "$(call STEP,2)building the extension (release, about a minute the first time)"
-	@$(PY) -m pip install -q --no-build-isolation -e .
+# Step 2: the extension in release mode without the tier, rmqlog installed editable with its one
+# dependency. Where the venv has the full build (`make develop` or `make test` made it), that one
+# is brought up to date instead: the demo runs on it, and the tests' build is not undone.
+$(BUILT_DEMO): $(TOOLS) $(SOURCES)
+	@if [ -e $(BUILT) ]; then \
+		echo "$(call STEP,2)the extension in $(VENV) has the tier (make develop built it): keeping it"; \
+		$(MAKE) --no-print-directory $(BUILT); \
+	else \
+		echo "$(call STEP,2)building the extension (release, features $(DEMO_FEATURES): about 120 \
+	crates, a minute or two here; cargo prints each)"; \
+		$(DEVELOP) --features $(DEMO_FEATURES); \
+	fi
 	@touch $@
 
+# The extension with the wheel's features (the tier too), rmqlog installed editable: what the
+# tests and the benches use. It replaces the demo's build, whose compiled crates it reuses.
+$(BUILT): $(TOOLS) $(SOURCES)
+	@echo "building the extension (release, the wheel's features: python, tier; about 300 \
+	crates, 5 minutes here cold, 3 after make demo; cargo prints each)"
+	@$(DEVELOP)
+	@touch $@ $(BUILT_DEMO)
+
 $(EXTRAS_STAMP): $(TOOLS)
-	@echo "installing the extras $(EXTRAS) into $(VENV) (about 1 GB, most of it pyspark)"
+	@echo "installing the extras $(EXTRAS) into $(VENV) (about 1 GB, most of it pyspark; a minute \
+	or two from pip's cache)"
 	@$(REQUIREMENTS) $(EXTRAS) > $(VENV)/extras-requirements.txt
 	@$(PY) -m pip install -q -r $(VENV)/extras-requirements.txt
+	@echo "installed the extras $(EXTRAS)"
 	@touch $@
 
 ## develop: create .venv and install rmqlog editable (release build) with the extras. The build
@@ -63,8 +95,8 @@ develop: $(TOOLS)
 	@$(MAKE) --no-print-directory -j2 $(BUILT) $(EXTRAS_STAMP)
 
 ## demo: the main job: write across three directories, read back zero-copy, show placement.
-## Installs rmqlog alone (no extras) into .venv.
-demo: $(BUILT)
+## Installs rmqlog alone (no extras, built without the tier) into .venv.
+demo: $(BUILT_DEMO)
 	@echo "$(call STEP,3)running the demo: $(PY) -m rmqlog demo"
 	@$(PY) -m rmqlog demo
 
