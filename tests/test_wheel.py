@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import textwrap
 import tomllib
 import zipfile
@@ -310,3 +311,34 @@ def test_spark_read_in_fresh_venv(installed, tmp_path):
     got = json.loads(proc.stdout.splitlines()[-1])
     assert got["ok"] is True and got["rows"] == 300, got
     assert Path(got["spark_file"]).resolve().is_relative_to(venv_dir.resolve()), got
+
+
+def test_sdist_has_what_a_build_from_source_needs(tmp_path):
+    """`maturin sdist` (seconds) and what a build from it reads first: the sources, Cargo.lock
+    and a manifest that cargo resolves from that lock alone. Building it is left out here (a cold
+    build of every crate, minutes); it was done by hand (README, "Installing")."""
+    maturin = Path(sys.prefix) / "bin" / "maturin"
+    _run([maturin, "sdist", "--out", tmp_path], env=os.environ, cwd=ROOT)
+    (sdist,) = tmp_path.glob("rmqlog-*.tar.gz")
+    assert sdist.name == f"rmqlog-{rmqlog.__version__}.tar.gz"
+    with tarfile.open(sdist) as tar:
+        tar.extractall(tmp_path, filter="data")
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    for name in (
+        "Cargo.toml",
+        "Cargo.lock",
+        "pyproject.toml",
+        "README.md",
+        "src/lib.rs",
+        "src/python/mod.rs",
+        "python/rmqlog/__init__.py",
+        "python/rmqlog/_native.pyi",
+    ):
+        assert name in names, name
+    assert not [n for n in names if n.endswith(".so")], names
+    tree = tmp_path / sdist.name.removesuffix(".tar.gz")
+    cargo = shutil.which("cargo")
+    if cargo is None:
+        pytest.skip("cargo is not on PATH")
+    # every target Cargo.toml names is there, and Cargo.lock needs no change
+    _run([cargo, "metadata", "--locked", "--offline", "--format-version", "1"], os.environ, tree)
