@@ -34,6 +34,7 @@
 mod clock;
 mod error;
 mod failpoint;
+mod interrupt;
 mod sync;
 
 mod storage;

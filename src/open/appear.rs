@@ -26,7 +26,7 @@ pub(crate) fn wait(given: &[PathBuf], limit: Duration) -> Result<bool> {
         if left.is_zero() {
             return Ok(true);
         }
-        if crate::shared::append_lock::interrupted() {
+        if crate::interrupt::interrupted() {
             return Err(Error::Interrupted);
         }
         std::thread::sleep(left.min(POLL));

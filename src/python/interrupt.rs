@@ -1,6 +1,6 @@
-//! Ctrl-C during a wait for the shared writers' append lock: the wait runs with the GIL released
-//! and asks, every slice, for Python's signal handlers to run; an exception they raise (such as
-//! `KeyboardInterrupt`) ends the wait and is raised in its place.
+//! Ctrl-C during a wait (for the shared writers' append lock, for a store to appear): the wait
+//! runs with the GIL released and asks, every slice, for Python's signal handlers to run; an
+//! exception they raise (such as `KeyboardInterrupt`) ends the wait and is raised in its place.
 
 use std::cell::RefCell;
 
@@ -11,12 +11,12 @@ thread_local! {
     static RAISED: RefCell<Option<PyErr>> = const { RefCell::new(None) };
 }
 
-/// Runs `f` with the GIL released, its waits for the append lock interruptible by a signal.
+/// Runs `f` with the GIL released, its waits interruptible by a signal.
 pub(super) fn detach<T: Send>(
     py: Python<'_>,
     f: impl FnOnce() -> crate::Result<T> + Send,
 ) -> crate::Result<T> {
-    py.detach(|| crate::shared::append_lock::interruptible(handle_signals, f))
+    py.detach(|| crate::interrupt::interruptible(handle_signals, f))
 }
 
 /// Runs the interpreter's signal handlers; true (give up the wait) if one raised.

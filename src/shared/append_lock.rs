@@ -4,35 +4,12 @@
 //! mid-record, mid-roll, mid-batch) the kernel hands it to the next taker with `EOWNERDEAD`, and
 //! that taker repairs the tail before it writes (see `shared.rs`).
 
-use std::cell::Cell;
 use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 /// The bits of a robust mutex's lock word that name its holder's thread.
 const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
-
-thread_local! {
-    /// What a wait for the lock in this thread asks between slices: whether to give up (see
-    /// [`interruptible`]).
-    static INTERRUPT: Cell<Option<fn() -> bool>> = const { Cell::new(None) };
-}
-
-/// Runs `f` with `check` asked between the slices of any wait for the append lock in it: when it
-/// says so, the wait ends with [`crate::Error::Interrupted`] (the Python binding runs the
-/// interpreter's signal handlers there, so that Ctrl-C ends the wait).
-#[cfg_attr(not(feature = "python"), allow(dead_code))]
-pub(crate) fn interruptible<T>(check: fn() -> bool, f: impl FnOnce() -> T) -> T {
-    let before = INTERRUPT.with(|c| c.replace(Some(check)));
-    let out = f();
-    INTERRUPT.with(|c| c.set(before));
-    out
-}
-
-/// Whether this thread's wait is to end (see [`interruptible`]).
-pub(crate) fn interrupted() -> bool {
-    INTERRUPT.with(|c| c.get()).is_some_and(|check| check())
-}
 
 /// A mutex at a fixed place in a shared mapping. `init` runs once per store life, by the open
 /// that holds the store alone (no other process maps the page for writing then).

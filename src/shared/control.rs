@@ -28,7 +28,8 @@ use std::time::{Duration, Instant};
 use memmap2::{MmapOptions, MmapRaw};
 
 use crate::error::{Error, Result};
-use crate::shared::append_lock::{self, AppendLock, Taken, LOCK_LEN, MUTEX_LEN};
+use crate::interrupt;
+use crate::shared::append_lock::{AppendLock, Taken, LOCK_LEN, MUTEX_LEN};
 use crate::shared::futex::{self, Woken};
 
 /// Name of the control file.
@@ -530,7 +531,7 @@ impl Control {
     /// kernel and being woken, so the lock is tried a few times before this thread sleeps.
     ///
     /// A wait is bounded: past `bound` it fails with [`Error::LockTimeout`] naming the holder's
-    /// process; every [`LOCK_SLICE`] it asks whether to give up ([`append_lock::interrupted`]:
+    /// process; every [`LOCK_SLICE`] it asks whether to give up ([`crate::interrupt::interrupted`]:
     /// Ctrl-C in Python) and whether the page is still the writers' (a page damaged under its
     /// waiters would leave them asleep for good).
     /// `open` is asked too: its error (the log closed meanwhile) ends the wait.
@@ -556,7 +557,7 @@ impl Control {
             if !self.is_live() {
                 return Err(self.damaged("its magic or version is gone (zeroed or overwritten)"));
             }
-            if append_lock::interrupted() {
+            if interrupt::interrupted() {
                 return Err(Error::Interrupted);
             }
             open()?;
@@ -836,7 +837,7 @@ mod tests {
         }
         assert!(t.elapsed() >= Duration::from_millis(250));
         let t = Instant::now();
-        let waited = append_lock::interruptible(
+        let waited = interrupt::interruptible(
             || true,
             || ctl.lock_appends(Duration::from_secs(30), &|| Ok(())),
         );
