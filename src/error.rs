@@ -3,6 +3,37 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+/// Records an open of a shared consumer name had received and lost (see [`Error::ClaimLost`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostClaim {
+    pub from: u64,
+    pub to: u64,
+    /// Where they are now.
+    pub now: ClaimNow,
+}
+
+/// Where lost records are now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimNow {
+    /// Delivered to another open, in the process with this id.
+    Open { pid: u32 },
+    /// Handed to the next poll of any open (its claimer lapsed, and no open took them yet).
+    Waiting,
+    /// Committed (or acknowledged, or dead-lettered) by another open.
+    Done,
+}
+
+impl std::fmt::Display for LostClaim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "[{}, {}) ", self.from, self.to)?;
+        match self.now {
+            ClaimNow::Open { pid } => write!(f, "now held by process {pid}"),
+            ClaimNow::Waiting => write!(f, "waiting for the next poll"),
+            ClaimNow::Done => write!(f, "done by another open"),
+        }
+    }
+}
+
 /// Result alias used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -136,6 +167,26 @@ pub enum Error {
         to: u64,
         /// A shared name moved on past the loss; an exclusive consumer stays until it seeks.
         moved_on: bool,
+    },
+
+    /// Records this open of a shared consumer name had received went to another open (their
+    /// redelivery timeout passed) before it committed, acknowledged or extended them: its work on
+    /// them is repeated elsewhere. The records it still held were committed (acknowledged,
+    /// extended) first.
+    #[error(
+        "consumer {consumer:?}: {} of this open lapsed (their redelivery timeout passed) and went \
+         elsewhere before this {what}(): {}; the records it still held were {what_done} (committed \
+         position {committed})",
+        if lost.len() == 1 { "a claim" } else { "claims" },
+        lost.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+        what_done = match *what { "in_progress" => "extended", "ack" => "acknowledged", _ => "committed" },
+    )]
+    ClaimLost {
+        consumer: String,
+        /// The call: "commit", "ack" or "in_progress".
+        what: &'static str,
+        lost: Vec<LostClaim>,
+        committed: u64,
     },
 
     /// Another open, in this process or another, holds the consumer name.

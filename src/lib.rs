@@ -61,8 +61,9 @@ mod log;
 mod python;
 
 pub use crate::consumers::consumer::{Consumer, ConsumerOptions, Lag, OnLoss, Start};
+pub use crate::consumers::dead_letter::{parse as parse_dead_letter, Origin as DeadLetterOrigin};
 pub use crate::consumers::{ConsumerInfo, MAX_NAME_LEN, POSITIONS_FILE};
-pub use crate::error::{Error, Result};
+pub use crate::error::{ClaimNow, Error, LostClaim, Result};
 pub use crate::log::{CommitLog, SegmentInfo};
 pub use crate::maintain::mover::Moved;
 pub use crate::maintain::verify::BadRange;

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use crate::background::Periodic;
 use crate::consumers::consumer::{Consumer, ConsumerOptions};
-use crate::consumers::names;
 use crate::consumers::ConsumerInfo;
+use crate::consumers::{dead_letter, names};
 use crate::error::{Error, Result};
 use crate::maintain::cleaner::{clean_pass, start_cleaner, truncate_before};
 use crate::maintain::mover::{self, Moved};
@@ -224,12 +224,45 @@ impl CommitLog {
     /// otherwise created (durably) at `opts.start`. One open holds a name at a time
     /// ([`Error::ConsumerBusy`] otherwise); a read-only open may consume too (positions are kept
     /// in the store's writable directories).
+    ///
+    /// `opts.dead_letter` names the store dead letters go to: opened (created if missing) here
+    /// as a shared writer, refused if it is this store.
     pub fn consumer(&self, name: &str, opts: ConsumerOptions) -> Result<Consumer> {
-        let (consumer, locks) = Consumer::open(&self.state, name, opts)?;
+        let sink = match &opts.dead_letter {
+            Some(paths) => Some(self.dead_letter_store(paths)?),
+            None => None,
+        };
+        let (consumer, locks) = Consumer::open(&self.state, name, &opts, sink)?;
         let mut held = locked(&self.consumer_locks);
         held.retain(|l| l.strong_count() > 0);
         held.push(Arc::downgrade(&locks));
         Ok(consumer)
+    }
+
+    /// The store at `paths`, as a consumer's dead-letter store.
+    fn dead_letter_store(&self, paths: &[PathBuf]) -> Result<Box<dyn dead_letter::Sink>> {
+        if paths.is_empty() {
+            return Err(Error::invalid(
+                "dead_letter names no directory: give the paths of another store".to_owned(),
+            ));
+        }
+        let ours: Vec<PathBuf> = self
+            .state
+            .dirs
+            .iter()
+            .filter_map(|d| d.path.canonicalize().ok())
+            .collect();
+        if let Some(p) = paths
+            .iter()
+            .find(|p| p.canonicalize().is_ok_and(|c| ours.contains(&c)))
+        {
+            return Err(Error::invalid(format!(
+                "dead_letter {} is a directory of this store: dead letters go to another one",
+                p.display()
+            )));
+        }
+        let opts = Options::default().exclusive(false);
+        Ok(Box::new(DeadLetters(CommitLog::open(paths, opts)?)))
     }
 
     /// Every consumer name the store keeps, by name.
@@ -620,5 +653,39 @@ impl Drop for CommitLog {
         if let Err(e) = self.close() {
             log::error!("closing the commit log on drop failed: {e}");
         }
+    }
+}
+
+/// A consumer's dead-letter store: another log, open as a shared writer.
+struct DeadLetters(CommitLog);
+
+impl std::fmt::Debug for DeadLetters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let dirs: Vec<&Path> = self.0.state.dirs.iter().map(|d| d.path.as_path()).collect();
+        f.debug_tuple("DeadLetters").field(&dirs).finish()
+    }
+}
+
+impl dead_letter::Sink for DeadLetters {
+    fn end(&mut self) -> Result<u64> {
+        self.0.current()?;
+        self.0.max_offset()
+    }
+
+    fn each_from(&mut self, from: u64, f: &mut dyn FnMut(&[u8])) -> Result<()> {
+        self.0.current()?;
+        let from = from.max(self.0.state.min_offset());
+        for r in self.0.scan(Some(from), None)? {
+            f(r?.body());
+        }
+        Ok(())
+    }
+
+    fn append(&mut self, body: &[u8]) -> Result<u64> {
+        self.0.append(body)
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        self.0.flush().map(|_| ())
     }
 }

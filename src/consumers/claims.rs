@@ -1,13 +1,21 @@
-//! `rmqlog.claims`: what the opens sharing a consumer name have claimed and not yet committed.
+//! `rmqlog.claims`: what the opens sharing a consumer name have claimed and not yet committed,
+//! and how often each claim's records were delivered.
 //!
 //! Not durable: after a crash of the machine every record past the committed position is
-//! delivered again, which at-least-once allows. It lives in the first directory of the store (by
-//! path) and also carries the consumers' byte locks (far past its data): a name's hold, its
-//! members, and the short lock under which a member reads and rewrites the name's table.
+//! delivered again, which at-least-once allows, and counted from its first delivery again. A
+//! crash of processes keeps it (the page cache has it). It lives in the first directory of the
+//! store (by path) and also carries the consumers' byte locks (far past its data): a name's hold,
+//! its members, and the short lock under which a member reads and rewrites the name's table.
 //!
 //! A name's table is written to two copies in turn, each with a CRC, so a process killed in the
 //! middle of a write leaves the copy before, and with it the claims as they were before a poll or
 //! commit that never returned.
+//!
+//! Layout of a copy (`COPY` bytes, little-endian): magic, CRC of the rest, sequence, base, next,
+//! the number of claims; the process id of each member number (`MAX_MEMBERS` words); then the
+//! claims, `ENTRY` bytes each: from, to, member, flags (done, being dead-lettered), deliveries,
+//! due (milliseconds of [`lease_now_ms`](super::names::lease_now_ms)), and where in the
+//! dead-letter store a claim being dead-lettered started.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -18,20 +26,26 @@ use crate::error::{Error, IoContext, Result};
 /// Name of the claims file.
 pub const FILE: &str = "rmqlog.claims";
 
-/// Claims a name holds at most (one per poll not yet committed).
+/// Entries a name may hold before a poll is refused (one per poll not yet committed, and the
+/// runs of done records between them).
 pub(crate) const MAX_CLAIMS: usize = 120;
-/// Entries a table's copy has room for: past `MAX_CLAIMS`, only for splits of lapsed claims.
+/// Entries a table's copy has room for: past `MAX_CLAIMS`, for splits (a lapsed claim delivered
+/// in part, a nack or ack of some of a claim's records).
 pub(crate) const CAPACITY: usize = (COPY as usize - HEAD) / ENTRY;
 /// Opens of one name at most.
 pub(crate) const MAX_MEMBERS: u64 = 64;
-/// The member of a claim no open holds (its open died, or it is the rest of a claim split at a
-/// redelivery): the next poll takes it.
+/// The member of a claim no open holds (its open died, or it was handed back, or it is the rest
+/// of a claim split at a redelivery): the next poll at or after its due time takes it.
 pub(crate) const NOBODY: u16 = u16::MAX;
 
-const COPY: u64 = 4096;
-const HEAD: usize = 40;
-const ENTRY: usize = 32;
-const MAGIC: u32 = 0x434c_4d31; // "CLM1"
+const COPY: u64 = 16384;
+const PIDS_AT: usize = 64;
+const HEAD: usize = PIDS_AT + 4 * MAX_MEMBERS as usize;
+const ENTRY: usize = 48;
+const MAGIC: u32 = 0x434c_4d32; // "CLM2": the layout of this version (CLM1 had no counts)
+
+const DONE: u8 = 1;
+const DEAD_LETTERING: u8 = 2;
 
 /// Lock bytes, far past any table.
 const NAME_LOCKS: u64 = 1 << 40;
@@ -54,14 +68,41 @@ pub(crate) fn table_byte(pair: usize) -> u64 {
     TABLE_LOCKS + pair as u64
 }
 
-/// Records `[from, to)` delivered to member `member` at `claimed_ms`; `done` once it committed.
+/// Records `[from, to)`: delivered to `member` (or waiting for the next poll, [`NOBODY`]);
+/// `done` once committed or acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Claim {
     pub from: u64,
     pub to: u64,
     pub member: u16,
     pub done: bool,
-    pub claimed_ms: u64,
+    /// Being appended to the dead-letter store. Only ever seen so under the table lock when the
+    /// open doing it failed or died mid-way (it does it all under the lock): the next poll goes
+    /// on from `dead_from`.
+    pub dead_lettering: bool,
+    /// How many times the name delivered these records.
+    pub deliveries: u32,
+    /// Held: when the claim lapses (claimed then, plus its claimer's redelivery timeout).
+    /// [`NOBODY`]'s: when it may be delivered again (0: at once).
+    pub due_ms: u64,
+    /// Being dead-lettered: the dead-letter store's end before its first record was appended.
+    pub dead_from: u64,
+}
+
+impl Claim {
+    /// Records `[from, to)` delivered for the first time, to `member`, lapsing at `due_ms`.
+    pub fn new(from: u64, to: u64, member: u16, due_ms: u64) -> Claim {
+        Claim {
+            from,
+            to,
+            member,
+            done: false,
+            dead_lettering: false,
+            deliveries: 1,
+            due_ms,
+            dead_from: 0,
+        }
+    }
 }
 
 /// A name's claims.
@@ -74,6 +115,8 @@ pub(crate) struct Table {
     pub next: u64,
     /// By `from`; all at or above `base`, below `next`.
     pub claims: Vec<Claim>,
+    /// The process id of each member number's open (as it wrote it when it opened; 0: none).
+    pub pids: [u32; MAX_MEMBERS as usize],
 }
 
 impl Table {
@@ -84,6 +127,7 @@ impl Table {
             base,
             next: base,
             claims: Vec::new(),
+            pids: [0; MAX_MEMBERS as usize],
         }
     }
 
@@ -97,18 +141,22 @@ impl Table {
 
     /// Moves `base` over the done claims that start at it; whether it moved. The claims cover
     /// `[base, next)` whole, so `base` stops at the first one not done. Done claims behind it
-    /// that touch are merged: the table holds about two entries per claim not done.
+    /// that touch are merged: the table holds about two entries per run of records not done.
     pub fn advance(&mut self) -> bool {
         let before = self.base;
         self.claims.sort_by_key(|c| c.from);
-        while let Some(c) = self
+        let done_at_front = self
             .claims
-            .first()
-            .filter(|c| c.done && c.from == self.base)
-        {
-            self.base = c.to;
-            self.claims.remove(0);
-        }
+            .iter()
+            .take_while(|c| {
+                let front = c.done && c.from == self.base;
+                if front {
+                    self.base = c.to;
+                }
+                front
+            })
+            .count();
+        self.claims.drain(..done_at_front);
         self.claims.dedup_by(|later, earlier| {
             let merge = earlier.done && later.done && earlier.to == later.from;
             if merge {
@@ -117,6 +165,28 @@ impl Table {
             merge
         });
         self.base != before
+    }
+
+    /// Splits claim `i` so that `[from, to)` (inside it, on record boundaries) is a claim of its
+    /// own; its index, or `None` if the table has no room for the pieces.
+    pub fn isolate(&mut self, i: usize, from: u64, to: u64) -> Option<usize> {
+        let c = self.claims[i];
+        debug_assert!(c.from <= from && from < to && to <= c.to);
+        let pieces = usize::from(c.from < from) + usize::from(to < c.to);
+        if self.claims.len() + pieces > CAPACITY {
+            return None;
+        }
+        let mut at = i;
+        if c.from < from {
+            self.claims[i].to = from;
+            self.claims.insert(i + 1, Claim { from, ..c });
+            at = i + 1;
+        }
+        if to < c.to {
+            self.claims[at].to = to;
+            self.claims.insert(at + 1, Claim { from: to, ..c });
+        }
+        Some(at)
     }
 
     /// Claims not yet committed.
@@ -131,13 +201,19 @@ impl Table {
         b[16..24].copy_from_slice(&self.base.to_le_bytes());
         b[24..32].copy_from_slice(&self.next.to_le_bytes());
         b[32..36].copy_from_slice(&(self.claims.len() as u32).to_le_bytes());
+        for (k, pid) in self.pids.iter().enumerate() {
+            b[PIDS_AT + 4 * k..PIDS_AT + 4 * k + 4].copy_from_slice(&pid.to_le_bytes());
+        }
         for (i, c) in self.claims.iter().enumerate() {
             let e = &mut b[HEAD + i * ENTRY..HEAD + (i + 1) * ENTRY];
             e[0..8].copy_from_slice(&c.from.to_le_bytes());
             e[8..16].copy_from_slice(&c.to.to_le_bytes());
             e[16..18].copy_from_slice(&c.member.to_le_bytes());
-            e[18] = u8::from(c.done);
-            e[24..32].copy_from_slice(&c.claimed_ms.to_le_bytes());
+            e[18] =
+                if c.done { DONE } else { 0 } | if c.dead_lettering { DEAD_LETTERING } else { 0 };
+            e[20..24].copy_from_slice(&c.deliveries.to_le_bytes());
+            e[24..32].copy_from_slice(&c.due_ms.to_le_bytes());
+            e[32..40].copy_from_slice(&c.dead_from.to_le_bytes());
         }
         let crc = crc32fast::hash(&b[8..]);
         b[4..8].copy_from_slice(&crc.to_le_bytes());
@@ -161,8 +237,11 @@ impl Table {
                     from: word(at),
                     to: word(at + 8),
                     member: u16::from_le_bytes([b[at + 16], b[at + 17]]),
-                    done: b[at + 18] != 0,
-                    claimed_ms: word(at + 24),
+                    done: b[at + 18] & DONE != 0,
+                    dead_lettering: b[at + 18] & DEAD_LETTERING != 0,
+                    deliveries: half(at + 20),
+                    due_ms: word(at + 24),
+                    dead_from: word(at + 32),
                 }
             })
             .collect();
@@ -171,6 +250,7 @@ impl Table {
             base: word(16),
             next: word(24),
             claims,
+            pids: std::array::from_fn(|k| half(PIDS_AT + 4 * k)),
         })
     }
 }
@@ -193,6 +273,16 @@ impl Claims {
             .open(&path)
             .ctx("opening", &path)?;
         Ok(Claims { path, file })
+    }
+
+    /// [`Claims::open`] of a file that exists (for a look that must create nothing).
+    pub fn open_existing(dir: &Path) -> Result<Option<Claims>> {
+        let path = dir.join(FILE);
+        match OpenOptions::new().read(true).open(&path) {
+            Ok(file) => Ok(Some(Claims { path, file })),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io("opening", &path, e)),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -249,11 +339,9 @@ mod tests {
 
     fn claim(from: u64, to: u64, done: bool) -> Claim {
         Claim {
-            from,
-            to,
-            member: 3,
             done,
-            claimed_ms: 9,
+            deliveries: 2,
+            ..Claim::new(from, to, 3, 9)
         }
     }
 

@@ -7,16 +7,17 @@
 //! a record the consumer was given. The opens sharing a name (the default) claim the next records
 //! at each poll in the name's claims table ([`crate::consumers::claims`]); a commit marks the open's claims
 //! done and moves the committed position over the done claims at its front. Claims not committed
-//! within the redelivery timeout, or whose open closed or died, go to the next poll of any open.
+//! within the redelivery timeout, or whose open closed or died, go to the next poll of any open;
+//! what a shared open does with its claims (ack, nack, extend, dead-letter) is in
+//! [`crate::consumers::work`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::consumers::claims::{
-    self, member_byte, name_byte, table_byte, Claim, Claims, Table, NOBODY,
-};
+use crate::consumers::claims::{self, member_byte, name_byte, table_byte, Claims, Table, NOBODY};
+use crate::consumers::dead_letter::Sink;
 use crate::consumers::file::{check_made, note_pairs_made, pairs_made, Positions};
-use crate::consumers::names::{behind_the_end, find, lease_now_ms, now_ms, positions_dirs};
+use crate::consumers::names::{behind_the_end, find, now_ms, positions_dirs};
 use crate::consumers::slot::{check_name, Slot};
 use crate::error::{Error, Result};
 use crate::failpoint::fail_point;
@@ -54,7 +55,7 @@ pub enum OnLoss {
 }
 
 /// How [`crate::CommitLog::consumer`] opens a name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerOptions {
     /// Where a name new to the store starts (a known name resumes at its committed position).
     pub start: Start,
@@ -66,6 +67,12 @@ pub struct ConsumerOptions {
     /// Shared opens: records one open claimed and did not commit within this time are delivered
     /// again (at once if its process died).
     pub redelivery_timeout: Duration,
+    /// Shared names: a record delivered this many times without a commit is not delivered again
+    /// but dead-lettered (to `dead_letter`, or skipped with a warning). Recorded with the name:
+    /// `None` takes the recorded value, `Some(0)` turns it off.
+    pub max_deliveries: Option<u32>,
+    /// The directories of the store dead letters go to (opened as a shared writer).
+    pub dead_letter: Option<Vec<std::path::PathBuf>>,
 }
 
 impl Default for ConsumerOptions {
@@ -75,6 +82,8 @@ impl Default for ConsumerOptions {
             on_loss: OnLoss::Raise,
             exclusive: false,
             redelivery_timeout: Duration::from_secs(30),
+            max_deliveries: None,
+            dead_letter: None,
         }
     }
 }
@@ -89,31 +98,60 @@ pub struct Lag {
 /// A consumer name held open by this process (see the module doc). One thread polls it.
 #[derive(Debug)]
 pub struct Consumer {
-    state: Arc<State>,
-    positions: Positions,
-    claims: Claims,
-    /// The hold on the name, the member slot, the table lock (see [`crate::consumers::claims`]); shared
-    /// with the log, which lets them go at its close.
-    locks: Arc<ByteLocks>,
-    pair: usize,
+    pub(super) state: Arc<State>,
+    pub(super) positions: Positions,
+    pub(super) claims: Claims,
+    /// The hold on the name, the member slot, the table lock (see [`crate::consumers::claims`]);
+    /// shared with the log, which lets them go at its close.
+    pub(super) locks: Arc<ByteLocks>,
+    pub(super) pair: usize,
     /// The name's state as last written or read by this open: its committed position.
-    slot: Slot,
+    pub(super) slot: Slot,
     /// The next record a poll delivers; shared, the offset after the last record this open's
     /// polls delivered.
-    position: u64,
+    pub(super) position: u64,
     /// Shared: the first record no open had claimed, as of this open's last look (a poll waits
     /// for the log to pass it).
-    unclaimed: u64,
-    on_loss: OnLoss,
+    pub(super) unclaimed: u64,
+    pub(super) on_loss: OnLoss,
     /// `None` for an exclusive consumer.
-    member: Option<Member>,
+    pub(super) member: Option<Member>,
+    /// How many times the name has delivered the records of the last poll.
+    pub(super) deliveries: u32,
+    /// Exclusive: the ranges a nack or seek sent this open back over (each delivers them once
+    /// more); those behind the committed position are forgotten.
+    pub(super) rewinds: Vec<(u64, u64)>,
+    /// Exclusive: no poll delivers before then (a nack's delay).
+    pub(super) not_before: Option<Instant>,
+    /// Where dead letters go, if the open named a store.
+    pub(super) dead_letter: Option<Box<dyn Sink>>,
+    /// The source store as dead letters name it: its identity, its directories.
+    pub(super) origin: (String, Vec<String>),
 }
 
 /// An open sharing its name with others.
 #[derive(Debug)]
-struct Member {
-    k: u16,
-    redelivery: Duration,
+pub(super) struct Member {
+    pub k: u16,
+    pub redelivery: Duration,
+    /// The records this open received and has not committed, acknowledged or handed back, by
+    /// offset; each with how many times the name delivered it.
+    pub held: Vec<Held>,
+    /// Acknowledgements the table had no room for yet (kept here, tried again at each look).
+    pub acks_due: Vec<(u64, u64)>,
+    /// When a claim in the table next lapses or comes due (lease clock), as of the last look.
+    pub look_at: Option<u64>,
+    /// The store's futex word before the last look at the table: a wait returns at once if it
+    /// changed since (records handed back meanwhile).
+    pub seq_seen: Option<u32>,
+}
+
+/// Records `[from, to)` this open received and still holds, delivered `deliveries` times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Held {
+    pub from: u64,
+    pub to: u64,
+    pub deliveries: u32,
 }
 
 impl Consumer {
@@ -123,9 +161,17 @@ impl Consumer {
     pub(crate) fn open(
         state: &Arc<State>,
         name: &str,
-        opts: ConsumerOptions,
+        opts: &ConsumerOptions,
+        dead_letter: Option<Box<dyn Sink>>,
     ) -> Result<(Consumer, Arc<ByteLocks>)> {
         check_name(name)?;
+        if opts.exclusive && (opts.max_deliveries.is_some_and(|n| n > 0) || dead_letter.is_some()) {
+            return Err(Error::invalid(format!(
+                "consumer {name:?}: max_deliveries and dead_letter count the deliveries of a \
+                 shared name's records; an exclusive consumer's are its own to count (open it \
+                 with exclusive=False for a work queue)"
+            )));
+        }
         state.check_open()?;
         shared::catch_up(state)?;
         // A position past the end is checked for only where no writer published this boot (a
@@ -162,6 +208,8 @@ impl Consumer {
                     created_ms: now,
                     dropped: false,
                     name: name.to_owned(),
+                    max_deliveries: opts.max_deliveries.unwrap_or(0),
+                    dead_lettered: 0,
                 };
                 positions.write(i, &slot, true)?;
                 if i as u64 >= made {
@@ -192,8 +240,15 @@ impl Consumer {
             Some(Member {
                 k: k as u16,
                 redelivery: opts.redelivery_timeout,
+                held: Vec::new(),
+                acks_due: Vec::new(),
+                look_at: None,
+                seq_seen: None,
             })
         };
+        let store = crate::storage::identity::read(dirs[0])
+            .map_or_else(|| dirs[0].display().to_string(), |id| id.store_id);
+        let paths = state.dirs.iter().map(|d| d.path.display().to_string());
         let mut c = Consumer {
             state: Arc::clone(state),
             positions,
@@ -205,8 +260,19 @@ impl Consumer {
             slot,
             on_loss: opts.on_loss,
             member,
+            deliveries: 1,
+            rewinds: Vec::new(),
+            not_before: None,
+            dead_letter,
+            origin: (store, paths.collect()),
         };
+        if let Some(n) = opts.max_deliveries.filter(|&n| n != c.slot.max_deliveries) {
+            c.record_max_deliveries(n)?;
+        }
+        let pid = std::process::id();
         c.with_table(|c, t| {
+            let k = c.member.as_ref().map_or(0, |m| usize::from(m.k));
+            t.pids[k] = pid;
             if created || c.member.is_none() {
                 // A new name, or one held alone: no claims carry over.
                 t.reset(c.slot.position);
@@ -221,7 +287,7 @@ impl Consumer {
                     .filter(|cl| cl.member == m.k && !cl.done)
                 {
                     cl.member = NOBODY;
-                    cl.claimed_ms = 0;
+                    cl.due_ms = 0;
                 }
                 c.unclaimed = t.next;
             }
@@ -231,8 +297,45 @@ impl Consumer {
         Ok((c, locks))
     }
 
+    /// Records `max_deliveries` with the name (its slot's next write); said in the log when it
+    /// changes a value another open recorded.
+    fn record_max_deliveries(&mut self, n: u32) -> Result<()> {
+        self.with_table(|c, _| {
+            let was = c.slot.max_deliveries;
+            if was == n {
+                return Ok((false, ()));
+            }
+            if was != 0 {
+                log::warn!(
+                    "consumer {:?}: this open changes the name's max_deliveries from {was} to \
+                     {}",
+                    c.slot.name,
+                    if n == 0 {
+                        "none".to_owned()
+                    } else {
+                        n.to_string()
+                    }
+                );
+            }
+            c.slot.max_deliveries = n;
+            c.write_slot(c.slot.position, 0)?;
+            Ok((false, ()))
+        })
+    }
+
     pub fn name(&self) -> &str {
         &self.slot.name
+    }
+
+    /// The name's `max_deliveries` (0: none), as recorded with it.
+    pub fn max_deliveries(&self) -> u32 {
+        self.slot.max_deliveries
+    }
+
+    /// How many times the name has delivered the records the last poll returned (each poll's
+    /// records share one count).
+    pub fn deliveries(&self) -> u32 {
+        self.deliveries
     }
 
     /// The next record a poll delivers.
@@ -316,163 +419,46 @@ impl Consumer {
     ) -> Result<Option<R>> {
         self.state.check_open()?;
         shared::catch_up(&self.state)?;
-        if self.member.is_some() {
+        if let Some(m) = &mut self.member {
+            m.seq_seen = Some(self.state.control().seq());
             return self.with_table(|c, t| c.claim(t, &read))?;
         }
+        if self.not_before.is_some_and(|t| Instant::now() < t) {
+            return Ok(None); // a nack's delay
+        }
         self.check_loss()?;
-        let scan = match Scan::new(Arc::clone(&self.state), Some(self.position), None) {
+        // A poll's records share one count: it stops where a rewind begins or ends.
+        let p = self.position;
+        let stop = self
+            .rewinds
+            .iter()
+            .flat_map(|&(a, b)| [a, b])
+            .filter(|&o| o > p)
+            .min();
+        let scan = match Scan::new(Arc::clone(&self.state), Some(p), stop) {
             Err(Error::OffsetOutOfRange { .. }) => {
                 self.check_loss()?; // deleted since the check
-                Scan::new(Arc::clone(&self.state), Some(self.position), None)?
+                Scan::new(Arc::clone(&self.state), Some(self.position), stop)?
             }
             other => other?,
         };
         let Some((r, end)) = read(scan)? else {
             return Ok(None);
         };
+        let p = self.position;
+        self.deliveries = 1 + self
+            .rewinds
+            .iter()
+            .filter(|&&(a, b)| a <= p && p < b)
+            .count() as u32;
         self.position = end;
         Ok(Some(r))
-    }
-
-    /// A shared open's poll, with the name's table `t` locked: a lapsed claim first (its records
-    /// again), else a new claim from the first unclaimed record. The first of the pair says
-    /// whether `t` changed.
-    fn claim<R>(
-        &mut self,
-        t: &mut Table,
-        read: &impl Fn(Scan) -> Result<Option<(R, u64)>>,
-    ) -> Result<(bool, Result<Option<R>>)> {
-        let (me, redelivery) = match &self.member {
-            Some(m) => (m.k, m.redelivery.as_millis() as u64),
-            None => return Err(Error::Internal("a claim by an exclusive consumer".into())),
-        };
-        let min = self.state.min_offset();
-        if t.base < min {
-            // Records below the log's head are gone. Lost are those no live open holds: the
-            // claims of no one or of a dead open, and what no one had claimed. A live open's
-            // claim keeps its records past the head (it has them, and commits them).
-            let lost_from = t
-                .claims
-                .iter()
-                .filter(|c| c.from < min && !c.done)
-                .filter(|c| c.member == NOBODY || (c.member != me && !self.is_alive(c.member)))
-                .map(|c| c.from)
-                .chain((t.next < min).then_some(t.next))
-                .min();
-            t.claims.retain(|c| c.to > min);
-            for c in t.claims.iter_mut().filter(|c| c.from < min) {
-                c.from = min;
-            }
-            t.base = min;
-            t.next = t.next.max(min);
-            t.advance();
-            self.write_slot(t.base)?;
-            if let Some(from) = lost_from {
-                if let Err(e) = self.lost(from, min) {
-                    return Ok((true, Err(e)));
-                }
-            }
-        }
-        if t.advance() {
-            self.write_slot(t.base)?; // not expected: commits advance what they finish
-        }
-        let now = lease_now_ms();
-        let lapsed = t.claims.iter().position(|c| {
-            !c.done
-                && (c.member == NOBODY
-                    || now >= c.claimed_ms.saturating_add(redelivery)
-                    || (c.member != me && !self.is_alive(c.member)))
-        });
-        if let Some(i) = lapsed {
-            let Claim { from, to, .. } = t.claims[i];
-            if to > self.state.readable_end() && self.state.read_only {
-                // Claimed by an open whose view was ahead of this one's: look again first.
-                follow::refresh(&self.state)?;
-            }
-            if to > self.state.readable_end() {
-                // Not readable here yet (a sync store's records not yet durable): later.
-                return Ok((false, Ok(None)));
-            }
-            let scan = Scan::new(Arc::clone(&self.state), Some(from), Some(to))?;
-            let Some((r, end)) = read(scan)? else {
-                return Err(Error::Internal(format!(
-                    "claimed records [{from}, {to}) of consumer {:?} read as none",
-                    self.slot.name
-                )));
-            };
-            if end < to {
-                // Only the first part fits this poll: the rest waits for the next one (room
-                // past MAX_CLAIMS is kept for these splits, so that a full table of lapsed
-                // claims still drains).
-                if t.claims.len() >= claims::CAPACITY {
-                    return Err(self.full(t));
-                }
-                t.claims.push(Claim {
-                    from: end,
-                    to,
-                    member: NOBODY,
-                    done: false,
-                    claimed_ms: 0,
-                });
-                t.claims[i].to = end;
-            }
-            t.claims[i].member = me;
-            t.claims[i].claimed_ms = now;
-            self.position = end;
-            self.unclaimed = t.next;
-            return Ok((true, Ok(Some(r))));
-        }
-        self.unclaimed = t.next;
-        if t.next >= self.state.readable_end() {
-            return Ok((false, Ok(None)));
-        }
-        self.check_room(t)?;
-        let scan = Scan::new(Arc::clone(&self.state), Some(t.next), None)?;
-        let Some((r, end)) = read(scan)? else {
-            return Ok((false, Ok(None)));
-        };
-        t.claims.push(Claim {
-            from: t.next,
-            to: end,
-            member: me,
-            done: false,
-            claimed_ms: now,
-        });
-        t.next = end;
-        self.position = end;
-        self.unclaimed = end;
-        Ok((true, Ok(Some(r))))
-    }
-
-    /// Room in the table for one more claim (its entries are the claims not done and the
-    /// runs of done ones between them).
-    fn check_room(&self, t: &Table) -> Result<()> {
-        if t.claims.len() < claims::MAX_CLAIMS {
-            return Ok(());
-        }
-        Err(self.full(t))
-    }
-
-    fn full(&self, t: &Table) -> Error {
-        Error::Unsupported(format!(
-            "consumer {:?} has {} polls not committed, the most a name keeps: commit before \
-             polling more",
-            self.slot.name,
-            t.pending()
-        ))
-    }
-
-    /// Whether the open with member number `k` is alive (holds its member byte).
-    fn is_alive(&self, k: u16) -> bool {
-        self.locks
-            .held_elsewhere(member_byte(self.pair, u64::from(k)), false)
-            .unwrap_or(true)
     }
 
     /// Runs `f` on the name's claims table with the table's lock held: the table as stored (or
     /// fresh at the committed position), brought up to the committed position in the store;
     /// written back if `f` says it changed it.
-    fn with_table<T>(
+    pub(super) fn with_table<T>(
         &mut self,
         f: impl FnOnce(&mut Consumer, &mut Table) -> Result<(bool, T)>,
     ) -> Result<T> {
@@ -521,18 +507,33 @@ impl Consumer {
     }
 
     /// Waits until the log's end passes the position, or `deadline` (or a signal, if
-    /// `interruptible`). A shared open wakes at least every [`wait::POLL`] to look for lapsed
-    /// claims; `TimedOut` means the deadline passed.
+    /// `interruptible`). A shared open wakes when any open of the store wakes its waiters (a
+    /// nack), when a claim it saw comes due, and at least every [`wait::POLL`] to look for the
+    /// claims of opens that died; `TimedOut` means the deadline passed.
     pub(crate) fn wait(&self, deadline: Option<Instant>, interruptible: bool) -> Result<Waited> {
-        if self.member.is_none() {
+        let Some(m) = &self.member else {
+            if let Some(t) = self.not_before.filter(|&t| Instant::now() < t) {
+                // A nack's delay: the records are there already.
+                let until = deadline.map_or(t, |d| d.min(t));
+                std::thread::sleep(until.saturating_duration_since(Instant::now()));
+                return Ok(if deadline.is_some_and(|d| d <= t) {
+                    Waited::TimedOut(self.state.max_offset())
+                } else {
+                    Waited::Passed(self.state.max_offset())
+                });
+            }
             return wait::wait(&self.state, self.position, false, deadline, interruptible);
-        }
-        let slice = Instant::now() + wait::POLL;
+        };
+        let now = Instant::now();
+        let due = m.look_at.map(|at| {
+            Duration::from_millis(at.saturating_sub(crate::consumers::names::lease_now_ms()))
+        });
+        let slice = now + due.map_or(wait::POLL, |d| d.min(wait::POLL));
         let until = deadline.map_or(slice, |d| d.min(slice));
-        match wait::wait(
+        match wait::wait_event(
             &self.state,
             self.unclaimed,
-            false,
+            m.seq_seen,
             Some(until),
             interruptible,
         )? {
@@ -552,26 +553,8 @@ impl Consumer {
     /// them); the committed position moves over the done claims at the front of the name's.
     pub fn commit(&mut self, offset: Option<u64>) -> Result<u64> {
         self.state.check_open()?;
-        if let Some(m) = &self.member {
-            let (me, upto) = (m.k, offset.unwrap_or(u64::MAX));
-            return self.with_table(|c, t| {
-                if let Some(o) = offset {
-                    c.check_shared_commit(t, me, o)?;
-                }
-                let mut marked = false;
-                for cl in t.claims.iter_mut() {
-                    if cl.member == me && !cl.done && cl.to <= upto {
-                        cl.done = true;
-                        marked = true;
-                    }
-                }
-                if t.advance() {
-                    fail_point!("consumer::committing");
-                    c.write_slot(t.base)?;
-                    fail_point!("consumer::slot_written");
-                }
-                Ok((marked, t.base))
-            });
+        if self.member.is_some() {
+            return self.commit_shared(offset);
         }
         let target = offset.unwrap_or(self.position);
         if target > self.position {
@@ -584,32 +567,16 @@ impl Consumer {
         if target != self.position && target != self.slot.position {
             reader::read(&self.state, target)?; // a record starts there
         }
-        self.write_slot(target)?;
+        self.write_slot(target, 0)?;
+        self.rewinds.retain(|&(_, b)| b > target);
         Ok(target)
-    }
-
-    /// A shared open's `commit(offset)`: at or below the end of its own claims, at a record
-    /// boundary.
-    fn check_shared_commit(&self, t: &Table, me: u16, offset: u64) -> Result<()> {
-        let mine = || t.claims.iter().filter(|c| c.member == me && !c.done);
-        let received = mine().map(|c| c.to).max().unwrap_or(t.base);
-        if offset > received {
-            return Err(Error::invalid(format!(
-                "commit(offset={offset}) of consumer {:?} is past the records it received \
-                 (this open, not committed yet): they end at {received}",
-                self.slot.name
-            )));
-        }
-        if offset != t.base && !mine().any(|c| c.to == offset) {
-            reader::read(&self.state, offset)?; // a record starts there
-        }
-        Ok(())
     }
 
     /// Writes the name's committed position, durably, once the records below it are: a power
     /// loss keeps the log up to its last sync, and a position past the log's end would skip the
     /// records appended after it.
-    fn write_slot(&mut self, position: u64) -> Result<()> {
+    /// `dead_lettered` more records were dead-lettered.
+    pub(super) fn write_slot(&mut self, position: u64, dead_lettered: u32) -> Result<()> {
         make_durable(&self.state, position)?;
         fail_point!("consumer::records_durable", |_| Err(Error::io(
             "writing a consumer position",
@@ -621,11 +588,21 @@ impl Consumer {
             position,
             committed_ms: now_ms(),
             dropped: false,
+            dead_lettered: self.slot.dead_lettered.saturating_add(dead_lettered),
             ..self.slot.clone()
         };
         self.positions.write(self.pair, &next, true)?;
         self.slot = next;
         Ok(())
+    }
+
+    /// Moves an exclusive consumer's position to `to`; a move back counts a delivery more for
+    /// the records it goes back over.
+    pub(super) fn rewind(&mut self, to: u64) {
+        if to < self.position {
+            self.rewinds.push((to, self.position));
+        }
+        self.position = to;
     }
 
     /// Moves the position (not the committed one: that moves at the next commit). Exclusive
@@ -640,7 +617,8 @@ impl Consumer {
             )));
         }
         shared::catch_up(&self.state)?;
-        self.position = resolve(&self.state, to)?;
+        let to = resolve(&self.state, to)?;
+        self.rewind(to);
         Ok(self.position)
     }
 
@@ -675,7 +653,7 @@ impl Consumer {
     }
 
     /// Records `[from, to)` were deleted before this consumer read them.
-    fn lost(&self, from: u64, to: u64) -> Result<()> {
+    pub(super) fn lost(&self, from: u64, to: u64) -> Result<()> {
         let name = &self.slot.name;
         match self.on_loss {
             OnLoss::Raise => Err(Error::DataLoss {

@@ -333,6 +333,8 @@ mod tests {
             created_ms: 1,
             dropped: false,
             name: name.into(),
+            max_deliveries: 0,
+            dead_lettered: 0,
         }
     }
 

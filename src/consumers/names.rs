@@ -3,6 +3,7 @@
 //! keep them.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::claims::{self, name_byte, table_byte, Claims};
@@ -29,10 +30,89 @@ pub struct ConsumerInfo {
     /// Whether it keeps its records from retention (`retain_unconsumed`: it is open, or it
     /// committed within `consumer_idle_hours`).
     pub holds_retention: bool,
+    /// The process ids of the opens holding it now (of a shared name's members; of an exclusive
+    /// open, if it recorded one).
+    pub members: Vec<u32>,
+    /// Records delivered to an open and not yet committed (JetStream's `num_ack_pending`).
+    pub pending: u64,
+    /// Records not yet committed that were delivered more than once (`num_redelivered`).
+    pub redelivered: u64,
+    /// Records handed back or lapsed, waiting for the next poll.
+    pub waiting: u64,
+    /// Records dead-lettered (or skipped for want of a dead-letter store).
+    pub dead_lettered: u64,
+    /// The name's `max_deliveries` (0: none).
+    pub max_deliveries: u32,
 }
 
-/// Every consumer name the store keeps, with its committed position.
-pub(crate) fn list(state: &State) -> Result<Vec<ConsumerInfo>> {
+/// What a name's claims table says of its records (counted by reading their headers: a table
+/// holds at most a few hundred polls' worth).
+#[derive(Default)]
+struct ClaimCounts {
+    members: Vec<u32>,
+    pending: u64,
+    redelivered: u64,
+    waiting: u64,
+}
+
+fn claim_counts(
+    state: &State,
+    count: &dyn Fn(u64, u64) -> Result<u64>,
+    claims: Option<&Claims>,
+    locks: Option<&ByteLocks>,
+    pair: usize,
+    open: bool,
+) -> Result<ClaimCounts> {
+    let (Some(claims), Some(locks), true) = (claims, locks, open) else {
+        return Ok(ClaimCounts::default());
+    };
+    let Some(t) = claims.read(pair)? else {
+        return Ok(ClaimCounts::default());
+    };
+    let alive = |k: u16| {
+        locks
+            .held_elsewhere(claims::member_byte(pair, u64::from(k)), false)
+            .unwrap_or(false)
+    };
+    let mut out = ClaimCounts {
+        members: (0..claims::MAX_MEMBERS as u16)
+            .filter(|&k| alive(k))
+            .map(|k| t.pids[usize::from(k)])
+            .collect(),
+        ..ClaimCounts::default()
+    };
+    if out.members.is_empty() && t.pids[0] != 0 {
+        out.members.push(t.pids[0]); // an exclusive open
+    }
+    let min = state.min_offset();
+    for c in t.claims.iter().filter(|c| !c.done && c.to > min) {
+        let n = count(c.from.max(min), c.to)?;
+        if c.member == claims::NOBODY || !alive(c.member) {
+            out.waiting += n;
+        } else {
+            out.pending += n;
+        }
+        if c.deliveries > 1 {
+            out.redelivered += n;
+        }
+    }
+    Ok(out)
+}
+
+/// Every consumer name the store keeps, with its committed position and what its claims say.
+pub(crate) fn list(state: &Arc<State>) -> Result<Vec<ConsumerInfo>> {
+    let count = |from: u64, to: u64| -> Result<u64> {
+        crate::read::reader::Scan::new(Arc::clone(state), Some(from), Some(to))?
+            .try_fold(0u64, |n, r| r.map(|_| n + 1))
+    };
+    list_counting(state, Some(&count))
+}
+
+/// [`list`], counting the records of the claims with `count` (without: none counted).
+fn list_counting(
+    state: &State,
+    count: Option<&dyn Fn(u64, u64) -> Result<u64>>,
+) -> Result<Vec<ConsumerInfo>> {
     state.check_open()?;
     shared::catch_up(state)?;
     let dirs = positions_dirs(state)?;
@@ -51,6 +131,10 @@ pub(crate) fn list(state: &State) -> Result<Vec<ConsumerInfo>> {
     };
     let idle_ms = idle_hours.map(|h| (h * 3_600_000.0) as u64);
     let now = now_ms();
+    let table = match count {
+        Some(_) => Claims::open_existing(dirs[0])?,
+        None => None,
+    };
     let mut out = Vec::new();
     let pairs = positions.read()?;
     crate::consumers::file::check_made(&pairs, made, &dirs)?;
@@ -62,7 +146,17 @@ pub(crate) fn list(state: &State) -> Result<Vec<ConsumerInfo>> {
             .as_ref()
             .is_some_and(|l| l.held_elsewhere(name_byte(pair), false).unwrap_or(false));
         let recent = idle_ms.is_none_or(|idle| now.saturating_sub(s.committed_ms) < idle);
+        let counts = match count {
+            Some(count) => claim_counts(state, count, table.as_ref(), locks.as_ref(), pair, open)?,
+            None => ClaimCounts::default(),
+        };
         out.push(ConsumerInfo {
+            members: counts.members,
+            pending: counts.pending,
+            redelivered: counts.redelivered,
+            waiting: counts.waiting,
+            dead_lettered: u64::from(s.dead_lettered),
+            max_deliveries: s.max_deliveries,
             holds_retention: retain && (open || recent),
             lag_bytes: end.saturating_sub(s.position),
             name: s.name,
@@ -80,7 +174,7 @@ pub(crate) fn list(state: &State) -> Result<Vec<ConsumerInfo>> {
 /// among those that hold retention.
 pub(crate) fn retention_holder(state: &State) -> Result<Option<ConsumerInfo>> {
     let end = state.max_offset();
-    Ok(list(state)?
+    Ok(list_counting(state, None)?
         .into_iter()
         .filter(|c| c.holds_retention && c.position < end)
         .min_by_key(|c| c.position))

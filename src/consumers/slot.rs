@@ -17,6 +17,8 @@ pub const MAX_NAME_LEN: usize = 200;
 
 const MAGIC: [u8; 4] = *b"RMQC";
 const NAME_AT: usize = 46;
+const MAX_DELIVERIES_AT: usize = 248;
+const DEAD_LETTERED_AT: usize = 252;
 const DROPPED: u32 = 1;
 
 /// A consumer's state as of one commit.
@@ -31,6 +33,11 @@ pub(crate) struct Slot {
     /// A tombstone: the name was dropped (its pair may be reused).
     pub dropped: bool,
     pub name: String,
+    /// The name's `max_deliveries` (0: none): a record delivered this often without a commit is
+    /// dead-lettered instead of delivered again.
+    pub max_deliveries: u32,
+    /// Records dead-lettered (or skipped for want of a dead-letter store) so far.
+    pub dead_lettered: u32,
 }
 
 impl Slot {
@@ -47,6 +54,10 @@ impl Slot {
         b[40..44].copy_from_slice(&flags.to_le_bytes());
         b[44..46].copy_from_slice(&(name.len() as u16).to_le_bytes());
         b[NAME_AT..NAME_AT + name.len()].copy_from_slice(name);
+        b[MAX_DELIVERIES_AT..MAX_DELIVERIES_AT + 4]
+            .copy_from_slice(&self.max_deliveries.to_le_bytes());
+        b[DEAD_LETTERED_AT..DEAD_LETTERED_AT + 4]
+            .copy_from_slice(&self.dead_lettered.to_le_bytes());
         let crc = crc32fast::hash(&b[8..]);
         b[4..8].copy_from_slice(&crc.to_le_bytes());
         b
@@ -74,6 +85,8 @@ impl Slot {
             created_ms: word(32),
             dropped: flags & DROPPED != 0,
             name: name.to_owned(),
+            max_deliveries: half(MAX_DELIVERIES_AT),
+            dead_lettered: half(DEAD_LETTERED_AT),
         })
     }
 
@@ -126,6 +139,8 @@ mod tests {
             created_ms: 1_600_000_000_000,
             dropped: seq == 7,
             name: "billing-é".into(),
+            max_deliveries: 16,
+            dead_lettered: seq as u32,
         }
     }
 

@@ -58,11 +58,12 @@ impl PyConsumer {
 #[pymethods]
 impl PyConsumer {
     /// Up to `max_records` records from the position as `(offset, memoryview)` pairs
-    /// (`body="bytes"`: `(offset, bytes)`), waiting up to `timeout` seconds (None: as long as it
-    /// takes) for the first; `[]` if none came.
+    /// (`body="bytes"`: `(offset, bytes)`; `with_deliveries=True`: `(offset, body, deliveries)`
+    /// triples), waiting up to `timeout` seconds (None: as long as it takes) for the first; `[]`
+    /// if none came.
     #[pyo3(
-        signature = (max_records = None, *, timeout = None, body = None),
-        text_signature = "($self, max_records=None, *, timeout=None, body='view')"
+        signature = (max_records = None, *, timeout = None, body = None, with_deliveries = false),
+        text_signature = "($self, max_records=None, *, timeout=None, body='view', with_deliveries=False)"
     )]
     fn poll<'py>(
         &self,
@@ -70,15 +71,16 @@ impl PyConsumer {
         max_records: Option<&Bound<'py, PyAny>>,
         timeout: Option<&Bound<'py, PyAny>>,
         body: Option<&Bound<'py, PyAny>>,
+        with_deliveries: bool,
     ) -> PyResult<Bound<'py, PyList>> {
         let max = max_records.map_or(Ok(POLL_RECORDS), |m| count(m, "max_records"))?;
         let bodies = BodyOut::of(body)?;
         let deadline = wait::deadline(timeout)?;
         let log = self.log.get();
-        let records = self.with(|c| loop {
+        let (records, deliveries) = self.with(|c| loop {
             let records = py.detach(|| c.take(max))?;
             if !records.is_empty() {
-                return Ok(records);
+                return Ok((records, c.deliveries()));
             }
             // A signal that came while no wait was under way (a shared open's look between
             // two waits) is taken here: Ctrl-C ends the poll.
@@ -86,14 +88,21 @@ impl PyConsumer {
             let c = &*c;
             log.release_views();
             if let Waited::TimedOut(_) = wait::until(py, || c.wait(deadline, true))? {
-                return Ok(records);
+                return Ok((records, 1));
             }
         })?;
         let out = PyList::empty(py);
         let mut view: Option<(usize, Bound<'py, SegmentBuffer>)> = None;
+        let emit = |offset: u64, body: Bound<'py, PyAny>| -> PyResult<()> {
+            if with_deliveries {
+                out.append((offset, body, deliveries))
+            } else {
+                out.append(ints::pair(py, offset, body))
+            }
+        };
         for rec in &records {
             if bodies == BodyOut::Bytes {
-                out.append(ints::pair(py, rec.offset(), body::copy(py, rec)))?;
+                emit(rec.offset(), body::copy(py, rec).into_any())?;
                 continue;
             }
             let (map, range) = rec.mapping();
@@ -106,18 +115,22 @@ impl PyConsumer {
                     v
                 }
             };
-            out.append(ints::pair(
-                py,
+            emit(
                 rec.offset(),
-                SegmentBuffer::view(&exporter, range)?,
-            ))?;
+                SegmentBuffer::view(&exporter, range)?.into_any(),
+            )?;
         }
         Ok(out)
     }
 
     /// As `poll`, one `pyarrow.RecordBatch` of up to `max_records` records (and `max_bytes` of
-    /// bodies) in a list; `[]` if none came within `timeout`.
-    #[pyo3(signature = (max_records = None, *, timeout = None, columns = None, body = None, max_bytes = None))]
+    /// bodies) in a list; `[]` if none came within `timeout`. `with_deliveries=True` adds a
+    /// `deliveries` column (uint32).
+    #[pyo3(signature = (
+        max_records = None, *, timeout = None, columns = None, body = None, max_bytes = None,
+        with_deliveries = false,
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn poll_batches<'py>(
         &self,
         py: Python<'py>,
@@ -126,13 +139,18 @@ impl PyConsumer {
         columns: Option<&Bound<'py, PyAny>>,
         body: Option<&Bound<'py, PyAny>>,
         max_bytes: Option<&Bound<'py, PyAny>>,
+        with_deliveries: bool,
     ) -> PyResult<Bound<'py, PyList>> {
         arrow::pyarrow(py, "poll_batches")?;
         let opts = arrow::batch_options(columns, body, max_records, max_bytes)?;
         let deadline = wait::deadline(timeout)?;
         let batch = self.with(|c| loop {
             if let Some(b) = py.detach(|| c.take_batch(&opts))? {
-                return Ok(Some(b));
+                return Ok(Some(if with_deliveries {
+                    with_deliveries_column(b, c.deliveries())?
+                } else {
+                    b
+                }));
             }
             py.check_signals()?;
             let c = &*c;
@@ -154,6 +172,45 @@ impl PyConsumer {
     fn commit(&self, py: Python<'_>, offset: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
         let offset = offset.map(|o| in_u64(o, "offset")).transpose()?;
         self.with(|c| Ok(py.detach(|| c.commit(offset))?))
+    }
+
+    /// Marks the records at `offsets` done, in any order (a shared name's open, records it
+    /// received); the committed position moves over the done records at its front, which it
+    /// returns. `ClaimLostError` for records another open took meanwhile, after the rest.
+    #[pyo3(signature = (offsets, /))]
+    fn ack(&self, py: Python<'_>, offsets: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let offsets = offset_list(offsets, "ack")?;
+        self.with(|c| Ok(py.detach(|| c.ack(&offsets))?))
+    }
+
+    /// Hands records back: those at `offsets`, or every record this open received and has not
+    /// committed. A shared name's go to the next poll of any open, after `delay` seconds; an
+    /// exclusive consumer's position moves back to the first of them.
+    #[pyo3(signature = (offsets = None, delay = None))]
+    fn nack(
+        &self,
+        py: Python<'_>,
+        offsets: Option<&Bound<'_, PyAny>>,
+        delay: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let offsets = offsets.map(|o| offset_list(o, "nack")).transpose()?;
+        let delay = delay.map_or(Ok(std::time::Duration::ZERO), |d| args::seconds(d, "delay"))?;
+        self.with(|c| Ok(py.detach(|| c.nack(offsets.as_deref(), delay))?))
+    }
+
+    /// Extends this open's claims on the records at `offsets` (or on all it holds) by its
+    /// redelivery timeout from now: a slow task keeps its records. `ClaimLostError` for those
+    /// another open took already.
+    #[pyo3(signature = (offsets = None))]
+    fn in_progress(&self, py: Python<'_>, offsets: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let offsets = offsets.map(|o| offset_list(o, "in_progress")).transpose()?;
+        self.with(|c| Ok(py.detach(|| c.in_progress(offsets.as_deref()))?))
+    }
+
+    /// The name's `max_deliveries` as recorded with it (None: no limit).
+    #[getter]
+    fn max_deliveries(&self) -> PyResult<Option<u32>> {
+        self.with(|c| Ok(Some(c.max_deliveries()).filter(|&n| n > 0)))
     }
 
     /// Moves the position (the next commit moves the committed one): "earliest", "latest", an
@@ -309,7 +366,51 @@ pub(super) fn info<'py>(py: Python<'py>, c: &ConsumerInfo) -> PyResult<Bound<'py
     d.set_item("created_ms", c.created_ms)?;
     d.set_item("open", c.open)?;
     d.set_item("holds_retention", c.holds_retention)?;
+    d.set_item("members", &c.members)?;
+    d.set_item("pending", c.pending)?;
+    d.set_item("redelivered", c.redelivered)?;
+    d.set_item("waiting", c.waiting)?;
+    d.set_item("dead_lettered", c.dead_lettered)?;
+    d.set_item("max_deliveries", Some(c.max_deliveries).filter(|&n| n > 0))?;
     Ok(d)
+}
+
+/// `offsets`: an iterable of record offsets.
+fn offset_list(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u64>> {
+    if obj.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "{what}(offsets) takes a list of offsets, got one int (write [{obj}])"
+        )));
+    }
+    let iter = obj.try_iter().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{what}(offsets) takes a list of offsets, got {}",
+            args::type_of(obj)
+        ))
+    })?;
+    iter.map(|o| in_u64(&o?, "offset")).collect()
+}
+
+/// `batch` with a `deliveries` column: every row `deliveries` (a poll's records share it).
+fn with_deliveries_column(
+    batch: arrow_array::RecordBatch,
+    deliveries: u32,
+) -> PyResult<arrow_array::RecordBatch> {
+    use arrow_array::{Array, UInt32Array};
+    use arrow_schema::{DataType, Field, Schema};
+    let column: Arc<dyn Array> = Arc::new(UInt32Array::from(vec![deliveries; batch.num_rows()]));
+    let mut fields: Vec<Field> = batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(Field::new("deliveries", DataType::UInt32, false));
+    let mut columns = batch.columns().to_vec();
+    columns.push(column);
+    let schema = Schema::new_with_metadata(fields, batch.schema().metadata().clone());
+    arrow_array::RecordBatch::try_new(Arc::new(schema), columns)
+        .map_err(|e| PyRuntimeError::new_err(format!("adding the deliveries column: {e}")))
 }
 
 fn in_u64(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {

@@ -24,6 +24,7 @@ struct Tree {
     data_loss: Py<PyType>,
     consumer_busy: Py<PyType>,
     lock_timeout: Py<PyType>,
+    claim_lost: Py<PyType>,
 }
 
 static TREE: PyOnceLock<Tree> = PyOnceLock::new();
@@ -136,6 +137,16 @@ fn build(py: Python<'_>) -> PyResult<Tree> {
             "A shared writer waited longer than lock_timeout_ms for the append lock (its holder \
              stopped); nothing was appended.",
         )?,
+        claim_lost: make(
+            py,
+            "ClaimLostError",
+            &[b()],
+            "Records this open of a shared consumer name had received went to another open \
+             before it committed them (their redelivery timeout passed): its work on them is \
+             repeated. The records it still held were committed first. `lost` lists them as \
+             (from, to, pid) with pid None when no open holds them now; `committed` is the \
+             name's committed position.",
+        )?,
         base,
     })
 }
@@ -161,6 +172,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         &t.data_loss,
         &t.consumer_busy,
         &t.lock_timeout,
+        &t.claim_lost,
     ] {
         let ty = ty.bind(py);
         m.add(ty.name()?, ty)?;
@@ -219,6 +231,26 @@ fn to_py(e: Error) -> PyErr {
             Error::DataLoss { .. } => &t.data_loss,
             Error::ConsumerBusy { .. } => &t.consumer_busy,
             Error::LockTimeout { .. } => &t.lock_timeout,
+            Error::ClaimLost {
+                lost, committed, ..
+            } => {
+                let err = PyErr::from_type(t.claim_lost.bind(py).clone(), (msg,));
+                let lost: Vec<(u64, u64, Option<u32>)> = lost
+                    .iter()
+                    .map(|l| {
+                        let pid = match l.now {
+                            crate::ClaimNow::Open { pid } => Some(pid),
+                            _ => None,
+                        };
+                        (l.from, l.to, pid)
+                    })
+                    .collect();
+                // Setting attributes on a fresh exception instance does not fail.
+                let value = err.value(py);
+                let _ = value.setattr("lost", lost);
+                let _ = value.setattr("committed", *committed);
+                return err;
+            }
             Error::Interrupted => {
                 // A signal handler raised while the append lock was awaited: its exception.
                 return super::interrupt::take()

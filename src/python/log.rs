@@ -523,7 +523,11 @@ impl PyCommitLog {
 
     /// The consumer `name`: at its committed position if the store knows it, otherwise
     /// created at `start` ("earliest", "latest", an offset or an aware datetime).
-    #[pyo3(signature = (name, /, *, start = None, on_loss = None, exclusive = false, redelivery_timeout = None))]
+    #[pyo3(signature = (
+        name, /, *, start = None, on_loss = None, exclusive = false, redelivery_timeout = None,
+        max_deliveries = None, dead_letter = None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn consumer(
         slf: &Bound<'_, Self>,
         name: &Bound<'_, PyAny>,
@@ -531,6 +535,8 @@ impl PyCommitLog {
         on_loss: Option<&Bound<'_, PyAny>>,
         exclusive: bool,
         redelivery_timeout: Option<&Bound<'_, PyAny>>,
+        max_deliveries: Option<&Bound<'_, PyAny>>,
+        dead_letter: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyConsumer> {
         let name = args::string(name, "name")?;
         let mut opts = crate::ConsumerOptions {
@@ -540,6 +546,17 @@ impl PyCommitLog {
                 .unwrap_or_default(),
             on_loss: consumer::on_loss(on_loss)?,
             exclusive,
+            max_deliveries: max_deliveries
+                .map(|m| {
+                    args::int_in(
+                        m,
+                        "max_deliveries",
+                        "a count of deliveries from 1 to 2**32-1 (0: none)",
+                        |v| u32::try_from(v).ok(),
+                    )
+                })
+                .transpose()?,
+            dead_letter: dead_letter.map(args::paths).transpose()?,
             ..Default::default()
         };
         if let Some(t) = redelivery_timeout {

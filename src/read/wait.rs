@@ -54,6 +54,30 @@ pub(crate) fn wait(
     deadline: Option<Instant>,
     interruptible: bool,
 ) -> Result<Waited> {
+    wait_for(state, offset, durable, deadline, interruptible, None)
+}
+
+/// [`wait`] that also returns at the first wake of the store's waiters, whatever woke them (an
+/// append, a consumer handing records back), or at once if the futex word is no longer `since`
+/// (a wake between the caller's look and this wait): as `Passed` with the end as it is.
+pub(crate) fn wait_event(
+    state: &State,
+    offset: u64,
+    since: Option<u32>,
+    deadline: Option<Instant>,
+    interruptible: bool,
+) -> Result<Waited> {
+    wait_for(state, offset, false, deadline, interruptible, Some(since))
+}
+
+fn wait_for(
+    state: &State,
+    offset: u64,
+    durable: bool,
+    deadline: Option<Instant>,
+    interruptible: bool,
+    any_event: Option<Option<u32>>,
+) -> Result<Waited> {
     let _waiting = state.enter_wait(); // before the first look at whether the log is closed
     loop {
         state.check_open()?;
@@ -69,7 +93,7 @@ pub(crate) fn wait(
             crate::shared::catch_up(state)?;
         }
         let end = visible(state, durable);
-        if end > offset {
+        if end > offset || any_event.flatten().is_some_and(|since| since != seq) {
             return Ok(Waited::Passed(end));
         }
         let mut slice = match deadline {
@@ -88,6 +112,9 @@ pub(crate) fn wait(
         }
         match ctl.sleep(seq, slice) {
             Woken::Interrupted if interruptible => return Ok(Waited::Interrupted),
+            Woken::Changed if any_event.is_some() && ctl.seq() != seq => {
+                return Ok(Waited::Passed(end))
+            }
             Woken::TimedOut if state.read_only && ctl.file_replaced() => {
                 drop(registered);
                 follow_new_page(state)?;
