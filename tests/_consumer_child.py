@@ -24,9 +24,12 @@ the position), ``committed POS`` once the commit returned, each line flushed bef
 ``driver``: opens of consumer names driven by the parent, one JSON command a line on stdin, one
 JSON reply a line on stdout: ``{"ok": true, ...}`` or ``{"ok": false, "error": TYPE, "message":
 TEXT}`` for an rmqlog error. Commands (``name`` picks the open; one open per name):
-``open`` (``exclusive``, ``redelivery_timeout``, ``start``, ``on_loss``) replies ``position`` and
-``committed``; ``poll`` (``max``, ``timeout``) replies ``offsets`` and ``bodies`` (latin-1);
-``commit`` (``offset``) replies ``committed``; ``seek`` (``to``) replies ``position``; ``close``.
+``open`` (``exclusive``, ``redelivery_timeout``, ``start``, ``on_loss``, ``max_deliveries``,
+``dead_letter``) replies ``position`` and ``committed``; ``poll`` (``max``, ``timeout``) replies
+``offsets``, ``bodies`` (latin-1) and ``deliveries``; ``commit`` (``offset``) and ``ack``
+(``offsets``) reply ``committed``; ``nack`` (``offsets``, ``delay``), ``in_progress``
+(``offsets``); ``seek`` (``to``) replies ``position``; ``close``. A ``ClaimLostError``'s reply
+has its ``lost`` and ``committed`` too.
 """
 
 from __future__ import annotations
@@ -126,18 +129,31 @@ def driver(args: dict) -> None:
                     on_loss=cmd.get("on_loss", "raise"),
                     exclusive=cmd.get("exclusive", False),
                     redelivery_timeout=cmd.get("redelivery_timeout", 30.0),
+                    max_deliveries=cmd.get("max_deliveries"),
+                    dead_letter=cmd.get("dead_letter"),
                 )
                 opens[name] = c
                 reply = {"position": c.position, "committed": c.committed}
             elif op == "poll":
-                recs = opens[name].poll(cmd.get("max", 500), timeout=cmd.get("timeout", 0))
+                recs = opens[name].poll(
+                    cmd.get("max", 500), timeout=cmd.get("timeout", 0), with_deliveries=True
+                )
                 reply = {
-                    "offsets": [off for off, _ in recs],
-                    "bodies": [bytes(v).decode("latin-1") for _, v in recs],
+                    "offsets": [off for off, _, _ in recs],
+                    "bodies": [bytes(v).decode("latin-1") for _, v, _ in recs],
+                    "deliveries": [d for _, _, d in recs],
                     "at": time.time(),
                 }
             elif op == "commit":
                 reply = {"committed": opens[name].commit(cmd.get("offset"))}
+            elif op == "ack":
+                reply = {"committed": opens[name].ack(cmd["offsets"])}
+            elif op == "nack":
+                opens[name].nack(cmd.get("offsets"), cmd.get("delay", 0))
+                reply = {}
+            elif op == "in_progress":
+                opens[name].in_progress(cmd.get("offsets"))
+                reply = {}
             elif op == "seek":
                 reply = {"position": opens[name].seek(cmd["to"])}
             elif op == "close":
@@ -148,6 +164,8 @@ def driver(args: dict) -> None:
             reply["ok"] = True
         except (CommitLogError, ValueError) as e:
             reply = {"ok": False, "error": type(e).__name__, "message": str(e)}
+            if hasattr(e, "lost"):
+                reply.update(lost=e.lost, committed=e.committed)
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
 

@@ -57,6 +57,43 @@ fn consumer_process() {
     unreachable!("paused until killed");
 }
 
+/// Set in a dead-letter child: the dead-letter store's directories, joined by ':'.
+const DEAD_ENV: &str = "RMQLOG_CONSUMER_DEAD";
+
+fn dead_lettering(dead: &[PathBuf]) -> ConsumerOptions {
+    ConsumerOptions {
+        max_deliveries: Some(2),
+        dead_letter: Some(dead.to_vec()),
+        ..ConsumerOptions::default()
+    }
+}
+
+/// A child process: opens consumer "x" with `max_deliveries=2` and a dead-letter store, and
+/// polls with fail point `WHAT_ENV` pausing it (until killed) while it dead-letters.
+#[test]
+fn dead_letter_process() {
+    let (Ok(dirs), Ok(dead), Ok(point)) = (
+        std::env::var(DIRS_ENV),
+        std::env::var(DEAD_ENV),
+        std::env::var(WHAT_ENV),
+    ) else {
+        return; // run by the tests below
+    };
+    let split = |s: &str| -> Vec<PathBuf> { s.split(':').map(PathBuf::from).collect() };
+    let log = CommitLog::open(&split(&dirs), opts()).unwrap();
+    let mut c = log.consumer("x", dead_lettering(&split(&dead))).unwrap();
+    println!("polled 0");
+    fail::cfg_callback(&point, || {
+        println!("paused");
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    })
+    .unwrap();
+    drop(c.poll(10, None));
+    unreachable!("paused until killed");
+}
+
 /// A child SIGKILLed and reaped when dropped.
 struct Killed(Child);
 
@@ -69,21 +106,21 @@ impl Drop for Killed {
 
 /// Runs a child pausing at `point`; returns it (paused) and the end of the records it polled.
 fn paused_child(dirs: &[PathBuf], point: &str) -> (Killed, u64) {
+    child_at(dirs, point, "consumer_process", &[])
+}
+
+fn child_at(dirs: &[PathBuf], point: &str, test: &str, env: &[(&str, String)]) -> (Killed, u64) {
     let joined: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-    let mut child = Killed(
-        Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "consumer_process",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(DIRS_ENV, joined.join(":"))
-            .env(WHAT_ENV, point)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(DIRS_ENV, joined.join(":"))
+        .env(WHAT_ENV, point)
+        .stdout(Stdio::piped());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = Killed(command.spawn().unwrap());
     let mut polled = None;
     for line in BufReader::new(child.0.stdout.take().unwrap()).lines() {
         let line = line.unwrap();
@@ -173,4 +210,52 @@ fn an_open_killed_holding_the_names_table_lock_blocks_no_other() {
         log.consumers().unwrap()[0].position,
         log.max_offset().unwrap()
     );
+}
+
+/// A poll dead-letters a claim delivered `max_deliveries` times, killed at each step of it: the
+/// next poll finishes the job, and the dead-letter store holds each record once, with its origin.
+#[test]
+fn a_dead_lettering_killed_at_any_step_leaves_each_record_in_the_dead_letter_store_once() {
+    for point in [
+        "consumer::dead_letter_marked",
+        "consumer::dead_letter_appended",
+        "consumer::dead_letters_synced",
+        "consumer::dead_lettered",
+    ] {
+        let (_root, d) = dirs(2);
+        let (_dead_root, dead) = dirs(1);
+        let log = CommitLog::open(&d, opts()).unwrap();
+        let offs: Vec<u64> = fill(&log, 30, 200).into_iter().map(|(o, _)| o).collect();
+        // Two deliveries without a commit (the opens close, as a crashed worker's would).
+        for deliveries in 1..=2 {
+            let mut c = log.consumer("x", dead_lettering(&dead)).unwrap();
+            let got = c.poll(10, None).unwrap();
+            assert_eq!(got.len(), 10, "{point}");
+            assert_eq!(c.deliveries(), deliveries, "{point}");
+        }
+        let joined = dead[0].display().to_string();
+        let (child, _) = child_at(&d, point, "dead_letter_process", &[(DEAD_ENV, joined)]);
+        drop(child);
+
+        let mut c = log.consumer("x", dead_lettering(&dead)).unwrap();
+        let rest = c.poll(100, None).unwrap();
+        let rest: Vec<u64> = rest.iter().map(|r| r.offset()).collect();
+        assert_eq!(rest, offs[10..].to_vec(), "{point}: the others flow");
+        assert_eq!(c.deliveries(), 1, "{point}");
+        c.commit(None).unwrap();
+        let dlq = CommitLog::open(&dead, Options::default().read_only(true)).unwrap();
+        let mut there = Vec::new();
+        for r in dlq.scan(None, None).unwrap() {
+            let r = r.unwrap();
+            let (origin, body) = rmqlog::parse_dead_letter(r.body()).expect("a dead letter");
+            assert_eq!((origin.consumer.as_str(), origin.deliveries), ("x", 2));
+            let original = log.read(origin.offset).unwrap();
+            assert_eq!(body, original.body(), "{point}");
+            there.push(origin.offset);
+        }
+        assert_eq!(there, offs[..10].to_vec(), "{point}: each once, in order");
+        let info = &log.consumers().unwrap()[0];
+        assert_eq!(info.position, log.max_offset().unwrap(), "{point}");
+        assert_eq!(info.dead_lettered, 10, "{point}: {info:?}");
+    }
 }

@@ -389,8 +389,11 @@ def test_records_an_open_keeps_past_redelivery_timeout_go_to_another_open(tmp_pa
     assert 0.45 <= waited < 3.0, waited  # wall clock, whole milliseconds
     assert sleeper.proc.poll() is None  # it lives: the timeout, not a death, moved them
 
-    # The sleeper wakes and commits: its claim is b's now, so the name does not move.
-    assert sleeper.ok("commit", "jobs")["committed"] == 0
+    # The sleeper wakes and commits: its claim is b's now, so the name does not move, and the
+    # sleeper learns that its work on them is repeated, and by whom.
+    lost = sleeper.refused("commit", "jobs")
+    assert lost["error"] == "ClaimLostError", lost
+    assert lost["lost"] == [[offs[0], offs[20], os.getpid()]] and lost["committed"] == 0
     assert listed(log, "jobs")["position"] == 0
     assert b.commit() == log.max_offset
     assert sleeper.polled("jobs") == []  # nothing below the commit comes again

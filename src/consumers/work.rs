@@ -14,6 +14,7 @@
 //! | commit: slot written, table not | a table behind the slot | `table_locked` drops the claims below |
 //! | dead letter marked, records not all appended | a claim marked, its open dead | the next poll (appends the missing ones) |
 //! | dead letters synced, claim not done | the same | the next poll (appends none) |
+//! | slot written (count, position), table not | a table behind the slot | `table_locked` drops the claims below (a claim not at the front is dead-lettered again: it appends none, and counts twice) |
 
 use std::sync::Arc;
 
@@ -249,7 +250,9 @@ impl Consumer {
         t_i.done = true;
         t_i.dead_lettering = false;
         t.advance();
-        self.write_slot(t.base, records)
+        self.write_slot(t.base, records)?;
+        fail_point!("consumer::dead_lettered");
+        Ok(())
     }
 
     /// Room in the table for one more claim (its entries are the claims not done and the
