@@ -108,8 +108,15 @@ class Driver:
         self.proc = spawn("driver", dirs=dirs, log={"read_only": True, **log_kwargs})
 
     def call(self, op: str, name: str | None = None, **args) -> dict:
+        self.send(op, name, **args)
+        return self.reply()
+
+    def send(self, op: str, name: str | None = None, **args) -> None:
+        """Sends a command without waiting for its reply (``reply()`` reads it)."""
         self.proc.stdin.write(json.dumps({"op": op, "name": name, **args}) + "\n")
         self.proc.stdin.flush()
+
+    def reply(self) -> dict:
         return json.loads(line_of(self.proc))
 
     def ok(self, op: str, name: str | None = None, **args) -> dict:

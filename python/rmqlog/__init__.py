@@ -10,6 +10,7 @@ from types import MappingProxyType
 
 from rmqlog import _native
 from rmqlog._arrow import to_arrow
+from rmqlog._dead_letter import dead_letter_origin
 from rmqlog._fleet import scan_batches
 from rmqlog._native import (
     FEATURES,
@@ -17,6 +18,7 @@ from rmqlog._native import (
     MAX_OFFSET,
     SPLIT_EVERY,
     BatchScan,
+    ClaimLostError,
     ClosedError,
     CommitLog,
     CommitLogError,
@@ -69,6 +71,7 @@ __all__ = [
     "SPLIT_EVERY",
     "STORE_SETTINGS",
     "BatchScan",
+    "ClaimLostError",
     "ClosedError",
     "CommitLog",
     "CommitLogError",

@@ -23,6 +23,7 @@ __all__ = [
     "CommitLogError",
     "ConfigurationError",
     "Consumer",
+    "ClaimLostError",
     "ConsumerBusyError",
     "CorruptionError",
     "DataLossError",
@@ -124,6 +125,17 @@ class DataLossError(CommitLogError):
 
 class ConsumerBusyError(CommitLogError):
     """Another open, in this process or another, holds the consumer name."""
+
+class ClaimLostError(CommitLogError):
+    """Records this open of a shared consumer name had received went to another open before it
+    committed (acknowledged, extended) them: their redelivery timeout passed. The records it
+    still held were committed first."""
+
+    lost: list[tuple[int, int, int | None]]
+    """The records lost, as ``(from, to, pid)``: ``pid`` the process whose open has them now,
+    ``None`` if none has them (waiting for the next poll, or done by another open)."""
+    committed: int
+    """The name's committed position after the call."""
 
 class LockTimeoutError(CommitLogError, TimeoutError):
     """A shared writer waited longer than lock_timeout_ms for the append lock (its holder
@@ -287,10 +299,13 @@ class Consumer:
         *,
         timeout: float | None = None,
         body: Literal["view"] = "view",
+        with_deliveries: Literal[False] = False,
     ) -> list[tuple[int, memoryview]]:
         """Up to ``max_records`` (default 500) records as ``(offset, body)``, waiting up to
         ``timeout`` seconds (None: as long as it takes) for the first; ``[]`` if none came.
-        Waits release the GIL; Ctrl-C interrupts them. ``body``: as :meth:`CommitLog.read`'s."""
+        Waits release the GIL; Ctrl-C interrupts them. ``body``: as :meth:`CommitLog.read`'s.
+        ``with_deliveries=True``: ``(offset, body, deliveries)``, how many times the name has
+        delivered the record (this one included)."""
     @overload
     def poll(
         self,
@@ -298,7 +313,26 @@ class Consumer:
         *,
         timeout: float | None = None,
         body: Literal["bytes"],
+        with_deliveries: Literal[False] = False,
     ) -> list[tuple[int, bytes]]: ...
+    @overload
+    def poll(
+        self,
+        max_records: int | None = None,
+        *,
+        timeout: float | None = None,
+        body: Literal["view"] = "view",
+        with_deliveries: Literal[True],
+    ) -> list[tuple[int, memoryview, int]]: ...
+    @overload
+    def poll(
+        self,
+        max_records: int | None = None,
+        *,
+        timeout: float | None = None,
+        body: Literal["bytes"],
+        with_deliveries: Literal[True],
+    ) -> list[tuple[int, bytes, int]]: ...
     def poll_batches(
         self,
         max_records: int | None = None,
@@ -307,13 +341,31 @@ class Consumer:
         columns: Sequence[str] | None = None,
         body: Literal["view", "binary"] | None = None,
         max_bytes: int | None = None,
+        with_deliveries: bool = False,
     ) -> list[pa.RecordBatch]:
         """As :meth:`poll`, one Arrow batch in a list (``[]`` if none came); the options are
-        :meth:`CommitLog.scan_batches`'."""
+        :meth:`CommitLog.scan_batches`'. ``with_deliveries=True`` adds a ``deliveries`` column
+        (uint32)."""
+    @property
+    def max_deliveries(self) -> int | None:
+        """The name's ``max_deliveries``, as recorded with it (None: no limit)."""
+    def ack(self, offsets: Iterable[int], /) -> int:
+        """Marks the records at ``offsets`` done, in any order (a shared name; records this open
+        received). The committed position moves over the done records at its front; returns
+        it. ``ClaimLostError`` for records another open took meanwhile, after the rest."""
+    def nack(self, offsets: Iterable[int] | None = None, delay: float | None = None) -> None:
+        """Hands records back: those at ``offsets``, or all this open received and has not
+        committed. A shared name's go to the next poll of any open (a waiting one wakes at
+        once), not before ``delay`` seconds; an exclusive consumer's position moves back to the
+        first of them."""
+    def in_progress(self, offsets: Iterable[int] | None = None) -> None:
+        """Extends this open's claims on the records at ``offsets`` (or all it holds) by its
+        redelivery timeout from now. ``ClaimLostError`` for those another open took already."""
     def commit(self, offset: int | None = None) -> int:
         """Records durably that records are done; returns the name's committed position.
-        Exclusive: every record below ``offset`` (default: the position). Shared: this open's
-        claims ending at or below ``offset`` (default: all of them)."""
+        Exclusive: every record below ``offset`` (default: the position). Shared: the records
+        this open received below ``offset`` (default: all of them); ``ClaimLostError`` for
+        those another open took meanwhile (their redelivery timeout passed), after the rest."""
     def seek(self, to: _Start, /) -> int:
         """Moves the position (exclusive consumers only); the next commit moves the committed
         one."""
@@ -511,6 +563,8 @@ class CommitLog:
         on_loss: Literal["raise", "skip"] | None = None,
         exclusive: bool = False,
         redelivery_timeout: float | None = None,
+        max_deliveries: int | None = None,
+        dead_letter: _StrPath | Sequence[_StrPath] | None = None,
     ) -> Consumer:
         """The named consumer ``name``: at its committed position if the store knows the name,
         otherwise created (durably) at ``start`` (default ``"earliest"``).
@@ -518,14 +572,21 @@ class CommitLog:
         ``exclusive=True`` holds the name alone (``ConsumerBusyError`` while any other open has
         it); otherwise the opens of the name, in any process, share its records: each poll
         claims the next ones, and claims not committed within ``redelivery_timeout`` seconds
-        (default 30), or whose open closed or died, are delivered again. ``on_loss``: what a poll
-        does when records it had not read were deleted (``"raise"``: ``DataLossError``;
-        ``"skip"``: a warning, then on from ``min_offset``). See docs/producers-consumers.md.
+        (default 30, the claiming open's), or whose open closed or died, are delivered again.
+        ``on_loss``: what a poll does when records it had not read were deleted (``"raise"``:
+        ``DataLossError``; ``"skip"``: a warning, then on from ``min_offset``).
+        ``max_deliveries`` (shared names; recorded with the name, 0 turns it off): a record
+        delivered that often without a commit is appended, with its origin, to the store at
+        ``dead_letter`` (opened as a shared writer; read it with ``rmqlog.dead_letter_origin``),
+        or skipped with a warning without one. See docs/producers-consumers.md, "Work queues".
         """
     def consumers(self) -> list[dict[str, object]]:
         """Every consumer name the store keeps, by name: ``name``, ``position`` (committed),
         ``lag_bytes``, ``committed_ms``, ``created_ms``, ``open`` (an open holds it now, in any
-        process), ``holds_retention``."""
+        process), ``holds_retention``; ``members`` (the pids of the opens holding it),
+        ``pending`` (records delivered and not committed), ``waiting`` (handed back or lapsed,
+        for the next poll), ``redelivered`` (of those two, delivered more than once),
+        ``dead_lettered`` and ``max_deliveries``."""
     def drop_consumer(self, name: str, /) -> None:
         """Forgets consumer ``name`` (its position is gone); ``ConsumerBusyError`` while it is
         open anywhere."""
