@@ -10,11 +10,13 @@ consumer has not committed (``retain_unconsumed=True``) while its size retention
 the store keeps (docs/options.md). Two worker processes, started before the store exists, open
 it read-only (``wait_for_store_ms``) and consume under the one name ``"billing"``: each poll
 claims the next records for that worker, and each worker records what it handled, then commits.
-One worker is killed (SIGKILL) in the middle of the stream, between a poll and its commit; a new
-worker takes its place. The records the dead one had claimed and not committed go to the next
-poll (at least once), and no record is lost.
-At the end the example prints how many orders were handled, how many twice (only records the
-dead worker held), and where the name's committed position is.
+One worker is killed (SIGKILL) in the middle of the stream, between a poll and its commit (it
+says when it holds a handled poll not yet committed); a new worker takes its place. The records
+the dead one had claimed and not committed go to the next poll (at least once), delivered a
+second time (``poll(with_deliveries=True)`` says so), and no record is lost.
+At the end the example prints how many orders were handled, how many twice (exactly the records
+the dead worker held) and how many a worker got on a second delivery, and where the name's
+committed position is.
 """
 
 import multiprocessing as mp
@@ -39,18 +41,25 @@ def produce(dirs: list[str], producer: int) -> None:
             time.sleep(0.001)
 
 
-def work(dirs: list[str], worker: str, handled_dir: str) -> None:
-    """A worker of the billing service: handle, record, then commit. Ends when idle for 2 s."""
+def work(dirs: list[str], worker: str, handled_dir: str, holding=None) -> None:
+    """A worker of the billing service: handle, record, then commit. Ends when idle for 2 s.
+    With ``holding``, it sets that event once it holds a handled poll not yet committed, and
+    stops there (to be killed)."""
     with (
         CommitLog(dirs, read_only=True, wait_for_store_ms=30_000) as log,
         log.consumer("billing", start="earliest", redelivery_timeout=10.0) as billing,
         open(Path(handled_dir) / worker, "a") as handled,
     ):
-        while batch := billing.poll(200, timeout=2.0):
-            for offset, _body in batch:
-                handled.write(f"{offset}\n")  # the side effect, before the commit
+        polls = 0
+        while batch := billing.poll(200, timeout=2.0, with_deliveries=True):
+            for offset, _body, deliveries in batch:
+                handled.write(f"{offset} {deliveries}\n")  # the side effect, before the commit
             handled.flush()
             os.fsync(handled.fileno())
+            polls += 1
+            if holding is not None and polls == 5:
+                holding.set()  # killed here, between its poll and its commit
+                time.sleep(60)
             billing.commit()
 
 
@@ -61,13 +70,16 @@ def main() -> int:
         handled_dir.mkdir()
         ctx = mp.get_context("spawn")
         producers = [ctx.Process(target=produce, args=(dirs, p)) for p in range(PRODUCERS)]
+        holding = ctx.Event()
         workers = [
-            ctx.Process(target=work, args=(dirs, f"worker-{w}", str(handled_dir))) for w in (1, 2)
+            ctx.Process(target=work, args=(dirs, "worker-1", str(handled_dir), holding)),
+            ctx.Process(target=work, args=(dirs, "worker-2", str(handled_dir))),
         ]
         for p in workers + producers:  # the workers wait for the store the producers make
             p.start()
-        time.sleep(1.0)
-        os.kill(workers[0].pid, signal.SIGKILL)  # mid-stream, whatever it was doing
+        if not holding.wait(60):
+            raise SystemExit("worker-1 never held a poll")
+        os.kill(workers[0].pid, signal.SIGKILL)  # mid-stream, between its poll and its commit
         workers[0].join()
         replacement = ctx.Process(target=work, args=(dirs, "worker-3", str(handled_dir)))
         replacement.start()
@@ -75,19 +87,27 @@ def main() -> int:
             p.join()
 
         seen: dict[int, int] = {}
+        again = 0  # records a worker got on their second delivery
         for f in handled_dir.iterdir():
-            for line in f.read_text().split():
-                seen[int(line)] = seen.get(int(line), 0) + 1
+            for line in f.read_text().splitlines():
+                offset, deliveries = map(int, line.split())
+                seen[offset] = seen.get(offset, 0) + 1
+                again += deliveries > 1
         with CommitLog(dirs, exclusive=False) as log:  # the store's settings: STORE
             [billing] = log.consumers()
             deleted = log.clean()  # retention: only what billing is done with may go
+            twice = sum(1 for n in seen.values() if n > 1)
             print(
-                f"{len(seen)} of {PRODUCERS * ORDERS} orders handled, "
-                f"{sum(1 for n in seen.values() if n > 1)} twice; billing committed "
-                f"{billing['position']} of {log.max_offset}; retention deleted "
+                f"{len(seen)} of {PRODUCERS * ORDERS} orders handled, {twice} twice (the killed "
+                f"worker's uncommitted poll), {again} of them on a second delivery; billing "
+                f"committed {billing['position']} of {log.max_offset}; retention deleted "
                 f"{deleted} segments, the log now starts at {log.min_offset}"
             )
-            ok = len(seen) == PRODUCERS * ORDERS and billing["position"] == log.max_offset
+            ok = (
+                len(seen) == PRODUCERS * ORDERS
+                and billing["position"] == log.max_offset
+                and 0 < twice == again
+            )
         return 0 if ok else 1
 
 

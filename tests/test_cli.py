@@ -1037,9 +1037,16 @@ def test_consumers_lists_and_drops(run, tmp_path):
         with log.consumer("billing") as c:
             c.poll(4)
             c.commit()
-        held = log.consumer("audit")
+        held = log.consumer("audit", max_deliveries=4)
+        held.poll(3)
         proc = run("consumers", store)
         assert proc.returncode == 0, proc.stderr
+        pid = os.getpid()
+        assert re.search(
+            rf"opens \(pid\): {pid}  pending 3  waiting 0  redelivered 0  dead-lettered 0 "
+            r"\(max_deliveries 4\)",
+            proc.stdout,
+        ), proc.stdout
         lag = log.max_offset - offs[4]
         assert re.search(rf"billing\s+position {offs[4]}\s+lag {lag} ", proc.stdout)
         assert re.search(r"audit\s+position 0 .*\[open, holds retention\]", proc.stdout)
@@ -1047,6 +1054,8 @@ def test_consumers_lists_and_drops(run, tmp_path):
         info = json.loads(run("consumers", store, "--json").stdout)
         assert [c["name"] for c in info["consumers"]] == ["audit", "billing"]
         assert info["head_held_by"] == "audit"
+        audit = info["consumers"][0]
+        assert (audit["members"], audit["pending"], audit["max_deliveries"]) == ([pid], 3, 4)
         refused = run("consumers", store, "--drop", "audit")
         assert refused.returncode == 2 and "held elsewhere" in refused.stderr
         held.close()

@@ -266,7 +266,7 @@ impl Consumer {
 
     fn full(&self, t: &Table) -> Error {
         Error::Unsupported(format!(
-            "consumer {:?} has {} claims not committed, the most a name keeps: commit (or ack) \
+            "consumer {:?} has {} polls not committed, the most a name keeps: commit (or ack) \
              before polling more",
             self.slot.name,
             t.pending()

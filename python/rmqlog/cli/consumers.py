@@ -46,7 +46,19 @@ def render_consumers(rows: list[dict[str, Any]] | None, error: str | None = None
             f"({human_bytes(c['lag_bytes'])})  last commit {c['committed']}"
             + (f"  [{', '.join(flags)}]" if flags else "")
         )
+        lines.append("    " + work_queue_line(c))
     return lines
+
+
+def work_queue_line(c: dict[str, Any]) -> str:
+    """A name's opens and what it has in flight (JetStream's ack pending and redelivered)."""
+    members = ", ".join(str(p) for p in c["members"]) or "none"
+    limit = c["max_deliveries"]
+    return (
+        f"opens (pid): {members}  pending {c['pending']}  waiting {c['waiting']}  "
+        f"redelivered {c['redelivered']}  dead-lettered {c['dead_lettered']}"
+        + (f" (max_deliveries {limit})" if limit else "")
+    )
 
 
 def cmd_consumers(args: argparse.Namespace, out: TextIO) -> int:
