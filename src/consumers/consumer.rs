@@ -513,14 +513,15 @@ impl Consumer {
     pub(crate) fn wait(&self, deadline: Option<Instant>, interruptible: bool) -> Result<Waited> {
         let Some(m) = &self.member else {
             if let Some(t) = self.not_before.filter(|&t| Instant::now() < t) {
-                // A nack's delay: the records are there already.
+                // A nack's delay (the records are there already): a wait for no record, which a
+                // close or a signal still ends.
                 let until = deadline.map_or(t, |d| d.min(t));
-                std::thread::sleep(until.saturating_duration_since(Instant::now()));
-                return Ok(if deadline.is_some_and(|d| d <= t) {
-                    Waited::TimedOut(self.state.max_offset())
-                } else {
-                    Waited::Passed(self.state.max_offset())
-                });
+                return match wait::wait(&self.state, u64::MAX, false, Some(until), interruptible)? {
+                    Waited::TimedOut(end) if deadline.is_none_or(|d| d > t) => {
+                        Ok(Waited::Passed(end))
+                    }
+                    other => Ok(other),
+                };
             }
             return wait::wait(&self.state, self.position, false, deadline, interruptible);
         };

@@ -63,7 +63,7 @@ fn claim_counts(
     pair: usize,
     open: bool,
 ) -> Result<ClaimCounts> {
-    let (Some(claims), Some(locks), true) = (claims, locks, open) else {
+    let (Some(claims), Some(locks)) = (claims, locks) else {
         return Ok(ClaimCounts::default());
     };
     let Some(t) = claims.read(pair)? else {
@@ -81,7 +81,7 @@ fn claim_counts(
             .collect(),
         ..ClaimCounts::default()
     };
-    if out.members.is_empty() && t.pids[0] != 0 {
+    if out.members.is_empty() && open && t.pids[0] != 0 {
         out.members.push(t.pids[0]); // an exclusive open
     }
     let min = state.min_offset();

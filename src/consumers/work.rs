@@ -360,7 +360,8 @@ impl Consumer {
     ) -> Result<()> {
         let committed = self.slot.position;
         let to = match offsets {
-            None | Some([]) => committed,
+            Some([]) => return Ok(()),
+            None => committed,
             Some(o) => {
                 let first = o.iter().copied().min().unwrap_or(committed);
                 if first < committed || first >= self.position {
