@@ -363,6 +363,45 @@ mod tests {
     }
 
     #[test]
+    fn counts_flags_due_times_and_pids_read_back() {
+        let d = tempfile::tempdir().unwrap();
+        let c = Claims::open(d.path()).unwrap();
+        let mut t = Table::fresh(0);
+        t.next = 300;
+        t.pids[5] = 4242;
+        t.pids[63] = u32::MAX;
+        t.claims = vec![
+            Claim {
+                dead_lettering: true,
+                deliveries: u32::MAX,
+                dead_from: 77,
+                ..Claim::new(0, 100, 5, u64::MAX)
+            },
+            Claim::new(100, 300, NOBODY, 0),
+        ];
+        c.write(0, &mut t).unwrap();
+        assert_eq!(c.read(0).unwrap(), Some(t));
+    }
+
+    #[test]
+    fn isolating_records_splits_a_claim_into_at_most_three() {
+        let mut t = Table::fresh(0);
+        t.next = 100;
+        t.claims = vec![claim(0, 100, false)];
+        let i = t.isolate(0, 40, 60).unwrap();
+        let spans: Vec<(u64, u64)> = t.claims.iter().map(|c| (c.from, c.to)).collect();
+        assert_eq!((i, spans), (1, vec![(0, 40), (40, 60), (60, 100)]));
+        assert!(t.claims.iter().all(|c| c.deliveries == 2 && c.member == 3));
+        assert_eq!(t.isolate(0, 0, 40), Some(0), "the whole claim: no split");
+        assert_eq!(t.isolate(2, 90, 100), Some(3));
+        assert_eq!(t.claims.len(), 4);
+        // No room: nothing changes.
+        t.claims.resize(CAPACITY, claim(100, 100, true));
+        assert_eq!(t.isolate(0, 10, 20), None);
+        assert_eq!((t.claims[0].from, t.claims[0].to), (0, 40));
+    }
+
+    #[test]
     fn a_torn_write_leaves_the_copy_before() {
         let d = tempfile::tempdir().unwrap();
         let c = Claims::open(d.path()).unwrap();
