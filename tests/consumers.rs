@@ -50,12 +50,29 @@ fn consumer_process() {
         }
     })
     .unwrap();
-    match point.as_str() {
-        "consumer::table_locked" => drop(c.poll(10, None)),
+    let offsets: Vec<u64> = got.iter().map(|r| r.offset()).collect();
+    match (point.as_str(), std::env::var(ACK_ENV).is_ok()) {
+        ("consumer::table_locked", _) => drop(c.poll(10, None)),
+        // Acks out of order: the last five first (the position stays), then the first five.
+        (_, true) => {
+            fail::cfg(&point, "off").unwrap();
+            c.ack(&offsets[5..]).unwrap();
+            fail::cfg_callback(&point, || {
+                println!("paused");
+                loop {
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            })
+            .unwrap();
+            drop(c.ack(&offsets[..5]));
+        }
         _ => drop(c.commit(None)),
     }
     unreachable!("paused until killed");
 }
+
+/// Set in a child that acknowledges its records instead of committing them.
+const ACK_ENV: &str = "RMQLOG_CONSUMER_ACK";
 
 /// Set in a dead-letter child: the dead-letter store's directories, joined by ':'.
 const DEAD_ENV: &str = "RMQLOG_CONSUMER_DEAD";
@@ -257,5 +274,30 @@ fn a_dead_lettering_killed_at_any_step_leaves_each_record_in_the_dead_letter_sto
         let info = &log.consumers().unwrap()[0];
         assert_eq!(info.position, log.max_offset().unwrap(), "{point}");
         assert_eq!(info.dead_lettered, 10, "{point}: {info:?}");
+    }
+}
+
+/// Acks out of order, killed as the second ack moves the position: before its write to the store
+/// the unacknowledged half comes again (only it); after, nothing of the ten.
+#[test]
+fn acks_killed_as_they_move_the_position_never_pass_a_record_not_acknowledged() {
+    for (point, again) in [
+        ("consumer::committing", true),
+        ("consumer::slot_written", false),
+    ] {
+        let (_root, d) = dirs(2);
+        let log = CommitLog::open(&d, opts()).unwrap();
+        let offs: Vec<u64> = fill(&log, 100, 200).into_iter().map(|(o, _)| o).collect();
+        let (child, end) = child_at(&d, point, "consumer_process", &[(ACK_ENV, "1".into())]);
+        assert_eq!(end, offs[10]);
+        drop(child);
+        let position = log.consumers().unwrap()[0].position;
+        assert_eq!(position, if again { 0 } else { offs[10] }, "{point}");
+        let expected = if again {
+            [&offs[..5], &offs[10..]].concat()
+        } else {
+            offs[10..].to_vec()
+        };
+        assert_eq!(drain(&log), expected, "{point}");
     }
 }
