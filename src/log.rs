@@ -18,6 +18,7 @@ use crate::options::Options;
 use crate::read::follow;
 use crate::read::reader::{self, Follow, RecordRef, Scan};
 use crate::read::wait::{self, Waited};
+use crate::read::watch::Watch;
 use crate::shared;
 use crate::state::dirs::DirInfo;
 use crate::state::stats::StatsSnapshot;
@@ -311,6 +312,19 @@ impl CommitLog {
         deadline: Option<Instant>,
     ) -> Result<Waited> {
         wait::wait(&self.state, offset, durable, deadline, true)
+    }
+
+    /// A registration on the store's control page that sleeps until something changes (see
+    /// `read/watch.rs`): what wakes the coroutines waiting on this log.
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
+    pub(crate) fn watch(&self) -> Watch {
+        Watch::new(Arc::clone(&self.state))
+    }
+
+    /// The state, for the unit tests of the modules below.
+    #[cfg(test)]
+    pub(crate) fn state(&self) -> &Arc<State> {
+        &self.state
     }
 
     /// Records with offsets in `[start, end)` (defaults: the whole log as of this call) as Arrow

@@ -348,6 +348,11 @@ impl Consumer {
         self.slot.position
     }
 
+    /// Whether this open shares its name's records with other opens (`exclusive=False`).
+    pub fn is_shared(&self) -> bool {
+        self.member.is_some()
+    }
+
     /// Up to `max_records` records from the position, waiting until `deadline` (forever if
     /// `None`) for the first one; empty if none came in time.
     pub fn poll(

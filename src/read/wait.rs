@@ -125,11 +125,11 @@ fn wait_for(
 }
 
 /// How often a follower sleeping on a control page checks that its file is still the store's.
-const LOOK_AT_FILE: Duration = Duration::from_secs(1);
+pub(crate) const LOOK_AT_FILE: Duration = Duration::from_secs(1);
 
 /// A follower whose control page's file was removed or cut short: it maps the store's current
 /// page (a private one until a writer makes one) and lists the store again.
-fn follow_new_page(state: &State) -> Result<()> {
+pub(crate) fn follow_new_page(state: &State) -> Result<()> {
     let dirs: Vec<&std::path::Path> = state.dirs.iter().map(|d| d.path.as_path()).collect();
     let found = Control::of_store(&dirs)
         .map_err(|e| Error::io("mapping the control page", CONTROL_FILE, e))?;

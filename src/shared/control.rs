@@ -649,12 +649,30 @@ impl Control {
     /// Registers a waiter until the guard goes; `None` when this page cannot be written (the
     /// caller then polls).
     pub fn register(&self) -> Option<Registered<'_>> {
+        self.add_waiter().then_some(Registered { ctl: self })
+    }
+
+    /// Counts one more waiter, for a caller that keeps the registration beyond a borrow (see
+    /// `read/watch.rs`) and calls [`Control::remove_waiter`] once; false (nothing counted) when
+    /// this page cannot be written.
+    pub fn add_waiter(&self) -> bool {
         if !self.writable {
-            return None;
+            return false;
         }
         self.words().waiters.fetch_add(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
-        Some(Registered { ctl: self })
+        true
+    }
+
+    /// Undoes one [`Control::add_waiter`] that returned true.
+    pub fn remove_waiter(&self) {
+        self.words().waiters.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// How many waiters are registered, in every process.
+    #[cfg(test)]
+    pub fn waiters(&self) -> u32 {
+        self.words().waiters.load(Ordering::Relaxed)
     }
 
     /// The futex word's value: read it after registering and before checking the condition.
@@ -719,7 +737,7 @@ pub(crate) struct Registered<'a> {
 
 impl Drop for Registered<'_> {
     fn drop(&mut self) {
-        self.ctl.words().waiters.fetch_sub(1, Ordering::Relaxed);
+        self.ctl.remove_waiter();
     }
 }
 
