@@ -2,9 +2,17 @@
 
 import datetime
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from types import TracebackType
-from typing import Generic, Literal, Protocol, Self, final, overload
+from typing import Any, Generic, Literal, Protocol, Self, final, overload
 
 import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no stubs
 from typing_extensions import Buffer, TypeVar
@@ -234,6 +242,14 @@ class ScanIterator(Iterator[tuple[int, _Body]]):
 
     def __iter__(self) -> Self: ...
     def __next__(self) -> tuple[int, _Body]: ...
+    def __aiter__(self) -> Self:
+        """``async for offset, body in log.scan(...)``: the same records; a following scan waits
+        for the next ones in the event loop instead of blocking it (``timeout``, ``end`` and the
+        log's ``close()`` end it as they end a blocking one)."""
+    def __anext__(self) -> Coroutine[Any, Any, tuple[int, _Body]]: ...
+    def _next_now(self) -> tuple[int, _Body] | None:
+        """The next record if one is there now; ``None`` when a following scan is at the end of
+        the records; ``StopAsyncIteration`` once the scan is done."""
 
 class _ArrowArrayLike(Protocol):
     """An Arrow array through the PyCapsule interface (``__arrow_c_array__``); objects with
@@ -333,6 +349,60 @@ class Consumer:
         body: Literal["bytes"],
         with_deliveries: Literal[True],
     ) -> list[tuple[int, bytes, int]]: ...
+    @overload
+    def poll_async(
+        self,
+        max_records: int | None = None,
+        *,
+        timeout: float | None = None,
+        body: Literal["view"] = "view",
+        with_deliveries: Literal[False] = False,
+    ) -> Coroutine[Any, Any, list[tuple[int, memoryview]]]:
+        """:meth:`poll` awaited: the event loop runs while it waits for the first record (no
+        thread per waiter: one thread per log sleeps on the store's futex for every coroutine).
+        Cancelling the task ends the wait at once; so does closing the consumer (its error) or
+        the log (``ClosedError``). A shared name polls again every 0.1 s meanwhile, for claims
+        of other workers that lapsed. See docs/producers-consumers.md, "asyncio"."""
+    @overload
+    def poll_async(
+        self,
+        max_records: int | None = None,
+        *,
+        timeout: float | None = None,
+        body: Literal["bytes"],
+        with_deliveries: Literal[False] = False,
+    ) -> Coroutine[Any, Any, list[tuple[int, bytes]]]: ...
+    @overload
+    def poll_async(
+        self,
+        max_records: int | None = None,
+        *,
+        timeout: float | None = None,
+        body: Literal["view"] = "view",
+        with_deliveries: Literal[True],
+    ) -> Coroutine[Any, Any, list[tuple[int, memoryview, int]]]: ...
+    @overload
+    def poll_async(
+        self,
+        max_records: int | None = None,
+        *,
+        timeout: float | None = None,
+        body: Literal["bytes"],
+        with_deliveries: Literal[True],
+    ) -> Coroutine[Any, Any, list[tuple[int, bytes, int]]]: ...
+    @overload
+    def stream(
+        self, max_records: int | None = None, *, body: Literal["view"] = "view"
+    ) -> AsyncIterator[list[tuple[int, memoryview]]]:
+        """``async for batch in consumer.stream(...)``: each non-empty list :meth:`poll_async`
+        returns, until the consumer or its log closes. A batch is what :meth:`commit` covers:
+        commit after handling the whole batch."""
+    @overload
+    def stream(
+        self, max_records: int | None = None, *, body: Literal["bytes"]
+    ) -> AsyncIterator[list[tuple[int, bytes]]]: ...
+    def __aiter__(self) -> AsyncIterator[list[tuple[int, memoryview]]]:
+        """``async for batch in consumer``: :meth:`stream` with its defaults."""
     def poll_batches(
         self,
         max_records: int | None = None,
@@ -533,7 +603,8 @@ class CommitLog:
         ``follow=True``: on past it, yielding records as they are appended (by any process),
         until ``end``, ``close()``, or ``timeout`` seconds with no new record; ``durable``:
         flushed records only. Waits release the GIL; Ctrl-C interrupts them. ``body``: as
-        :meth:`read`'s (``"bytes"``: each body a ``bytes`` copy).
+        :meth:`read`'s (``"bytes"``: each body a ``bytes`` copy). ``async for`` iterates it too,
+        its waits awaited in the event loop.
         """
     @overload
     def scan(
@@ -554,6 +625,17 @@ class CommitLog:
         CPU while waiting; releases the GIL; Ctrl-C interrupts; ``ClosedError`` if the log is
         closed meanwhile. See docs/producers-consumers.md.
         """
+    def wait_async(
+        self, offset: int, /, timeout: float | None = None, *, durable: bool = False
+    ) -> Coroutine[Any, Any, int]:
+        """:meth:`wait` awaited: the event loop runs meanwhile. One thread per log sleeps on the
+        store's futex for every waiting coroutine, of any event loop, and wakes their loops
+        through an eventfd; cancelling the task ends the wait at once, and ``close()`` ends it
+        with ``ClosedError``. See docs/producers-consumers.md, "asyncio"."""
+    def _aio_subscribe(self, fd: int, /) -> None:
+        """Signals the eventfd ``fd`` at each change of the store from now on (``rmqlog._aio``)."""
+    def _aio_unsubscribe(self, fd: int, /) -> None:
+        """Stops signalling ``fd``."""
     def consumer(
         self,
         name: str,

@@ -7,6 +7,7 @@ use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
 use pyo3::types::{IntoPyDict, PyBool, PyDict, PyInt, PyList, PyString};
 
+use super::aio;
 use super::args;
 use super::arrow;
 use super::body::{self, BodyOut};
@@ -263,6 +264,7 @@ impl PyConsumer {
             ))
         })?;
         inner.take();
+        self.log.get().aio.wake(); // an awaited poll of it ends (`poll_async`)
         Ok(())
     }
 
@@ -291,6 +293,73 @@ impl PyConsumer {
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.log)
+    }
+
+    // asyncio (`super::aio`, `rmqlog/_aio.py`): the coroutines poll without waiting and await
+    // the store's next change in the event loop.
+
+    /// `poll` as a coroutine: the event loop runs while it waits for the first record. `options`:
+    /// `poll`'s keyword arguments (`body`).
+    #[pyo3(signature = (max_records = None, *, timeout = None, **options))]
+    fn poll_async<'py>(
+        slf: &Bound<'py, Self>,
+        max_records: Option<&Bound<'py, PyAny>>,
+        timeout: Option<&Bound<'py, PyAny>>,
+        options: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (relook, options) = slf.get().async_args(slf.py(), max_records, options)?;
+        let timeout = timeout.map(|t| args::seconds(t, "timeout")).transpose()?;
+        let log = slf.get().log.clone_ref(slf.py());
+        let timeout = timeout.map(|t| t.as_secs_f64());
+        aio::call(slf.py(), "poll_async", (slf, log, timeout, relook, options))
+    }
+
+    /// An async iterator of the non-empty lists `poll_async` returns, until the consumer or its
+    /// log closes.
+    #[pyo3(signature = (max_records = None, **options))]
+    fn stream<'py>(
+        slf: &Bound<'py, Self>,
+        max_records: Option<&Bound<'py, PyAny>>,
+        options: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if options.is_some_and(|o| o.contains("timeout").unwrap_or(false)) {
+            return Err(PyTypeError::new_err(
+                "stream() takes no timeout: it goes on until the consumer or its log closes \
+                 (poll_async(timeout=...) waits for one batch)",
+            ));
+        }
+        let (relook, options) = slf.get().async_args(slf.py(), max_records, options)?;
+        let log = slf.get().log.clone_ref(slf.py());
+        aio::call(slf.py(), "stream", (slf, log, relook, options))
+    }
+
+    /// `async for batch in consumer`: `stream()`.
+    fn __aiter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        Self::stream(slf, None, None)
+    }
+}
+
+impl PyConsumer {
+    /// The keyword arguments of `poll` for an async poll (`max_records` among them, checked),
+    /// and how often it looks again without a store event: a shared name's every
+    /// [`crate::read::wait::POLL`] for claims that lapsed, an exclusive one's never.
+    fn async_args<'py>(
+        &self,
+        py: Python<'py>,
+        max_records: Option<&Bound<'py, PyAny>>,
+        options: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<(Option<f64>, Bound<'py, PyDict>)> {
+        let kwargs = options.map_or_else(|| Ok(PyDict::new(py)), |o| o.copy())?;
+        if let Some(m) = max_records {
+            count(m, "max_records")?;
+            kwargs.set_item("max_records", m)?;
+        }
+        if let Some(b) = kwargs.get_item("body")? {
+            BodyOut::of(Some(&b))?;
+        }
+        let shared = self.with(|c| Ok(c.is_shared()))?;
+        let relook = shared.then(|| crate::read::wait::POLL.as_secs_f64());
+        Ok((relook, kwargs))
     }
 }
 

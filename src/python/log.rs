@@ -8,6 +8,7 @@ use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
+use super::aio;
 use super::args::{self, Arg};
 use super::arrow;
 use super::body::{self, Bodies, Body, BodyOut};
@@ -30,6 +31,8 @@ use crate::{CommitLog, Error, Follow, RecordRef};
 pub struct PyCommitLog {
     pub(super) log: CommitLog,
     views: ViewCache,
+    /// The event loops waiting on the log, and the thread that wakes them (`aio.rs`).
+    pub(super) aio: aio::Hub,
 }
 
 /// `append_batch`'s bodies, readable with the GIL released: a list or tuple by index, any other
@@ -323,6 +326,7 @@ impl PyCommitLog {
         Ok(PyCommitLog {
             log,
             views: ViewCache::default(),
+            aio: aio::Hub::default(),
         })
     }
 
@@ -519,6 +523,33 @@ impl PyCommitLog {
             Waited::Passed(end) | Waited::TimedOut(end) => Ok(end),
             Waited::Interrupted => Ok(self.log.max_offset()?),
         }
+    }
+
+    /// `wait` as a coroutine: the event loop runs meanwhile, woken by the store's futex through
+    /// one thread for every waiter (`aio.rs`, `rmqlog/_aio.py`).
+    #[pyo3(signature = (offset, /, timeout = None, *, durable = false))]
+    fn wait_async<'py>(
+        slf: &Bound<'py, Self>,
+        offset: &Bound<'py, PyAny>,
+        timeout: Option<&Bound<'py, PyAny>>,
+        durable: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let offset = slf.get().offset_in_range(offset)?;
+        let timeout = timeout.map(|t| args::seconds(t, "timeout")).transpose()?;
+        let timeout = timeout.map(|t| t.as_secs_f64());
+        aio::call(slf.py(), "wait_async", (slf, offset, timeout, durable))
+    }
+
+    /// An event loop's eventfd, signalled at each change of the store from now on (`aio.rs`).
+    #[pyo3(signature = (fd, /))]
+    fn _aio_subscribe(&self, fd: i32) -> PyResult<()> {
+        self.aio.subscribe(&self.log, fd)
+    }
+
+    /// The eventfd is no longer signalled.
+    #[pyo3(signature = (fd, /))]
+    fn _aio_unsubscribe(&self, fd: i32) {
+        self.aio.unsubscribe(fd);
     }
 
     /// The consumer `name`: at its committed position if the store knows it, otherwise
@@ -934,6 +965,7 @@ impl PyCommitLog {
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let result = py.detach(|| self.log.close());
         self.views.clear();
+        self.aio.closed(py); // coroutines waiting on the log end with ClosedError
         Ok(result?)
     }
 

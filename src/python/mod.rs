@@ -3,6 +3,7 @@
 // Python objects have `__repr__`; a Rust `Debug` on them would go unused.
 #![allow(missing_debug_implementations)]
 
+mod aio;
 mod args;
 mod arrow;
 mod body;

@@ -1,14 +1,15 @@
 //! `ScanIterator`: records in batches fetched without the GIL, handed out one by one.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use pyo3::exceptions::PyRuntimeError;
+use pyo3::exceptions::{PyRuntimeError, PyStopAsyncIteration};
 use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
+use super::aio;
 use super::body::{self, BodyOut};
 use super::buffer::SegmentBuffer;
 use super::ints;
@@ -47,10 +48,7 @@ impl PyScan {
     }
 
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        // Never wait for this lock with the GIL held: the holder may be waiting for the GIL.
-        let mut st = try_locked(&self.state).ok_or_else(|| {
-            PyRuntimeError::new_err("this scan iterator is being advanced by another thread")
-        })?;
+        let mut st = self.locked()?;
         let log = self.log.get();
         log.log.max_offset()?; // a closed log stops the scan
         if st.ready.is_empty() {
@@ -77,6 +75,84 @@ impl PyScan {
                 py.detach(|| fill(&mut st.scan, &mut st.ready, &mut st.failed));
             }
         }
+        self.hand_out(py, &mut st)
+    }
+
+    fn __aiter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// The next record, awaited: a following scan at the end of the records waits in the event
+    /// loop (`rmqlog/_aio.py`), its idle timeout counted there.
+    fn __anext__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let idle = slf
+            .get()
+            .locked()?
+            .scan
+            .follow()
+            .and_then(|(f, _)| f.idle_timeout)
+            .map(|t| t.as_secs_f64());
+        let log = slf.get().log.clone_ref(slf.py());
+        aio::call(slf.py(), "scan_next", (slf, log, idle))
+    }
+
+    /// The next record if one is there now; `None` when a following scan is at the end of the
+    /// records (the next one is to be awaited); `StopAsyncIteration` once the scan is done.
+    fn _next_now<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let mut st = self.locked()?;
+        let log = self.log.get();
+        log.log.max_offset()?; // a closed log stops the scan
+        let st = &mut *st;
+        if st.ready.is_empty() && st.failed.is_none() {
+            py.detach(|| fill(&mut st.scan, &mut st.ready, &mut st.failed));
+            if let (true, None, Some((f, _))) = (st.ready.is_empty(), &st.failed, st.scan.follow())
+            {
+                // A shared writer or a follower takes in what the others published: a wait
+                // with no time left.
+                log.release_views();
+                let now = Some(Instant::now());
+                if let Waited::Passed(_) =
+                    wait::wait(py, &log.log, st.scan.position(), f.durable, now)?
+                {
+                    py.detach(|| fill(&mut st.scan, &mut st.ready, &mut st.failed));
+                }
+                if st.ready.is_empty() && st.failed.is_none() && !st.scan.is_done() {
+                    return Ok(None);
+                }
+            }
+        }
+        match self.hand_out(py, st)? {
+            Some(rec) => Ok(Some(rec)),
+            None => Err(PyStopAsyncIteration::new_err(())),
+        }
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.log)?;
+        if let Ok(st) = self.state.try_lock() {
+            if let Some((_, v)) = &st.view {
+                visit.call(v)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl PyScan {
+    /// The scan's state; never waited for with the GIL held (the holder may be waiting for it).
+    fn locked(&self) -> PyResult<MutexGuard<'_, ScanState>> {
+        try_locked(&self.state).ok_or_else(|| {
+            PyRuntimeError::new_err("this scan iterator is being advanced by another thread")
+        })
+    }
+
+    /// The next record fetched (`None`: none left), or the error met after the last one.
+    fn hand_out<'py>(
+        &self,
+        py: Python<'py>,
+        st: &mut ScanState,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let log = self.log.get();
         match st.ready.pop_front() {
             Some(rec) if st.out == BodyOut::Bytes => {
                 Ok(Some(ints::pair(py, rec.offset(), body::copy(py, &rec))))
@@ -99,16 +175,6 @@ impl PyScan {
                 None => Ok(None),
             },
         }
-    }
-
-    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.log)?;
-        if let Ok(st) = self.state.try_lock() {
-            if let Some((_, v)) = &st.view {
-                visit.call(v)?;
-            }
-        }
-        Ok(())
     }
 }
 

@@ -66,7 +66,11 @@ impl Watch {
             if self.follow_page() {
                 return Ok(true);
             }
-            if self.state.read_only {
+            let polling = !self.registered || !self.ctl.is_shared();
+            if self.state.read_only && !polling {
+                // Takes in the records (their CRCs checked here, not in the event loop), and a
+                // new page a writer's open made (woken by the old one's retirement). A polling
+                // follower's waiters list the store themselves.
                 wait::catch_up(&self.state, &self.ctl)?;
                 if self.follow_page() {
                     return Ok(true);
@@ -84,7 +88,6 @@ impl Watch {
                 },
                 None => None,
             };
-            let polling = !self.registered || !self.ctl.is_shared();
             let slice = match (self.state.read_only, polling) {
                 (true, true) => Some(POLL),
                 // A follower looks at its page's file this often (see `wait.rs`).
