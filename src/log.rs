@@ -268,7 +268,11 @@ impl CommitLog {
 
     /// Every consumer name the store keeps, by name.
     pub fn consumers(&self) -> Result<Vec<ConsumerInfo>> {
-        names::list(&self.state)
+        let count = |from: u64, to: u64| -> Result<u64> {
+            Scan::new(Arc::clone(&self.state), Some(from), Some(to))?
+                .try_fold(0u64, |n, r| r.map(|_| n + 1))
+        };
+        names::list(&self.state, Some(&count))
     }
 
     /// The consumer holding the log's head from retention (`retain_unconsumed`): the one with the

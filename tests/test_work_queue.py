@@ -128,7 +128,7 @@ def test_a_poison_record_is_dead_lettered_after_max_deliveries_while_the_others_
     assert info["max_deliveries"] == 3
 
     dlq = CommitLog(dead, read_only=True)
-    [(at, letter)] = [(o, bytes(v)) for o, v in dlq.scan()]
+    [(_at, letter)] = [(o, bytes(v)) for o, v in dlq.scan()]
     origin, body = rmqlog.dead_letter_origin(letter)
     assert bytes(body) == b"poison"
     assert origin["offset"] == offs[7] and origin["consumer"] == "q"
@@ -139,7 +139,7 @@ def test_a_poison_record_is_dead_lettered_after_max_deliveries_while_the_others_
 
 
 def test_without_a_dead_letter_store_a_poison_record_is_skipped_with_a_warning(store, caplog):
-    dirs, log = store
+    _dirs, log = store
     offs = fill(log, 3)
     for _ in range(2):
         c = log.consumer("q", max_deliveries=2)
@@ -177,7 +177,7 @@ def test_a_lapsed_claim_raises_claim_lost_at_commit_and_in_progress_keeps_a_slow
     assert lost["error"] == "ClaimLostError"
     assert lost["lost"] == [[offs[0], offs[5], os.getpid()]]
     assert lost["committed"] == 0  # its own records are done, behind the other's
-    assert "now held by process %d" % os.getpid() in lost["message"]
+    assert f"now held by process {os.getpid()}" in lost["message"]
     assert other.commit() == log.max_offset
     other.close()
 
@@ -229,7 +229,7 @@ def test_delivery_counts_survive_the_death_of_every_worker_and_a_reopen(tmp_path
 
 
 def test_an_exclusive_nack_moves_the_position_back_and_counts_each_delivery(store):
-    dirs, log = store
+    _dirs, log = store
     offs = fill(log, 6)
     c = log.consumer("e", exclusive=True)
     assert [o for o, _ in c.poll(6)] == offs
@@ -253,7 +253,7 @@ def test_an_exclusive_nack_moves_the_position_back_and_counts_each_delivery(stor
 
 def test_poll_batches_has_a_deliveries_column(store):
     pytest.importorskip("pyarrow")
-    dirs, log = store
+    _dirs, log = store
     fill(log, 5)
     c = log.consumer("q")
     [batch] = c.poll_batches(5, with_deliveries=True)

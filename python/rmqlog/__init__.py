@@ -95,6 +95,7 @@ __all__ = [
     "TierError",
     "WriterPoisonedError",
     "__version__",
+    "dead_letter_origin",
     "scan_batches",
     "tier_stores",
     "to_arrow",

@@ -3,7 +3,6 @@
 //! keep them.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::claims::{self, name_byte, table_byte, Claims};
@@ -99,17 +98,10 @@ fn claim_counts(
     Ok(out)
 }
 
-/// Every consumer name the store keeps, with its committed position and what its claims say.
-pub(crate) fn list(state: &Arc<State>) -> Result<Vec<ConsumerInfo>> {
-    let count = |from: u64, to: u64| -> Result<u64> {
-        crate::read::reader::Scan::new(Arc::clone(state), Some(from), Some(to))?
-            .try_fold(0u64, |n, r| r.map(|_| n + 1))
-    };
-    list_counting(state, Some(&count))
-}
-
-/// [`list`], counting the records of the claims with `count` (without: none counted).
-fn list_counting(
+/// Every consumer name the store keeps, with its committed position and what its claims say:
+/// `count` says how many records lie in a range (the cleaner, which asks for the retention
+/// holder only, counts none).
+pub(crate) fn list(
     state: &State,
     count: Option<&dyn Fn(u64, u64) -> Result<u64>>,
 ) -> Result<Vec<ConsumerInfo>> {
@@ -174,7 +166,7 @@ fn list_counting(
 /// among those that hold retention.
 pub(crate) fn retention_holder(state: &State) -> Result<Option<ConsumerInfo>> {
     let end = state.max_offset();
-    Ok(list_counting(state, None)?
+    Ok(list(state, None)?
         .into_iter()
         .filter(|c| c.holds_retention && c.position < end)
         .min_by_key(|c| c.position))
