@@ -54,8 +54,20 @@ fn consumer_process() {
     match (point.as_str(), std::env::var(ACK_ENV).is_ok()) {
         ("consumer::table_locked", _) => drop(c.poll(10, None)),
         // Acks out of order: the last five first (the position stays), then the first five.
+        // "prefix": the first five only (the position moves into the claim).
         (_, true) => {
             fail::cfg(&point, "off").unwrap();
+            if std::env::var(ACK_ENV).as_deref() == Ok("prefix") {
+                fail::cfg_callback(&point, || {
+                    println!("paused");
+                    loop {
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                })
+                .unwrap();
+                drop(c.ack(&offsets[..5]));
+                unreachable!("paused until killed");
+            }
             c.ack(&offsets[5..]).unwrap();
             fail::cfg_callback(&point, || {
                 println!("paused");
@@ -299,5 +311,20 @@ fn acks_killed_as_they_move_the_position_never_pass_a_record_not_acknowledged() 
             offs[10..].to_vec()
         };
         assert_eq!(drain(&log), expected, "{point}");
+    }
+}
+
+/// An ack that moves the position into the middle of a claim, killed between the position's write
+/// and the claims table's: the claim's records above the position come again, none below.
+#[test]
+fn an_ack_killed_after_moving_the_position_inside_a_claim_loses_none_of_the_rest() {
+    for (point, from) in [("consumer::committing", 0), ("consumer::slot_written", 5)] {
+        let (_root, d) = dirs(2);
+        let log = CommitLog::open(&d, opts()).unwrap();
+        let offs: Vec<u64> = fill(&log, 100, 200).into_iter().map(|(o, _)| o).collect();
+        let (child, _) = child_at(&d, point, "consumer_process", &[(ACK_ENV, "prefix".into())]);
+        drop(child);
+        assert_eq!(log.consumers().unwrap()[0].position, offs[from], "{point}");
+        assert_eq!(drain(&log), offs[from..].to_vec(), "{point}");
     }
 }

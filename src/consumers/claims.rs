@@ -139,6 +139,17 @@ impl Table {
         self.claims.clear();
     }
 
+    /// Moves `base` up to `at`: the records below are no longer claimed; a claim across `at`
+    /// keeps its records above it.
+    pub fn cut_below(&mut self, at: u64) {
+        self.claims.retain(|c| c.to > at);
+        for c in self.claims.iter_mut().filter(|c| c.from < at) {
+            c.from = at;
+        }
+        self.base = at;
+        self.next = self.next.max(at);
+    }
+
     /// Moves `base` over the done claims that start at it; whether it moved. The claims cover
     /// `[base, next)` whole, so `base` stops at the first one not done. Done claims behind it
     /// that touch are merged: the table holds about two entries per run of records not done.

@@ -490,10 +490,9 @@ impl Consumer {
             .read(self.pair)?
             .unwrap_or_else(|| Table::fresh(committed));
         if t.base < committed {
-            // An open died between its commit and the table's write: those claims are done.
-            t.claims.retain(|c| c.from >= committed);
-            t.base = committed;
-            t.next = t.next.max(committed);
+            // An open died between its commit (or ack) and the table's write: the records below
+            // are done. A claim the position ends inside keeps its records above it.
+            t.cut_below(committed);
         } else if t.base > committed {
             // An exclusive open committed back to an earlier record: nothing is claimed there.
             t.reset(committed);

@@ -74,12 +74,7 @@ impl Consumer {
                 .map(|c| c.from)
                 .chain((t.next < min).then_some(t.next))
                 .min();
-            t.claims.retain(|c| c.to > min);
-            for c in t.claims.iter_mut().filter(|c| c.from < min) {
-                c.from = min;
-            }
-            t.base = min;
-            t.next = t.next.max(min);
+            t.cut_below(min);
             t.advance();
             self.write_slot(t.base, 0)?;
             if let Some(from) = lost_from {
