@@ -1,7 +1,9 @@
-"""Rows consumer_poll_100, consumer_poll_vs_persistqueue_ack, consumer_commit_sync: a named
-consumer (``log.consumer(name)``) draining a log and committing its position, against a scan of
-the same records, against persist-queue's SQLiteAckQueue get + ack of the same records at equal
-durability, and its durable ``commit()`` against the pwrite + fdatasync it is made of.
+"""Rows consumer_poll_100, consumer_poll_vs_persistqueue_ack, consumer_commit_sync,
+consumer_nack_redeliver: a named consumer (``log.consumer(name)``) draining a log and committing
+its position, against a scan of the same records, against persist-queue's SQLiteAckQueue get + ack
+of the same records at equal durability, and its durable ``commit()`` against the pwrite +
+fdatasync it is made of; and how soon a record handed back with ``nack()`` in one process reaches
+a poll waiting for it in another (a latency against its bound, 1 ms at p99).
 
 The consumers are opened with ``exclusive=True``: the single-consumer API (one open holds the
 name and reads from its own position). A shared open (``exclusive=False``, the default) takes the
@@ -18,18 +20,41 @@ next one's.
 
 from __future__ import annotations
 
+import gc
+import mmap
 import os
 import shutil
 import statistics
 import struct
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from itertools import count
 from time import perf_counter
 
-from harness import BODY_100, SEGMENT, Row, Sizes, Workdir, alternate, rates, say, skipped, timed
+from harness import (
+    BODY_100,
+    SEGMENT,
+    Row,
+    Sizes,
+    Workdir,
+    alternate,
+    distribution,
+    rates,
+    say,
+    skipped,
+    timed,
+    times,
+)
 from pylog import HEADER_LEN
 
-NAMES = ("consumer_poll_100", "consumer_poll_vs_persistqueue_ack", "consumer_commit_sync")
+NAMES = (
+    "consumer_poll_100",
+    "consumer_poll_vs_persistqueue_ack",
+    "consumer_commit_sync",
+    "consumer_nack_redeliver",
+)
 # Records per poll_batches()/scan_batches() batch in consumer_poll_100: the default of both (and
 # 64 MiB of bodies, their max_bytes default, is more than 65,536 x 100 B).
 BATCH = 65_536
@@ -325,6 +350,160 @@ def _commit_row(s: Sizes, wd: Workdir) -> Row:
     )
 
 
+# consumer_nack_redeliver: round trips of one record between two processes (hops: a nack in one,
+# the poll waiting in the other returning), the pause a side holds the record before handing it
+# back (so that the other side's poll is waiting by then), and the bound of the p99 (the target).
+NACK_HOPS = 2_000
+NACK_HOPS_QUICK = 200
+NACK_HOLD_NS = 1_000_000
+NACK_BOUND_S = 1e-3
+NACK_NAME = "pingpong"
+# The other side: this module run in a second process (the benches directory on its path).
+NACK_CHILD = (
+    "import sys; sys.path.insert(0, sys.argv[1]); import rows_consumers as r; r._nack_child()"
+)
+
+
+def _now() -> int:
+    """CLOCK_MONOTONIC in nanoseconds: one clock for every process of the machine."""
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def _nack_hops(c, me: int, n: int, at: memoryview, rd: int, wr: int) -> None:
+    """The ping-pong of consumer_nack_redeliver, as side ``me`` (0: the bench's process, which
+    holds the record at the start; 1: the other). Hop ``i`` is the ``nack()`` of side ``i % 2``
+    and the ``poll()`` of the other side, waiting for it; ``at[4i:4i+4]`` get the nack's call and
+    return and the poll's call and return (CLOCK_MONOTONIC). A side whose poll returned writes a
+    byte to the other, which reads it before its next poll (its poll could otherwise take back
+    the record it just handed back), and holds the record NACK_HOLD_NS before its nack: the other
+    side's poll is in its wait by then (``not_waiting`` counts the hops where it was not)."""
+    now, nack, poll = _now, c.nack, c.poll
+    got_at = now()
+    for i in range(n):
+        if i % 2 == me:
+            until = got_at + NACK_HOLD_NS
+            while (left := until - now()) > 0:
+                time.sleep(left / 1e9 if left > 200_000 else 0)
+            at[4 * i] = now()
+            nack()  # every record this open holds: the one record
+            at[4 * i + 1] = now()
+        else:
+            if i > 0 and not os.read(rd, 1):
+                raise RuntimeError(f"hop {i}: the other side ended")
+            at[4 * i + 2] = now()
+            records = poll(1, timeout=10, with_deliveries=True)
+            at[4 * i + 3] = got_at = now()
+            os.write(wr, b".")
+            # The record was delivered once before the first hop, and once more at each.
+            if [k for _o, _b, k in records] != [i + 2]:
+                got = [(o, k) for o, _b, k in records]
+                raise RuntimeError(
+                    f"hop {i}: polled {got} (offset, deliveries), not delivery {i + 2}"
+                )
+
+
+def _nack_child() -> None:
+    """Side 1 of consumer_nack_redeliver (argv: benches dir, store, times file, hops, the read
+    and write ends of its pipes): a read-only open of the store, the name shared."""
+    from rmqlog import CommitLog
+
+    path, shm, n, rd, wr = sys.argv[2], sys.argv[3], *map(int, sys.argv[4:7])
+    fd = os.open(shm, os.O_RDWR)
+    times_map = mmap.mmap(fd, 32 * n)
+    os.close(fd)
+    at = memoryview(times_map).cast("q")
+    with CommitLog(path, read_only=True) as log:
+        c = log.consumer(NACK_NAME)
+        print("ready", flush=True)
+        gc.collect()
+        gc.disable()
+        _nack_hops(c, 1, n, at, rd, wr)
+        c.close()
+    at.release()
+    times_map.close()
+    print("done", flush=True)
+
+
+def _nack_row(s: Sizes, wd: Workdir) -> Row:
+    from rmqlog import CommitLog
+
+    n = NACK_HOPS_QUICK if s.quick else NACK_HOPS
+    d = wd.new()
+    path = os.path.join(d, "store")
+    shm = os.path.join(d, "times")
+    with open(shm, "wb") as f:
+        f.truncate(32 * n)
+    fd = os.open(shm, os.O_RDWR)
+    times_map = mmap.mmap(fd, 32 * n)
+    os.close(fd)
+    at = memoryview(times_map).cast("q")
+    say(f"consumer nack -> a waiting poll in another process ({n} hops of one record)")
+    with CommitLog(path, segment_size=SEGMENT) as log:
+        log.append(BODY_100)
+        log.flush()
+        c = log.consumer(NACK_NAME, start="earliest")  # shared: the default
+        first = c.poll(1, timeout=0, with_deliveries=True)
+        assert [k for _o, _b, k in first] == [1], first  # its first delivery
+        child_rd, main_wr = os.pipe()
+        main_rd, child_wr = os.pipe()
+        argv = [sys.executable, "-c", NACK_CHILD, os.path.dirname(os.path.abspath(__file__))]
+        argv += [path, shm, str(n), str(child_rd), str(child_wr)]
+        child = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, text=True, pass_fds=(child_rd, child_wr)
+        )
+        os.close(child_rd)  # the child's ends: a read here sees its exit
+        os.close(child_wr)
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline().strip() == "ready"
+            time.sleep(0.2)  # into its first poll
+            gc.collect()
+            gc.disable()
+            t0 = perf_counter()
+            try:
+                _nack_hops(c, 0, n, at, main_rd, main_wr)
+            finally:
+                gc.enable()
+            wall = perf_counter() - t0
+            out, _ = child.communicate(timeout=60)
+            assert child.returncode == 0 and out.strip() == "done", (child.returncode, out)
+        finally:
+            child.kill()
+            child.wait()
+            os.close(main_rd)
+            os.close(main_wr)
+        c.close()
+    hops = [tuple(at[4 * i : 4 * i + 4]) for i in range(n)]
+    at.release()
+    times_map.close()
+    shutil.rmtree(d)
+    latency = [ret - call for call, _, _, ret in hops]
+    dist = {
+        **distribution(latency, ""),
+        # Each direction: this process's nack to the other's poll, and back.
+        **{k: v for k, v in distribution(latency[0::2], "to_other_").items() if "p9" in k},
+        **{k: v for k, v in distribution(latency[1::2], "back_").items() if "p9" in k},
+        # Where the time goes: the nack call, then from its return to the poll's return.
+        **distribution([back - call for call, back, _, _ in hops], "nack_"),
+        **distribution([ret - back for _, back, _, ret in hops], "after_nack_"),
+        "samples": n,
+        "not_waiting": sum(polled > call for call, _, polled, _ in hops),
+        "hops_per_s": n / wall,
+    }
+    say(f"  nack -> poll latency (us): {dist}")
+    p99 = dist["p99_us"]
+    return times(
+        NAMES[3],
+        p99 / 1e6,
+        NACK_BOUND_S,
+        f"p99 of nack() (one record, a shared name) in one process to poll(timeout=10) returning "
+        f"it in another process that was waiting for it: {n} hops, the record ping-ponged",
+        f"the target bound, {NACK_BOUND_S * 1e3:g} ms",
+        latency_us=p99,
+        **dist,
+    )
+
+
 def run(s: Sizes, wd: Workdir) -> list[Row]:
     why = _missing()
     if why is not None:
@@ -345,4 +524,10 @@ def run(s: Sizes, wd: Workdir) -> list[Row]:
     else:
         rows.append(_ack_row(s, wd, persistqueue))
     rows.append(_commit_row(s, wd))
+    from rmqlog import Consumer
+
+    if hasattr(Consumer, "nack"):
+        rows.append(_nack_row(s, wd))
+    else:
+        rows.append(skipped(NAMES[3], "this rmqlog has no Consumer.nack"))
     return rows

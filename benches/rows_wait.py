@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import mmap
 import os
-import statistics
 import subprocess
 import sys
 import textwrap
 import time
 
-from harness import BODY_100, Row, Sizes, Workdir, say, times
+from harness import BODY_100, Row, Sizes, Workdir, distribution, say, times
 
 NAMES = ("wake_latency_p50", "wake_latency_p99")
 BOUNDS_S = {"wake_latency_p50": 50e-6, "wake_latency_p99": 500e-6}
@@ -67,9 +66,9 @@ def run(s: Sizes, wd: Workdir) -> list[Row]:
     from_return, from_call, wakes = _measure(wd, n)
     append = [c - r for c, r in zip(from_call, from_return, strict=True)]
     dist = {
-        **_dist(from_return, ""),
-        **_dist(from_call, "from_call_"),
-        **_dist(append, "append_"),
+        **distribution(from_return, ""),
+        **distribution(from_call, "from_call_"),
+        **distribution(append, "append_"),
         "samples": n,
         "wakes": wakes,
         "negative": sum(x < 0 for x in from_return),
@@ -91,24 +90,6 @@ def run(s: Sizes, wd: Workdir) -> list[Row]:
             )
         )
     return rows
-
-
-def _dist(ns: list[int], prefix: str) -> dict[str, float]:
-    """min, p50, p90, p99, p99.9, max of ``ns`` (nanoseconds), in microseconds; p50 is the median,
-    the others the nearest rank."""
-    us = sorted(x / 1000 for x in ns)
-
-    def pct(p: float) -> float:
-        return us[min(len(us) - 1, int(p / 100 * len(us)))]
-
-    return {
-        f"{prefix}min_us": us[0],
-        f"{prefix}p50_us": statistics.median(us),
-        f"{prefix}p90_us": pct(90),
-        f"{prefix}p99_us": pct(99),
-        f"{prefix}p999_us": pct(99.9),
-        f"{prefix}max_us": us[-1],
-    }
 
 
 def _measure(wd: Workdir, n: int) -> tuple[list[int], list[int], int]:
