@@ -229,6 +229,7 @@ impl CommitLog {
     /// `opts.dead_letter` names the store dead letters go to: opened (created if missing) here
     /// as a shared writer, refused if it is this store.
     pub fn consumer(&self, name: &str, opts: ConsumerOptions) -> Result<Consumer> {
+        opts.check(name)?;
         let sink = match &opts.dead_letter {
             Some(paths) => Some(self.dead_letter_store(paths)?),
             None => None,

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import os
+import random
 import time
 
 import pytest
@@ -229,7 +230,7 @@ def test_delivery_counts_survive_the_death_of_every_worker_and_a_reopen(tmp_path
 
 
 def test_an_exclusive_nack_moves_the_position_back_and_counts_each_delivery(store):
-    _dirs, log = store
+    dirs, log = store
     offs = fill(log, 6)
     c = log.consumer("e", exclusive=True)
     assert [o for o, _ in c.poll(6)] == offs
@@ -249,6 +250,10 @@ def test_an_exclusive_nack_moves_the_position_back_and_counts_each_delivery(stor
     c.close()
     with pytest.raises(ValueError, match="shared name"):
         log.consumer("e", exclusive=True, max_deliveries=3)
+    elsewhere = os.path.join(os.path.dirname(dirs[0]), "dlq")
+    with pytest.raises(ValueError, match="shared name"):
+        log.consumer("e", exclusive=True, dead_letter=elsewhere)
+    assert not os.path.exists(elsewhere)  # refused before anything was made
 
 
 def test_poll_batches_has_a_deliveries_column(store):
@@ -282,3 +287,46 @@ def test_bad_arguments_get_typed_errors(store, tmp_path):
         log.consumer("r", dead_letter=dirs[1])
     assert issubclass(ClaimLostError, CommitLogError)
     c.close()
+
+
+def test_thousands_of_acks_in_random_order_take_the_position_to_the_end(store):
+    """More gaps between acknowledged records than the claims table holds: the position never
+    passes a record not acknowledged, reaches the end with the last ack, and nothing comes again;
+    a worker that closes with acks it could not record yet has only those delivered again."""
+    _, log = store
+    offs = log.append_batch([b"%d" % i for i in range(3000)])
+    end = log.max_offset
+    c = log.consumer("q")
+    got = [o for _ in range(3) for o, _ in c.poll(1000)]
+    assert got == offs
+    order = offs[:]
+    random.Random(35).shuffle(order)
+    acked: set[int] = set()
+    first_open = 0  # index of the first record not acknowledged
+    for o in order:
+        committed = c.ack([o])
+        acked.add(o)
+        while first_open < len(offs) and offs[first_open] in acked:
+            first_open += 1
+        assert committed <= (offs[first_open] if first_open < len(offs) else end), committed
+    assert committed == end and listed(log, "q")["pending"] == 0
+    c.close()
+    again = log.consumer("q")
+    assert again.poll(10, timeout=0) == []
+    again.close()
+
+    more = log.append_batch([b"x"] * 1500)
+    c = log.consumer("q")
+    assert [o for _ in range(2) for o, _ in c.poll(1000)] == more
+    keep = set(random.Random(36).sample(more, 10))
+    for o in random.Random(37).sample(more, len(more)):
+        if o not in keep:
+            c.ack([o])
+    c.close()  # acks it had no room to record are lost with it: at least once
+    w = log.consumer("q")
+    redelivered = [o for _ in range(20) for o, _ in w.poll(1000, timeout=0)]
+    assert keep <= set(redelivered) and len(redelivered) < len(more)
+    assert min(redelivered) >= listed(log, "q")["position"]
+    w.commit()
+    assert listed(log, "q")["position"] == log.max_offset
+    w.close()

@@ -418,12 +418,13 @@ class Consumer:
         (uint32)."""
     @property
     def max_deliveries(self) -> int | None:
-        """The name's ``max_deliveries``, as recorded with it (None: no limit)."""
+        """The name's ``max_deliveries``, as recorded with it as of this open's last poll or
+        commit (None: no limit)."""
     def ack(self, offsets: Iterable[int], /) -> int:
         """Marks the records at ``offsets`` done, in any order (a shared name; records this open
         received). The committed position moves over the done records at its front; returns
         it. ``ClaimLostError`` for records another open took meanwhile, after the rest."""
-    def nack(self, offsets: Iterable[int] | None = None, delay: float | None = None) -> None:
+    def nack(self, offsets: Iterable[int] | None = None, delay: float = 0.0) -> None:
         """Hands records back: those at ``offsets``, or all this open received and has not
         committed. A shared name's go to the next poll of any open (a waiting one wakes at
         once), not before ``delay`` seconds; an exclusive consumer's position moves back to the

@@ -11,7 +11,8 @@
 //! middle of a write leaves the copy before, and with it the claims as they were before a poll or
 //! commit that never returned.
 //!
-//! Layout of a copy (`COPY` bytes, little-endian): magic, CRC of the rest, sequence, base, next,
+//! Layout of a copy (`COPY` bytes at most, little-endian; written and read up to its last claim):
+//! magic, CRC of the rest up to the last claim, sequence, base, next,
 //! the number of claims; the process id of each member number (`MAX_MEMBERS` words); then the
 //! claims, `ENTRY` bytes each: from, to, member, flags (done, being dead-lettered), deliveries,
 //! due (milliseconds of [`lease_now_ms`](super::names::lease_now_ms)), and where in the
@@ -32,13 +33,16 @@ pub(crate) const MAX_CLAIMS: usize = 120;
 /// Entries a table's copy has room for: past `MAX_CLAIMS`, for splits (a lapsed claim delivered
 /// in part, a nack or ack of some of a claim's records).
 pub(crate) const CAPACITY: usize = (COPY as usize - HEAD) / ENTRY;
+/// Entries acks and nacks may split claims into: the rest is kept for the splits of lapsed
+/// claims delivered in part, so that a table full of acknowledgement gaps still drains.
+pub(crate) const ACK_ROOM: usize = CAPACITY - 64;
 /// Opens of one name at most.
 pub(crate) const MAX_MEMBERS: u64 = 64;
 /// The member of a claim no open holds (its open died, or it was handed back, or it is the rest
 /// of a claim split at a redelivery): the next poll at or after its due time takes it.
 pub(crate) const NOBODY: u16 = u16::MAX;
 
-const COPY: u64 = 16384;
+const COPY: u64 = 65536;
 const PIDS_AT: usize = 64;
 const HEAD: usize = PIDS_AT + 4 * MAX_MEMBERS as usize;
 const ENTRY: usize = 48;
@@ -168,6 +172,12 @@ impl Table {
             })
             .count();
         self.claims.drain(..done_at_front);
+        self.merge_done();
+        self.base != before
+    }
+
+    /// Merges the done claims that touch (the claims sorted by `from`).
+    pub fn merge_done(&mut self) {
         self.claims.dedup_by(|later, earlier| {
             let merge = earlier.done && later.done && earlier.to == later.from;
             if merge {
@@ -175,16 +185,15 @@ impl Table {
             }
             merge
         });
-        self.base != before
     }
 
     /// Splits claim `i` so that `[from, to)` (inside it, on record boundaries) is a claim of its
-    /// own; its index, or `None` if the table has no room for the pieces.
-    pub fn isolate(&mut self, i: usize, from: u64, to: u64) -> Option<usize> {
+    /// own; its index, or `None` if that would make the table hold more than `room` entries.
+    pub fn isolate(&mut self, i: usize, from: u64, to: u64, room: usize) -> Option<usize> {
         let c = self.claims[i];
         debug_assert!(c.from <= from && from < to && to <= c.to);
         let pieces = usize::from(c.from < from) + usize::from(to < c.to);
-        if self.claims.len() + pieces > CAPACITY {
+        if self.claims.len() + pieces > room.min(CAPACITY) {
             return None;
         }
         let mut at = i;
@@ -205,8 +214,10 @@ impl Table {
         self.claims.iter().filter(|c| !c.done).count()
     }
 
+    /// The copy's bytes up to its last claim (the CRC covers those; what lies past them in the
+    /// file is left from longer tables and never read).
     fn encode(&self) -> Vec<u8> {
-        let mut b = vec![0u8; COPY as usize];
+        let mut b = vec![0u8; HEAD + self.claims.len() * ENTRY];
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
         b[8..16].copy_from_slice(&self.seq.to_le_bytes());
         b[16..24].copy_from_slice(&self.base.to_le_bytes());
@@ -234,11 +245,12 @@ impl Table {
     fn decode(b: &[u8]) -> Option<Table> {
         let word = |at: usize| -> u64 { u64::from_le_bytes(std::array::from_fn(|i| b[at + i])) };
         let half = |at: usize| -> u32 { u32::from_le_bytes(std::array::from_fn(|i| b[at + i])) };
-        if b.len() != COPY as usize || half(0) != MAGIC || crc32fast::hash(&b[8..]) != half(4) {
+        if b.len() < HEAD || half(0) != MAGIC {
             return None;
         }
         let n = half(32) as usize;
-        if n > CAPACITY {
+        let len = HEAD + n * ENTRY;
+        if n > CAPACITY || b.len() < len || crc32fast::hash(&b[8..len]) != half(4) {
             return None;
         }
         let claims = (0..n)
@@ -302,16 +314,33 @@ impl Claims {
 
     /// The newest intact copy of pair `pair`'s table, if any. Call with its table lock held.
     pub fn read(&self, pair: usize) -> Result<Option<Table>> {
-        let mut b = vec![0u8; 2 * COPY as usize];
         let at = 2 * COPY * pair as u64;
-        let n = read_up_to(&self.file, &mut b, at).ctx("reading", &self.path)?;
-        b[n..].fill(0);
-        let a = Table::decode(&b[..COPY as usize]);
-        let c = Table::decode(&b[COPY as usize..]);
+        let a = self.read_copy(at)?;
+        let c = self.read_copy(at + COPY)?;
         Ok(match (a, c) {
             (Some(a), Some(c)) => Some(if a.seq >= c.seq { a } else { c }),
             (a, c) => a.or(c),
         })
+    }
+
+    /// The copy at `at`, if intact: its head first, then as many claims as the head says.
+    fn read_copy(&self, at: u64) -> Result<Option<Table>> {
+        const FIRST: usize = 4096;
+        let mut b = vec![0u8; FIRST];
+        let n = read_up_to(&self.file, &mut b, at).ctx("reading", &self.path)?;
+        let claims = b.get(32..36).map_or(0, |w| {
+            u32::from_le_bytes(w.try_into().unwrap_or_default()) as usize
+        });
+        let len = HEAD + claims.min(CAPACITY) * ENTRY;
+        if n == FIRST && len > FIRST {
+            b.resize(len, 0);
+            let more = read_up_to(&self.file, &mut b[FIRST..], at + FIRST as u64)
+                .ctx("reading", &self.path)?;
+            b.truncate(FIRST + more);
+        } else {
+            b.truncate(n);
+        }
+        Ok(Table::decode(&b))
     }
 
     /// Writes `t` as pair `pair`'s table (the copy after the newest). Call with its table lock
@@ -399,16 +428,21 @@ mod tests {
         let mut t = Table::fresh(0);
         t.next = 100;
         t.claims = vec![claim(0, 100, false)];
-        let i = t.isolate(0, 40, 60).unwrap();
+        let i = t.isolate(0, 40, 60, CAPACITY).unwrap();
         let spans: Vec<(u64, u64)> = t.claims.iter().map(|c| (c.from, c.to)).collect();
         assert_eq!((i, spans), (1, vec![(0, 40), (40, 60), (60, 100)]));
         assert!(t.claims.iter().all(|c| c.deliveries == 2 && c.member == 3));
-        assert_eq!(t.isolate(0, 0, 40), Some(0), "the whole claim: no split");
-        assert_eq!(t.isolate(2, 90, 100), Some(3));
+        assert_eq!(
+            t.isolate(0, 0, 40, CAPACITY),
+            Some(0),
+            "the whole claim: no split"
+        );
+        assert_eq!(t.isolate(2, 90, 100, CAPACITY), Some(3));
         assert_eq!(t.claims.len(), 4);
         // No room: nothing changes.
+        assert_eq!(t.isolate(0, 10, 20, 5), None);
         t.claims.resize(CAPACITY, claim(100, 100, true));
-        assert_eq!(t.isolate(0, 10, 20), None);
+        assert_eq!(t.isolate(0, 10, 20, CAPACITY), None);
         assert_eq!((t.claims[0].from, t.claims[0].to), (0, 40));
     }
 

@@ -75,6 +75,21 @@ pub struct ConsumerOptions {
     pub dead_letter: Option<Vec<std::path::PathBuf>>,
 }
 
+impl ConsumerOptions {
+    /// `Ok` unless the options contradict each other (checked before anything is opened).
+    pub(crate) fn check(&self, name: &str) -> Result<()> {
+        let counted = self.max_deliveries.is_some_and(|n| n > 0) || self.dead_letter.is_some();
+        if self.exclusive && counted {
+            return Err(Error::invalid(format!(
+                "consumer {name:?}: max_deliveries and dead_letter count the deliveries of a \
+                 shared name's records; an exclusive consumer's are its own to count (open it \
+                 with exclusive=False for a work queue)"
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl Default for ConsumerOptions {
     fn default() -> Self {
         ConsumerOptions {
@@ -165,13 +180,7 @@ impl Consumer {
         dead_letter: Option<Box<dyn Sink>>,
     ) -> Result<(Consumer, Arc<ByteLocks>)> {
         check_name(name)?;
-        if opts.exclusive && (opts.max_deliveries.is_some_and(|n| n > 0) || dead_letter.is_some()) {
-            return Err(Error::invalid(format!(
-                "consumer {name:?}: max_deliveries and dead_letter count the deliveries of a \
-                 shared name's records; an exclusive consumer's are its own to count (open it \
-                 with exclusive=False for a work queue)"
-            )));
-        }
+        opts.check(name)?;
         state.check_open()?;
         shared::catch_up(state)?;
         // A position past the end is checked for only where no writer published this boot (a
@@ -268,6 +277,14 @@ impl Consumer {
         };
         if let Some(n) = opts.max_deliveries.filter(|&n| n != c.slot.max_deliveries) {
             c.record_max_deliveries(n)?;
+        }
+        if c.member.is_some() && c.slot.max_deliveries > 0 && c.dead_letter.is_none() {
+            log::warn!(
+                "consumer {name:?}: the name's max_deliveries is {n} and this open names no \
+                 dead_letter store: the records it finds delivered {n} times are skipped, not \
+                 dead-lettered (give every open of the name the same dead_letter)",
+                n = c.slot.max_deliveries
+            );
         }
         let pid = std::process::id();
         c.with_table(|c, t| {
@@ -374,9 +391,10 @@ impl Consumer {
     /// Up to `max_records` records from the position, without waiting. A shared open claims
     /// them, or the first part of a claim that lapsed.
     pub fn take(&mut self, max_records: usize) -> Result<Vec<RecordRef>> {
-        let read = |scan: Scan| -> Result<Option<(Vec<RecordRef>, u64)>> {
+        let read = |scan: Scan, whole: bool| -> Result<Option<(Vec<RecordRef>, u64)>> {
+            let max = if whole { usize::MAX } else { max_records };
             let mut out = Vec::with_capacity(max_records.min(1024));
-            for r in scan.take(max_records) {
+            for r in scan.take(max) {
                 out.push(r?);
             }
             Ok(out.last().map(RecordRef::next_offset).map(|end| (out, end)))
@@ -409,18 +427,26 @@ impl Consumer {
         opts: &crate::arrow::BatchOptions,
     ) -> Result<Option<arrow_array::RecordBatch>> {
         opts.validate()?;
-        self.next_records(|scan| {
-            let mut reader = crate::arrow::BatchReader::new(scan, opts.clone());
+        self.next_records(|scan, whole| {
+            let mut opts = opts.clone();
+            if whole {
+                opts.max_records = usize::MAX;
+                opts.max_bytes = match opts.body {
+                    crate::arrow::BodyLayout::View => usize::MAX,
+                    crate::arrow::BodyLayout::Binary => i32::MAX as usize,
+                };
+            }
+            let mut reader = crate::arrow::BatchReader::new(scan, opts);
             let batch = reader.next_batch()?;
             Ok(batch.map(|b| (b, reader.next_offset())))
         })
     }
 
     /// The next records for this open, read by `read` from a scan (what it read and the offset
-    /// after its last record; `None` if it read none).
+    /// after its last record; `None` if it read none), all of the scan's if it says `whole`.
     fn next_records<R>(
         &mut self,
-        read: impl Fn(Scan) -> Result<Option<(R, u64)>>,
+        read: impl Fn(Scan, bool) -> Result<Option<(R, u64)>>,
     ) -> Result<Option<R>> {
         self.state.check_open()?;
         shared::catch_up(&self.state)?;
@@ -447,7 +473,7 @@ impl Consumer {
             }
             other => other?,
         };
-        let Some((r, end)) = read(scan)? else {
+        let Some((r, end)) = read(scan, false)? else {
             return Ok(None);
         };
         let p = self.position;
@@ -497,7 +523,9 @@ impl Consumer {
             // An exclusive open committed back to an earlier record: nothing is claimed there.
             t.reset(committed);
         }
+        let acked = self.apply_acks_due(&mut t)?;
         let (changed, out) = f(self, &mut t)?;
+        let changed = changed || acked;
         fail_point!("consumer::claimed");
         if changed {
             fail_point!("consumer::table_write", |_| Err(Error::io(

@@ -57,7 +57,7 @@ impl Consumer {
     pub(super) fn claim<R>(
         &mut self,
         t: &mut Table,
-        read: &impl Fn(Scan) -> Result<Option<(R, u64)>>,
+        read: &impl Fn(Scan, bool) -> Result<Option<(R, u64)>>,
     ) -> Result<(bool, Result<Option<R>>)> {
         let (me, redelivery) = self.me()?;
         let mut changed = false;
@@ -84,7 +84,6 @@ impl Consumer {
             }
             changed = true;
         }
-        self.apply_acks_due(t)?;
         if t.advance() {
             self.write_slot(t.base, 0)?; // not expected: commits advance what they finish
         }
@@ -114,7 +113,9 @@ impl Consumer {
                 continue;
             }
             let scan = Scan::new(Arc::clone(&self.state), Some(c.from), Some(c.to))?;
-            let Some((r, end)) = read(scan)? else {
+            // With no room left to split it, the claim is delivered whole (past max_records).
+            let whole = t.claims.len() >= claims::CAPACITY;
+            let Some((r, end)) = read(scan, whole)? else {
                 return Err(Error::Internal(format!(
                     "claimed records [{}, {}) of consumer {:?} read as none",
                     c.from, c.to, self.slot.name
@@ -122,11 +123,7 @@ impl Consumer {
             };
             if end < c.to {
                 // Only the first part fits this poll: the rest waits for the next one (room
-                // past MAX_CLAIMS is kept for these splits, so that a full table of lapsed
-                // claims still drains).
-                if t.claims.len() >= claims::CAPACITY {
-                    return Err(self.full(t));
-                }
+                // past ACK_ROOM is kept for these splits).
                 t.claims.push(Claim {
                     from: end,
                     member: NOBODY,
@@ -151,7 +148,7 @@ impl Consumer {
         }
         self.check_room(t)?;
         let scan = Scan::new(Arc::clone(&self.state), Some(t.next), None)?;
-        let Some((r, end)) = read(scan)? else {
+        let Some((r, end)) = read(scan, false)? else {
             return Ok((changed, Ok(None)));
         };
         t.claims
@@ -261,10 +258,14 @@ impl Consumer {
 
     fn full(&self, t: &Table) -> Error {
         Error::Unsupported(format!(
-            "consumer {:?} has {} polls not committed, the most a name keeps: commit (or ack) \
-             before polling more",
+            "consumer {:?} has {} polls not committed, the most a name keeps (its claims table \
+             holds {} entries: the claims not done, and the runs of done records acks out of \
+             order leave between them; a poll is refused from {}): commit, or ack the records \
+             in between, before polling more",
             self.slot.name,
-            t.pending()
+            t.pending(),
+            t.claims.len(),
+            claims::MAX_CLAIMS
         ))
     }
 
@@ -402,7 +403,8 @@ impl Consumer {
             if !self.held().iter().any(|h| h.from <= o && o < h.to) {
                 return Err(Error::invalid(format!(
                     "{what}(): offset {o} is not a record consumer {:?} received in this open \
-                     and still holds (not committed, acknowledged or handed back)",
+                     and still holds (not committed, acknowledged, handed back, or lost to \
+                     another open: see ClaimLostError)",
                     self.slot.name
                 )));
             }
@@ -455,9 +457,10 @@ impl Consumer {
         how: Settle,
     ) -> Result<(bool, Vec<LostClaim>)> {
         let (me, _) = self.me()?;
+        let ranges = coalesce(ranges);
         t.claims.sort_by_key(|c| c.from);
         let (mut changed, mut lost, mut no_room) = (false, Vec::new(), Vec::new());
-        for &(a, b) in ranges {
+        for &(a, b) in &ranges {
             if a < t.base {
                 lost.push(LostClaim {
                     from: a,
@@ -495,7 +498,7 @@ impl Consumer {
                     i += 1;
                     continue;
                 }
-                let Some(j) = t.isolate(i, x, y) else {
+                let Some(j) = t.isolate(i, x, y, claims::ACK_ROOM) else {
                     no_room.push((x, y));
                     i += 1;
                     continue;
@@ -509,6 +512,9 @@ impl Consumer {
                     Settle::Extend { .. } => {}
                 }
                 i = j + 1;
+            }
+            if matches!(how, Settle::Done) {
+                t.merge_done(); // the room a run of acks frees, for the next split
             }
             if b > t.next.max(t.base) {
                 // Past the claims: the table was reset (a power loss, an exclusive open).
@@ -524,12 +530,15 @@ impl Consumer {
             forget(held, l.from, l.to);
         }
         if !matches!(how, Settle::Extend { .. }) {
-            for &(a, b) in ranges {
+            for &(a, b) in &ranges {
                 forget(held, a, b);
             }
         }
         if let Some(m) = &mut self.member {
             if matches!(how, Settle::Done) {
+                for &(a, b) in &ranges {
+                    subtract(&mut m.acks_due, a, b);
+                }
                 // Still held, done later: put back what found no room.
                 for &(a, b) in &no_room {
                     m.acks_due.push((a, b));
@@ -560,15 +569,52 @@ impl Consumer {
         Ok((changed, lost))
     }
 
-    /// Tries again the acknowledgements the table had no room for.
-    fn apply_acks_due(&mut self, t: &mut Table) -> Result<()> {
+    /// Tries again the acknowledgements the table had no room for (at every look at the table);
+    /// whether it changed the table.
+    pub(super) fn apply_acks_due(&mut self, t: &mut Table) -> Result<bool> {
         let due = match &mut self.member {
             Some(m) if !m.acks_due.is_empty() => std::mem::take(&mut m.acks_due),
-            _ => return Ok(()),
+            _ => return Ok(false),
         };
         // Lost ones were theirs to report at the ack; here they are only forgotten.
-        self.settle(t, &due, Settle::Done).map(|_| ())
+        let (changed, _) = self.settle(t, &due, Settle::Done)?;
+        if t.advance() {
+            self.write_slot(t.base, 0)?;
+        }
+        Ok(changed)
     }
+}
+
+/// `ranges` sorted, with those that touch or overlap made one.
+fn coalesce(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = ranges.to_vec();
+    out.sort_unstable();
+    out.dedup_by(|later, earlier| {
+        let merge = later.0 <= earlier.1;
+        if merge {
+            earlier.1 = earlier.1.max(later.1);
+        }
+        merge
+    });
+    out
+}
+
+/// Removes `[from, to)` from the ranges of `v`, splitting those it cuts.
+fn subtract(v: &mut Vec<(u64, u64)>, from: u64, to: u64) {
+    let mut out = Vec::with_capacity(v.len() + 1);
+    for &(a, b) in v.iter() {
+        if b <= from || a >= to {
+            out.push((a, b));
+            continue;
+        }
+        if a < from {
+            out.push((a, from));
+        }
+        if to < b {
+            out.push((to, b));
+        }
+    }
+    *v = out;
 }
 
 /// Removes `[from, to)` from `held`, splitting the ranges it cuts.

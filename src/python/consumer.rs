@@ -187,15 +187,15 @@ impl PyConsumer {
     /// Hands records back: those at `offsets`, or every record this open received and has not
     /// committed. A shared name's go to the next poll of any open, after `delay` seconds; an
     /// exclusive consumer's position moves back to the first of them.
-    #[pyo3(signature = (offsets = None, delay = None))]
-    fn nack(
-        &self,
-        py: Python<'_>,
-        offsets: Option<&Bound<'_, PyAny>>,
-        delay: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
+    #[pyo3(signature = (offsets = None, delay = 0.0))]
+    fn nack(&self, py: Python<'_>, offsets: Option<&Bound<'_, PyAny>>, delay: f64) -> PyResult<()> {
         let offsets = offsets.map(|o| offset_list(o, "nack")).transpose()?;
-        let delay = delay.map_or(Ok(std::time::Duration::ZERO), |d| args::seconds(d, "delay"))?;
+        let delay = std::time::Duration::try_from_secs_f64(delay).map_err(|_| {
+            PyValueError::new_err(format!(
+                "delay must be a non-negative number of seconds (below about 584 billion \
+                 years), got {delay}"
+            ))
+        })?;
         self.with(|c| Ok(py.detach(|| c.nack(offsets.as_deref(), delay))?))
     }
 
