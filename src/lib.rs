@@ -66,7 +66,7 @@ pub use crate::consumers::{ConsumerInfo, MAX_NAME_LEN, POSITIONS_FILE};
 pub use crate::error::{ClaimNow, Error, LostClaim, Result};
 pub use crate::log::{CommitLog, SegmentInfo};
 pub use crate::maintain::mover::Moved;
-pub use crate::maintain::verify::BadRange;
+pub use crate::maintain::verify::{BadRange, Verified};
 pub use crate::options::{
     EventFn, FlushMode, Options, PerDir, PlaceFn, StoreSetting, Strategy, TierOptions,
     SEGMENT_ALIGN,

@@ -11,14 +11,14 @@ use crate::consumers::{dead_letter, names};
 use crate::error::{Error, Result};
 use crate::maintain::cleaner::{clean_pass, start_cleaner, truncate_before};
 use crate::maintain::mover::{self, Moved};
-use crate::maintain::verify::{self, BadRange};
+use crate::maintain::verify::{self, BadRange, Verified};
 use crate::open::lock::{ByteLocks, JoinLock, MaintenanceGuard, StoreLock};
 use crate::open::{open, Opened};
 use crate::options::Options;
-use crate::read::follow;
 use crate::read::reader::{self, Follow, RecordRef, Scan};
 use crate::read::wait::{self, Waited};
 use crate::read::watch::Watch;
+use crate::read::{count, follow};
 use crate::shared;
 use crate::state::dirs::DirInfo;
 use crate::state::stats::StatsSnapshot;
@@ -269,17 +269,19 @@ impl CommitLog {
 
     /// Every consumer name the store keeps, by name.
     pub fn consumers(&self) -> Result<Vec<ConsumerInfo>> {
-        let count = |from: u64, to: u64| -> Result<u64> {
-            Scan::new(Arc::clone(&self.state), Some(from), Some(to))?
-                .try_fold(0u64, |n, r| r.map(|_| n + 1))
-        };
-        names::list(&self.state, Some(&count))
+        names::list(&self.state)
     }
 
     /// The consumer holding the log's head from retention (`retain_unconsumed`): the one with the
     /// lowest committed position among those that hold it; `None` if none does.
     pub fn retention_holder(&self) -> Result<Option<ConsumerInfo>> {
-        names::retention_holder(&self.state)
+        let Some(mut holder) = names::retention_holder(&self.state)? else {
+            return Ok(None);
+        };
+        // The cleaner's passes ask for positions only: the lag is counted for this one.
+        let end = self.state.max_offset();
+        holder.lag_records = count::records_between(&self.state, holder.position, end)?;
+        Ok(Some(holder))
     }
 
     /// Forgets consumer `name` (its position is gone); refused while an open holds it.
@@ -395,6 +397,24 @@ impl CommitLog {
     pub fn max_offset(&self) -> Result<u64> {
         self.current()?;
         Ok(self.state.max_offset())
+    }
+
+    /// How many records the log holds, from `min_offset` to `max_offset`, without scanning it:
+    /// each segment keeps its count (see [`CommitLog::records_between`] for what may be walked).
+    pub fn record_count(&self) -> Result<u64> {
+        self.current()?;
+        count::record_count(&self.state)
+    }
+
+    /// How many records have offsets in `[from, to)` (clamped to the log's range). Costs at most
+    /// a walk of the headers of part of the segment holding `from` and of the one holding `to`.
+    /// What this open does not know yet is walked once and kept: records another shared writer
+    /// appended since this open last counted, and a segment whose count was never recorded (a
+    /// store written by an older rmqlog: docs/format.md, `rmqlog.counts`); a remote-only segment
+    /// listed without a count is read from the tier.
+    pub fn records_between(&self, from: u64, to: u64) -> Result<u64> {
+        self.current()?;
+        count::records_between(&self.state, from, to)
     }
 
     /// Every byte below this offset is durable.
@@ -520,16 +540,22 @@ impl CommitLog {
 
     /// [`CommitLog::verify`], calling `progress(bytes_done, bytes_total)` after each segment.
     pub fn verify_with(&self, progress: impl FnMut(u64, u64)) -> Result<Vec<BadRange>> {
-        self.state.check_open()?;
-        verify::verify(&self.state, false, progress)
+        self.verify_counted(false, progress).map(|v| v.damaged)
     }
 
     /// [`CommitLog::verify_with`] across both tiers: the records of remote-only segments too, and
     /// every remote object read back against the manifest (length and CRC32C). Downloads the
     /// whole remote part of the log.
     pub fn verify_remote_with(&self, progress: impl FnMut(u64, u64)) -> Result<Vec<BadRange>> {
+        self.verify_counted(true, progress).map(|v| v.damaged)
+    }
+
+    /// [`CommitLog::verify_with`] (with `remote`, [`CommitLog::verify_remote_with`]), also
+    /// returning how many valid records it walked. A segment whose record count the log knows
+    /// and whose walk finds another number is reported as damaged.
+    pub fn verify_counted(&self, remote: bool, progress: impl FnMut(u64, u64)) -> Result<Verified> {
         self.state.check_open()?;
-        verify::verify(&self.state, true, progress)
+        verify::verify(&self.state, remote, progress)
     }
 
     /// The remote tier's state: what is local, remote, both and waiting, the last error, the

@@ -439,6 +439,8 @@ fn four_processes_append_to_one_log_with_dense_offsets() {
         assert!(status.success(), "{status}: {out:?}");
         assert!(out.iter().any(|l| l.ends_with("done")), "{out:?}");
     }
+    // check_store compares the log's record count with a scan: here the count of segments and
+    // records the other processes wrote.
     let counts = check_store(&log);
     assert_eq!(counts.len(), 5);
     assert!(counts.values().all(|&c| c == n), "{counts:?}");
@@ -446,10 +448,16 @@ fn four_processes_append_to_one_log_with_dense_offsets() {
         log.segments().unwrap().len() > 10,
         "the writers rolled many segments between them"
     );
+    let mid = log.segments().unwrap()[5].start_offset;
+    let below = log.scan(None, Some(mid)).unwrap().count() as u64;
+    assert_eq!(log.records_between(0, mid).unwrap(), below);
     log.close().unwrap();
-    // The last one out left a store an exclusive writer opens as it was.
+    // The last one out left a store an exclusive writer opens as it was, its counts recorded.
     let log = reopen(&dirs, opts().exclusive(true));
     assert_eq!(check_store(&log).values().sum::<u32>(), 5 * n);
+    let verified = log.verify_counted(false, |_, _| {}).unwrap();
+    assert_eq!(verified.records, u64::from(5 * n));
+    assert!(verified.damaged.is_empty(), "{:?}", verified.damaged);
 }
 
 #[test]

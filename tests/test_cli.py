@@ -238,6 +238,7 @@ def _api_view(dirs):
             "min": log.min_offset,
             "max": log.max_offset,
             "flushed": log.flushed_offset,
+            "records": sum(1 for _ in log.scan()),
             "paths": log.paths,
             "segments": [(s.start_offset, s.path, s.size, s.written) for s in segs],
             "dirs": [(d.path, d.state, d.total_bytes, d.segments, d.error) for d in log.dirs()],
@@ -253,6 +254,7 @@ def test_stat_json_matches_api(run, store):
     assert info["min_offset"] == api["min"] == 0
     assert info["max_offset"] == api["max"]
     assert info["flushed_offset"] == api["flushed"] == api["max"]
+    assert info["records"] == api["records"] == len(written)
     last = max(written)
     assert info["max_offset"] == last + HEADER_LEN + len(written[last])
     assert info["paths"] == api["paths"]
@@ -300,6 +302,7 @@ def test_stat_text(run, store):
     api = _api_view(dirs)
     out = proc.stdout
     assert f"offsets: min {api['min']}  max {api['max']}  flushed {api['flushed']}" in out
+    assert f"\nrecords: {api['records']}\n" in out
     total = sum(s[2] for s in api["segments"])
     assert f"in {len(api['segments'])} segments; total bytes {total} " in out
     # every segment is listed under its own directory
@@ -394,12 +397,13 @@ def test_singular_and_plural_counts(run, tmp_path):
     assert f"size: {end - off} data bytes in 1 segment; " in out
     assert "\n1 directory:\n" in out
     assert re.search(r"used \S+  1 segment$", out, re.M)
-    assert run("verify", d).stdout == f"OK: {end} bytes, 1 segment verified\n"
+    assert "\nrecords: 1\n" in out
+    assert run("verify", d).stdout == f"OK: 1 record, {end} bytes, 1 segment verified\n"
     assert run("rebalance", d).stdout.splitlines()[0] == "0 segments moved"
     empty = tmp_path / "empty"
     CommitLog(empty, segment_size=SEG).close()  # a store without records
     assert "size: 0 data bytes in 0 segments; " in run("stat", empty).stdout
-    assert run("verify", empty).stdout == "OK: 0 bytes, 0 segments verified\n"
+    assert run("verify", empty).stdout == "OK: 0 records, 0 bytes, 0 segments verified\n"
     bench = run("bench", "--records", 1, "--size", 1, "--segment-size", "64k").stdout
     assert bench.startswith("rmqlog bench: 1 record of 1 B, ")
 
@@ -620,10 +624,11 @@ def test_verify_clean(run, store):
     assert proc.returncode == 0, proc.stderr
     api = _api_view(dirs)
     nbytes = api["max"] - api["min"]
-    assert proc.stdout == f"OK: {nbytes} bytes, {len(api['segments'])} segments verified\n"
+    n, nsegs = api["records"], len(api["segments"])
+    assert proc.stdout == f"OK: {n} records, {nbytes} bytes, {nsegs} segments verified\n"
     assert "%|" not in proc.stderr  # no progress bar when stderr is not a terminal
     doc = json.loads(run("verify", *dirs, "--json").stdout)
-    assert doc == {"ok": True, "bytes": nbytes, "segments": len(api["segments"]), "damaged": []}
+    assert doc == {"ok": True, "records": n, "bytes": nbytes, "segments": nsegs, "damaged": []}
 
 
 def test_verify_flipped_body_byte(run, store):
@@ -1048,11 +1053,15 @@ def test_consumers_lists_and_drops(run, tmp_path):
             proc.stdout,
         ), proc.stdout
         lag = log.max_offset - offs[4]
-        assert re.search(rf"billing\s+position {offs[4]}\s+lag {lag} ", proc.stdout)
+        assert re.search(
+            rf"billing\s+position {offs[4]}\s+lag {lag} bytes \(\S+ \S+\), 6 records ", proc.stdout
+        )
         assert re.search(r"audit\s+position 0 .*\[open, holds retention\]", proc.stdout)
         assert "held by consumer 'audit'" in proc.stdout
         info = json.loads(run("consumers", store, "--json").stdout)
         assert [c["name"] for c in info["consumers"]] == ["audit", "billing"]
+        lags = [(c["lag_bytes"], c["lag_records"]) for c in info["consumers"]]
+        assert lags == [(log.max_offset, 10), (lag, 6)]
         assert info["head_held_by"] == "audit"
         audit = info["consumers"][0]
         assert (audit["members"], audit["pending"], audit["max_deliveries"]) == ([pid], 3, 4)

@@ -187,15 +187,20 @@ def test_status_of_an_unreachable_tier_prints_then_fails(tmp_path, s3_bucket, s3
 
 
 def test_verify_reads_back_every_object(tiered):
-    dirs, tier, _ = tiered
+    dirs, tier, offsets = tiered
     with CommitLog([str(d) for d in dirs], read_only=True) as log:
-        end = log.max_offset
+        # Counted without the tier's options: remote-only segments count from the manifest.
+        end, n = log.max_offset, len(log)
+        assert n == len(offsets)
     proc = cli("tier", "verify", joined(dirs), *option_args(tier))
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
-    assert proc.stdout == f"OK: {end} bytes, 8 segments verified, 5 remote objects read back\n"
+    assert proc.stdout == (
+        f"OK: {n} records, {end} bytes, 8 segments verified, 5 remote objects read back\n"
+    )
     doc = json.loads(cli("tier", "verify", dirs[0], "--json", *option_args(tier)).stdout)
     assert doc == {
         "ok": True,
+        "records": n,
         "bytes": end,
         "segments": 8,
         "damaged": [],
@@ -205,7 +210,8 @@ def test_verify_reads_back_every_object(tiered):
     proc = cli("tier", "verify", tier.url, *option_args(tier))
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert re.fullmatch(
-        r"OK: \d+ bytes, 5 segments verified, 5 remote objects read back\n", proc.stdout
+        r"OK: \d+ records, \d+ bytes, 5 segments verified, 5 remote objects read back\n",
+        proc.stdout,
     )
 
 
@@ -251,10 +257,12 @@ def test_plain_verify_says_what_it_did_not_read(tiered):
     with CommitLog([str(d) for d in dirs], read_only=True) as log:
         end = log.max_offset
         assert sum(1 for s in log.segments() if s.remote and not s.local) == 3
+        local = sum(1 for _ in log.scan(start=3 * SEG))
     proc = cli("verify", joined(dirs))  # no request: the tier's options are not needed
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == (
-        f"OK: {end - 3 * SEG} bytes, 5 segments verified; 3 remote-only segments not read "
+        f"OK: {local} records, {end - 3 * SEG} bytes, 5 segments verified; 3 remote-only "
+        "segments not read "
         "(`rmqlog tier verify` reads them)\n"
     )
 

@@ -693,7 +693,15 @@ def test_unrelated_files_in_a_store_directory_are_never_touched(tmp_path):
         name = os.path.basename(path)
         return os.path.dirname(path) == str(d) and (
             (len(name) == 20 and name.isdigit())
-            or name in ("rmqlog.lock", "rmqlog.meta", "rmqlog.tail", "rmqlog.id", "rmqlog.ctl")
+            or name
+            in (
+                "rmqlog.lock",
+                "rmqlog.meta",
+                "rmqlog.tail",
+                "rmqlog.id",
+                "rmqlog.ctl",
+                "rmqlog.counts",
+            )
         )
 
     def foreign() -> dict:

@@ -133,6 +133,7 @@ class LogMachine(RuleBasedStateMachine):
         assert log.min_offset == self.model.min_offset
         assert log.max_offset == self.model.max_offset
         assert scan_list(log) == self.model.items()
+        assert len(log) == len(self.model.items())
         for off, b in self.model.items():
             assert bytes(log.read(off)) == b
 
@@ -256,6 +257,7 @@ class LogMachine(RuleBasedStateMachine):
                 scan_list(self.log, start, end)
             return
         assert scan_list(self.log, start, end) == m.items(start, end)
+        assert self.log.records_between(start, end) == len(m.items(start, end))
 
     @rule(data=st.data())
     def offset_for_timestamp(self, data):
@@ -408,6 +410,7 @@ class LogMachine(RuleBasedStateMachine):
         lo, hi = log.min_offset, log.max_offset
         assert lo <= hi
         assert (lo, hi) == (self.model.min_offset, self.model.max_offset)
+        assert len(log) == len(self.model.offsets)
         assert log.flushed_offset <= hi
         segs = log.segments()
         for a, b in itertools.pairwise(segs):

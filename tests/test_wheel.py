@@ -245,7 +245,7 @@ def test_console_script_in_fresh_venv(installed, tmp_path):
     assert proc.stdout.splitlines()[-2] == "next: rmqlog --help", proc.stdout
     store = os.pathsep.join(str(tmp_path / "demo" / f"disk{i}" / "store") for i in range(3))
     proc = _run(["rmqlog", "verify", store], env=env, cwd=tmp_path)
-    assert re.fullmatch(r"OK: \d+ bytes, \d+ segments? verified\n", proc.stdout)
+    assert re.fullmatch(r"OK: \d+ records?, \d+ bytes, \d+ segments? verified\n", proc.stdout)
 
 
 SPARK_EXTRA = textwrap.dedent(

@@ -62,6 +62,7 @@ fn check_all(log: &CommitLog, offsets: &[u64]) {
         })
         .collect();
     assert_eq!(scanned.len(), offsets.len());
+    assert_eq!(log.record_count().unwrap(), offsets.len() as u64);
     for (i, (o, b)) in scanned.iter().enumerate() {
         assert_eq!((*o, b.as_slice()), (offsets[i], body(i).as_slice()));
     }
@@ -113,9 +114,17 @@ fn sealed_segments_go_remote_and_every_record_stays_readable() {
     assert_eq!(&*again.read(more).unwrap(), b"after reopen");
     again.close().unwrap();
 
-    // The URL alone: the sealed part of the log.
+    // The URL alone: the sealed part of the log, counted from the manifest (nothing fetched).
     let by_url = CommitLog::open(&[url.as_str()], Options::default().read_only(true)).unwrap();
+    let fetched = |l: &CommitLog| {
+        let st = l.tier_status().unwrap().unwrap();
+        (st.downloads, st.range_reads)
+    };
+    let before = fetched(&by_url);
+    let counted = by_url.record_count().unwrap();
+    assert_eq!(fetched(&by_url), before, "counting fetched nothing");
     let n = by_url.scan(None, None).unwrap().count();
+    assert_eq!(counted, n as u64);
     let max = by_url.max_offset().unwrap();
     let upto = offsets.iter().filter(|&&o| o < max).count();
     assert_eq!(n, upto);

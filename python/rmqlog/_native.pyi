@@ -307,7 +307,8 @@ class Consumer:
     @property
     def lag(self) -> dict[str, int]:
         """``{"records": n, "bytes": n}`` between the committed position and the log's end;
-        counting the records scans them."""
+        the records are counted from the segments' counts (at most a walk of part of the
+        segment holding the position)."""
     @overload
     def poll(
         self,
@@ -665,8 +666,9 @@ class CommitLog:
         """
     def consumers(self) -> list[dict[str, object]]:
         """Every consumer name the store keeps, by name: ``name``, ``position`` (committed),
-        ``lag_bytes``, ``committed_ms``, ``created_ms``, ``open`` (an open holds it now, in any
-        process), ``holds_retention``; ``members`` (the pids of the opens holding it),
+        ``lag_bytes``, ``lag_records`` (records between the position and the end, from the
+        segments' counts), ``committed_ms``, ``created_ms``, ``open`` (an open holds it now, in
+        any process), ``holds_retention``; ``members`` (the pids of the opens holding it),
         ``pending`` (records delivered and not committed), ``waiting`` (handed back or lapsed,
         for the next poll), ``redelivered`` (of those two, delivered more than once),
         ``dead_lettered`` and ``max_deliveries``."""
@@ -678,6 +680,17 @@ class CommitLog:
         """Offset of the first record with ``timestamp_ms >= ts_ms``, else ``max_offset``.
         Record headers are walked without their CRCs (timestamps never decrease in a log); the
         records that decide the answer are checked whole (``CorruptionError`` if damaged)."""
+    def __len__(self) -> int:
+        """How many records the log holds (``min_offset`` to ``max_offset``), without scanning
+        it: each segment keeps its count. What an open does not know yet is walked once (headers
+        only): records other shared writers appended since it last counted, segments of a store
+        written by an older rmqlog (docs/format.md, ``rmqlog.counts``)."""
+    def __bool__(self) -> bool:
+        """Always True, whatever the log holds (``if log:`` does not count records)."""
+    def records_between(self, start: int | None = None, end: int | None = None) -> int:
+        """How many records have offsets in ``[start, end)`` (defaults: the whole log), clamped
+        to the log's range. Costs at most a walk of the headers of part of the segment holding
+        ``start`` and of the one holding ``end``."""
     @property
     def min_offset(self) -> int:
         """First offset of the log."""
@@ -718,6 +731,15 @@ class CommitLog:
         ``remote=True`` also reads back every object of the remote tier against its manifest
         (length, CRC32C) and walks the remote-only segments; the default is True only for a log
         opened by its tier URL."""
+    def verify_counted(
+        self,
+        progress: Callable[[int, int], object] | None = None,
+        *,
+        remote: bool | None = None,
+    ) -> tuple[int, list[tuple[int, int, str]]]:
+        """:meth:`verify`, and how many valid records it walked: ``(records, damaged)``. A
+        segment whose record count the log knows (``len()``'s) and whose walk finds another
+        number is a damaged range too."""
     def move_segment(self, start_offset: int, dest_path: _StrPath, /) -> None:
         """Moves a sealed segment to another writable directory of the store, online. Records
         read earlier stay valid; the active segment is refused (``CommitLogError``)."""
@@ -730,7 +752,8 @@ class CommitLog:
         """Every directory, in configuration order (paths, then read_only_paths)."""
     def stats(self) -> dict[str, object]:
         """Counters: appends, segments created and deleted, cleaner passes and last error, ...;
-        ``consumers`` (each name's committed ``position`` and ``lag_bytes``), ``head_held_by``
+        ``consumers`` (each name's committed ``position``, ``lag_bytes`` and ``lag_records``),
+        ``head_held_by``
         and ``head_held_at`` (the consumer holding the log's head from retention, if one does)."""
     def tier_status(self) -> dict[str, int | str | None] | None:
         """The remote tier's state (``None`` without a tier): what is local, remote, both and

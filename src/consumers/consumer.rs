@@ -655,19 +655,13 @@ impl Consumer {
         Ok(self.position)
     }
 
-    /// How far the committed position is behind the log's end. Counting the records reads
-    /// their headers: it costs a scan of what is behind.
+    /// How far the committed position is behind the log's end. The records are counted from
+    /// the segments' counts: at most a walk of part of the segment holding the position.
     pub fn lag(&self) -> Result<Lag> {
         self.state.check_open()?;
         shared::catch_up(&self.state)?;
         let end = self.state.max_offset();
-        let from = self.slot.position.max(self.state.min_offset());
-        let records = if from >= end {
-            0
-        } else {
-            Scan::new(Arc::clone(&self.state), Some(from), None)?
-                .try_fold(0u64, |n, r| r.map(|_| n + 1))?
-        };
+        let records = crate::read::count::records_between(&self.state, self.slot.position, end)?;
         Ok(Lag {
             records,
             bytes: end.saturating_sub(self.slot.position),

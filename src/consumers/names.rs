@@ -24,6 +24,8 @@ pub struct ConsumerInfo {
     pub created_ms: u64,
     /// Bytes between the committed position and the log's end.
     pub lag_bytes: u64,
+    /// Records between the committed position and the log's end (from the segments' counts).
+    pub lag_records: u64,
     /// Whether an open (in any process) holds the name now.
     pub open: bool,
     /// Whether it keeps its records from retention (`retain_unconsumed`: it is open, or it
@@ -44,8 +46,7 @@ pub struct ConsumerInfo {
     pub max_deliveries: u32,
 }
 
-/// What a name's claims table says of its records (counted by reading their headers: a table
-/// holds at most a few hundred polls' worth).
+/// What a name's claims table says of its records.
 #[derive(Default)]
 struct ClaimCounts {
     members: Vec<u32>,
@@ -56,7 +57,6 @@ struct ClaimCounts {
 
 fn claim_counts(
     state: &State,
-    count: &dyn Fn(u64, u64) -> Result<u64>,
     claims: Option<&Claims>,
     locks: Option<&ByteLocks>,
     pair: usize,
@@ -85,7 +85,7 @@ fn claim_counts(
     }
     let min = state.min_offset();
     for c in t.claims.iter().filter(|c| !c.done && c.to > min) {
-        let n = count(c.from.max(min), c.to)?;
+        let n = crate::read::count::records_between(state, c.from.max(min), c.to)?;
         if c.member == claims::NOBODY || !alive(c.member) {
             out.waiting += n;
         } else {
@@ -98,13 +98,14 @@ fn claim_counts(
     Ok(out)
 }
 
-/// Every consumer name the store keeps, with its committed position and what its claims say:
-/// `count` says how many records lie in a range (the cleaner, which asks for the retention
-/// holder only, counts none).
-pub(crate) fn list(
-    state: &State,
-    count: Option<&dyn Fn(u64, u64) -> Result<u64>>,
-) -> Result<Vec<ConsumerInfo>> {
+/// Every consumer name the store keeps, with its committed position, its lag in records and
+/// what its claims say.
+pub(crate) fn list(state: &State) -> Result<Vec<ConsumerInfo>> {
+    listed(state, true)
+}
+
+/// [`list`]; the records counted only with `count` (0 otherwise: retention needs none).
+fn listed(state: &State, count: bool) -> Result<Vec<ConsumerInfo>> {
     state.check_open()?;
     shared::catch_up(state)?;
     let dirs = positions_dirs(state)?;
@@ -124,8 +125,8 @@ pub(crate) fn list(
     let idle_ms = idle_hours.map(|h| (h * 3_600_000.0) as u64);
     let now = now_ms();
     let table = match count {
-        Some(_) => Claims::open_existing(dirs[0])?,
-        None => None,
+        true => Claims::open_existing(dirs[0])?,
+        false => None,
     };
     let mut out = Vec::new();
     let pairs = positions.read()?;
@@ -139,8 +140,8 @@ pub(crate) fn list(
             .is_some_and(|l| l.held_elsewhere(name_byte(pair), false).unwrap_or(false));
         let recent = idle_ms.is_none_or(|idle| now.saturating_sub(s.committed_ms) < idle);
         let counts = match count {
-            Some(count) => claim_counts(state, count, table.as_ref(), locks.as_ref(), pair, open)?,
-            None => ClaimCounts::default(),
+            true => claim_counts(state, table.as_ref(), locks.as_ref(), pair, open)?,
+            false => ClaimCounts::default(),
         };
         out.push(ConsumerInfo {
             members: counts.members,
@@ -151,6 +152,10 @@ pub(crate) fn list(
             max_deliveries: s.max_deliveries,
             holds_retention: retain && (open || recent),
             lag_bytes: end.saturating_sub(s.position),
+            lag_records: match count {
+                true => crate::read::count::records_between(state, s.position, end)?,
+                false => 0,
+            },
             name: s.name,
             position: s.position,
             committed_ms: s.committed_ms,
@@ -163,10 +168,10 @@ pub(crate) fn list(
 }
 
 /// The consumer that holds the log's head (`retain_unconsumed`): the lowest committed position
-/// among those that hold retention.
+/// among those that hold retention (its `lag_records` not counted: 0).
 pub(crate) fn retention_holder(state: &State) -> Result<Option<ConsumerInfo>> {
     let end = state.max_offset();
-    Ok(list(state, None)?
+    Ok(listed(state, false)?
         .into_iter()
         .filter(|c| c.holds_retention && c.position < end)
         .min_by_key(|c| c.position))

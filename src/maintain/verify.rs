@@ -1,4 +1,6 @@
-//! `verify`: a full CRC walk of the log that modifies nothing and reports every bad range.
+//! `verify`: a full CRC walk of the log that modifies nothing and reports every bad range. It
+//! counts the records it checks, and a segment whose count the log knows (see `read/count.rs`)
+//! must hold that many: a count that differs is reported as a bad range too.
 
 use std::sync::Arc;
 
@@ -20,6 +22,15 @@ pub struct BadRange {
     pub reason: String,
 }
 
+/// What a walk of the log found: the damaged ranges, and how many records it checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verified {
+    /// One entry per damaged range; empty when clean.
+    pub damaged: Vec<BadRange>,
+    /// The valid records walked (those of the segments it read).
+    pub records: u64,
+}
+
 /// The record at `pos` validates completely (header, stored offset, body CRC); its length.
 fn valid_at(bytes: &[u8], offset: u64) -> Result<u64, &'static str> {
     match validate(bytes, offset, u32::MAX as usize) {
@@ -29,7 +40,8 @@ fn valid_at(bytes: &[u8], offset: u64) -> Result<u64, &'static str> {
     }
 }
 
-/// Walks one segment's records in `[from, limit)` (relative), appending bad ranges.
+/// Walks one segment's records in `[from, limit)` (relative), appending bad ranges; returns how
+/// many valid records it walked.
 fn verify_segment(
     state: &State,
     list: &mut Arc<SegmentList>,
@@ -37,7 +49,7 @@ fn verify_segment(
     from: u64,
     limit: u64,
     out: &mut Vec<BadRange>,
-) -> Result<()> {
+) -> Result<u64> {
     let map = match locate(state, list, seg.start()).map(|(_, map)| map) {
         Ok(map) => map,
         // A file of the wrong length: the whole segment is damage (an I/O error is not).
@@ -47,17 +59,21 @@ fn verify_segment(
                 end: seg.end(),
                 reason: e.to_string(),
             });
-            return Ok(());
+            return Ok(0);
         }
         Err(e) => return Err(e),
     };
     let size = seg.size() as usize;
     let mut pos = from;
+    let mut records = 0;
     while pos < limit {
         let bytes = map.bytes(pos as usize, size);
         match valid_at(bytes, seg.start() + pos) {
-            Ok(0) => return Ok(()), // end-of-segment filler
-            Ok(len) => pos += len,
+            Ok(0) => return Ok(records), // end-of-segment filler
+            Ok(len) => {
+                pos += len;
+                records += 1;
+            }
             Err(why) => {
                 // Resume at the first later position holding a record that validates and names
                 // itself (its stored offset equals its position), or at the segment's end.
@@ -79,7 +95,25 @@ fn verify_segment(
             }
         }
     }
-    Ok(())
+    Ok(records)
+}
+
+/// A segment walked whole and clean must hold the records its known count says (a count read
+/// from `rmqlog.counts`, or kept by the writer).
+fn check_count(seg: &Segment, limit: u64, walked: u64, out: &mut Vec<BadRange>) {
+    let known = seg.counted();
+    let covers = known.upto == limit || (known.upto == seg.size() && limit == seg.size());
+    if covers && known.records != walked {
+        out.push(BadRange {
+            start: seg.start(),
+            end: seg.start() + limit,
+            reason: format!(
+                "the log counts {} records in this segment, its walk found {walked} (a wrong \
+                 rmqlog.counts?)",
+                known.records
+            ),
+        });
+    }
 }
 
 /// Checks the object of each segment with a remote copy against the tier's manifest (length,
@@ -110,13 +144,14 @@ pub(crate) fn verify(
     state: &State,
     remote: bool,
     mut progress: impl FnMut(u64, u64),
-) -> Result<Vec<BadRange>> {
+) -> Result<Verified> {
     let max = state.max_offset();
     let min = state.min_offset();
     let mut list = state.segments_full();
     let segs = list.as_slice().to_vec();
     let total = max.saturating_sub(min);
     let mut out = Vec::new();
+    let mut records = 0;
     for seg in &segs {
         if seg.start() >= max {
             break;
@@ -134,12 +169,22 @@ pub(crate) fn verify(
         }
         let from = min.saturating_sub(seg.start()).min(seg.size());
         let limit = (max.min(seg.end()) - seg.start()).max(from);
+        let bad = out.len();
         match verify_segment(state, &mut list, seg, from, limit, &mut out) {
             // Deleted by retention during the walk: nothing left to check there.
             Err(Error::OffsetOutOfRange { .. }) => continue,
-            other => other?,
+            Err(e) => return Err(e),
+            Ok(n) => {
+                records += n;
+                if from == 0 && out.len() == bad {
+                    check_count(seg, limit, n, &mut out);
+                }
+            }
         }
         progress(max.min(seg.end()).saturating_sub(min), total);
     }
-    Ok(out)
+    Ok(Verified {
+        damaged: out,
+        records,
+    })
 }

@@ -374,6 +374,22 @@ pub(crate) fn with_remote(mut found: Vec<Found>, tier: &Tier, min: u64) -> Vec<F
     found
 }
 
+/// The segment list of a tier's manifest alone (reusing `existing` segments), and its end.
+pub(crate) fn remote_view(
+    tier: &Arc<Tier>,
+    existing: &[Arc<Segment>],
+    segment_size: u64,
+) -> Result<(SegmentList, u64)> {
+    let m = tier.manifest();
+    let found = with_remote(Vec::new(), tier, m.min_offset);
+    check(&found, &[], false)?;
+    let list = to_list(found, existing, segment_size, Some(tier));
+    let end = list
+        .last()
+        .map_or(m.min_offset, |s| s.start() + s.written());
+    Ok((list, end))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

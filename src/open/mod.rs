@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::open::interrupted_move::finish_interrupted_move;
-use crate::open::layout::with_remote;
+use crate::open::layout::{remote_view, with_remote};
 use crate::open::listing::{check_covers, known_sizes, with_holes};
 use crate::open::locate::{locate, Given, Store};
 use crate::open::lock::{Hold, JoinLock, StoreLock};
@@ -33,10 +33,10 @@ use crate::shared::Shared;
 use crate::state::dirs::{Dir, DirState};
 use crate::state::{Parts, State};
 use crate::storage::checkpoint::{read_newest, Checkpoint, DirRecord};
+use crate::storage::counts;
 use crate::storage::fs::remove_durably;
 use crate::storage::identity::{self, Identity};
 use crate::storage::record::{Format, FILLER_LEN};
-use crate::storage::segment::Segment;
 use crate::storage::segments::SegmentList;
 use crate::storage::settings::{Change, WriterSettings};
 use crate::storage::tail_hint::{self, TailHints};
@@ -271,6 +271,10 @@ fn open_writer(
     }
 
     let list = layout::to_list(listing.segments, &[], opts.segment_size, tier.as_ref());
+    // The counts a writer recorded, before recovery counts on from them (it forgets any that
+    // reach past the end it finds).
+    let recorded = counts::read(&writable_paths, &store_id);
+    counts::apply(&list, &recorded, u64::MAX);
     let hint = ckpt
         .as_ref()
         .and_then(|c| tail_hint::read(&all, &c.store_id));
@@ -281,6 +285,19 @@ fn open_writer(
         .as_deref()
         .and_then(|c| Control::published_end(&writable_dirs, c));
     let (list, end, last_ts) = recover(list, ckpt.as_ref(), hint.as_ref(), published, true)?;
+    // Damage cut the log below the flushed offset: the counts recorded past the end go from
+    // the file before any record is appended there again.
+    let recorded = match recorded.iter().any(|r| r.start + r.upto > end) {
+        true => {
+            let kept: Vec<_> = recorded
+                .into_iter()
+                .filter(|r| r.start + r.upto <= end)
+                .collect();
+            counts::write(&writable_paths, &store_id, &kept, opts.file_mode, true)?;
+            kept
+        }
+        false => recorded,
+    };
     let list = writable_last(list);
     // A tail lost with its directory, or only remote: the log goes on after it.
     let end = list
@@ -381,6 +398,7 @@ fn open_writer(
         flushed,
         last_ts,
         checkpoint,
+        counts: recorded,
         tier,
         control,
     })?;
@@ -573,10 +591,12 @@ fn join_shared(
         flushed,
         last_ts,
         checkpoint: ckpt,
+        counts: Vec::new(),
         tier,
         control: Arc::clone(&control),
     })?;
     crate::shared::catch_up(&state)?;
+    state.take_recorded_counts();
     // Takes the background work if no open does it (its previous holder closed or died).
     crate::shared::owns_background(&state)?;
     Ok(Opened {
@@ -714,6 +734,7 @@ fn open_made(given: Vec<PathBuf>, read_only: Vec<PathBuf>, mut opts: Options) ->
         flushed,
         last_ts,
         checkpoint,
+        counts: Vec::new(),
         tier,
         control,
     })?;
@@ -751,6 +772,7 @@ fn open_remote(url: &str, opts: Options) -> Result<Opened> {
         flushed: end,
         last_ts: 0,
         checkpoint,
+        counts: Vec::new(),
         tier: Some(tier),
         shared: None,
         control: Arc::new(
@@ -763,22 +785,6 @@ fn open_remote(url: &str, opts: Options) -> Result<Opened> {
         lock: None,
         recovered: None,
     })
-}
-
-/// The segment list of a tier's manifest alone (reusing `existing` segments), and its end.
-pub(crate) fn remote_view(
-    tier: &Arc<Tier>,
-    existing: &[Arc<Segment>],
-    segment_size: u64,
-) -> Result<(SegmentList, u64)> {
-    let m = tier.manifest();
-    let found = with_remote(Vec::new(), tier, m.min_offset);
-    layout::check(&found, &[], false)?;
-    let list = layout::to_list(found, existing, segment_size, Some(tier));
-    let end = list
-        .last()
-        .map_or(m.min_offset, |s| s.start() + s.written());
-    Ok((list, end))
 }
 
 /// A consistent listing of the store (see [`listing`]) and the end of its records. A segment
@@ -797,6 +803,9 @@ fn recovered_view(
             break;
         };
         let list = layout::to_list(view.segments, &[], opts.segment_size, tier);
+        if let Some(c) = &view.ckpt {
+            counts::apply(&list, &counts::read(paths, &c.store_id), u64::MAX);
+        }
         let hint = view
             .ckpt
             .as_ref()

@@ -8,17 +8,19 @@
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 
 use crate::error::{Error, IoContext, Result};
 use crate::storage::checkpoint::Checkpoint;
+use crate::storage::counts;
 use crate::storage::fs::remove_durably;
 use crate::storage::record::{decode, validate, Slot};
-use crate::storage::segment::{Mapping, Segment};
+use crate::storage::segment::{Counted, Mapping, Segment};
 use crate::storage::segments::SegmentList;
 use crate::storage::tail_hint::TailHint;
 
 /// Where a scan of the tail stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Tail {
     /// Physical offset just past the last valid record (or of the next segment's start).
     pub end: u64,
@@ -26,15 +28,33 @@ pub struct Tail {
     pub last_timestamp_ms: u64,
     /// Why the scan stopped (for the log).
     pub stopped: &'static str,
+    /// The record counts the scan learnt: of each segment it walked from where its count was
+    /// known. Given to the segments by [`Tail::keep_counts`] once the caller knows its end.
+    counted: Vec<(Arc<Segment>, Counted)>,
+}
+
+impl Tail {
+    /// Gives the segments the counts the scan learnt that reach no further than `end` (the
+    /// caller may end the log below where the scan did: the published end).
+    pub fn keep_counts(&self, end: u64) {
+        for (seg, c) in &self.counted {
+            if seg.start() + c.upto <= end {
+                seg.note_counted(*c);
+            }
+        }
+    }
 }
 
 /// Walks valid records from `from`, a record boundary, to the end of the log. Sets each visited
 /// segment's written position: full for segments the log continues past, the end for the last.
+/// Counts the records of each segment it walks from where that segment's count is known (see
+/// [`Tail::keep_counts`]).
 pub fn find_end(list: &SegmentList, from: u64, max_body: usize) -> Result<Tail> {
     let mut tail = Tail {
         end: from,
         last_timestamp_ms: 0,
         stopped: "end of segments",
+        counted: Vec::new(),
     };
     let Some(first) = list.first() else {
         return Ok(tail);
@@ -69,17 +89,28 @@ pub fn find_end(list: &SegmentList, from: u64, max_body: usize) -> Result<Tail> 
         }
         let map = seg.map()?;
         let size = seg.size() as usize;
+        let known = Some(seg.counted()).filter(|c| c.upto == pos);
+        let mut records = 0;
         let stopped = loop {
             let rest = map.bytes(pos as usize, size);
             match validate(rest, seg.start() + pos, max_body) {
                 Slot::Record(h) => {
                     tail.last_timestamp_ms = tail.last_timestamp_ms.max(h.timestamp_ms);
                     pos += u64::from(h.len);
+                    records += 1;
                 }
                 Slot::EndOfSegment => break None,
                 other => break other.defect(),
             }
         };
+        if let Some(k) = known {
+            let upto = if stopped.is_none() { seg.size() } else { pos };
+            let c = Counted {
+                upto,
+                records: k.records + records,
+            };
+            tail.counted.push((Arc::clone(seg), c));
+        }
         match stopped {
             None if idx + 1 < segs.len() => {
                 seg.set_written(seg.size());
@@ -145,6 +176,7 @@ pub(crate) fn recover(
         for s in list.as_slice() {
             s.set_written(end.clamp(s.start(), s.end()) - s.start());
         }
+        counts::forget_past(&list, end);
         let list = if writer {
             cut_empty_tail(list, end)?
         } else {
@@ -184,6 +216,10 @@ pub(crate) fn recover(
             seg.set_written(p - seg.start());
         }
     }
+    // Counts given from rmqlog.counts hold below the flushed offset, which no recovery cuts
+    // unless damage did.
+    counts::forget_past(&list, tail.end);
+    tail.keep_counts(tail.end);
     log::info!(
         "recovered the log end at {} (scanned from {from}{}: {})",
         tail.end,

@@ -431,6 +431,7 @@ pub(super) fn info<'py>(py: Python<'py>, c: &ConsumerInfo) -> PyResult<Bound<'py
     d.set_item("name", &c.name)?;
     d.set_item("position", c.position)?;
     d.set_item("lag_bytes", c.lag_bytes)?;
+    d.set_item("lag_records", c.lag_records)?;
     d.set_item("committed_ms", c.committed_ms)?;
     d.set_item("created_ms", c.created_ms)?;
     d.set_item("open", c.open)?;

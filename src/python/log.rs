@@ -87,6 +87,9 @@ fn follow_args(
     }))
 }
 
+/// A damaged range as `verify()` returns it: `(start_offset, end_offset, reason)`.
+type Damaged = (u64, u64, String);
+
 impl PyCommitLog {
     /// The largest body this log takes (`max_message_size`).
     fn max_body(&self) -> usize {
@@ -627,6 +630,36 @@ impl PyCommitLog {
         Ok(py.detach(|| self.log.offset_for_timestamp(ts))?)
     }
 
+    /// How many records the log holds (`min_offset` to `max_offset`), without scanning it.
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        let n = py.detach(|| self.log.record_count())?;
+        Ok(usize::try_from(n).unwrap_or(usize::MAX))
+    }
+
+    /// A log is true whatever it holds (as a file is): `if log:` does not count its records.
+    fn __bool__(&self) -> bool {
+        true
+    }
+
+    /// How many records have offsets in `[start, end)` (defaults: the whole log), clamped to
+    /// the log's range; at most a walk of part of the segments holding `start` and `end`.
+    #[pyo3(signature = (start = None, end = None))]
+    fn records_between(
+        &self,
+        py: Python<'_>,
+        start: Option<&Bound<'_, PyAny>>,
+        end: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<u64> {
+        let bound = |o: Option<&Bound<'_, PyAny>>, what: &str, default: u64| {
+            o.filter(|o| !o.is_none())
+                .map(|o| args::offset(o, what).map(|v| v.clamp(0, u64::MAX as i128) as u64))
+                .transpose()
+                .map(|v| v.unwrap_or(default))
+        };
+        let (from, to) = (bound(start, "start", 0)?, bound(end, "end", u64::MAX)?);
+        Ok(py.detach(|| self.log.records_between(from, to))?)
+    }
+
     /// First offset of the log.
     #[getter]
     fn min_offset(&self) -> PyResult<u64> {
@@ -716,6 +749,7 @@ impl PyCommitLog {
             let one = PyDict::new(py);
             one.set_item("position", c.position)?;
             one.set_item("lag_bytes", c.lag_bytes)?;
+            one.set_item("lag_records", c.lag_records)?;
             by_name.set_item(&c.name, one)?;
         }
         d.set_item("consumers", by_name)?;
@@ -868,32 +902,42 @@ impl PyCommitLog {
         py: Python<'_>,
         progress: Option<Bound<'_, PyAny>>,
         remote: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Vec<(u64, u64, String)>> {
+    ) -> PyResult<Vec<Damaged>> {
+        Ok(self.verify_counted(py, progress, remote)?.1)
+    }
+
+    /// `verify()`, and how many valid records it walked: `(records, damaged ranges)`. A
+    /// segment whose record count the log knows and whose walk finds another number is a
+    /// damaged range too.
+    #[pyo3(signature = (progress = None, *, remote = None))]
+    fn verify_counted(
+        &self,
+        py: Python<'_>,
+        progress: Option<Bound<'_, PyAny>>,
+        remote: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(u64, Vec<Damaged>)> {
         let remote = match remote.filter(|r| !r.is_none()) {
             Some(r) => args::boolean(r, "remote")?,
             None => self.log.paths().is_empty(),
         };
         let cb = progress.map(Bound::unbind);
         let mut failed = None;
-        let bad = py.detach(|| {
+        let verified = py.detach(|| {
             let progress = |done, total| {
                 if let (None, Some(cb)) = (&failed, &cb) {
                     failed = Python::attach(|py| cb.call1(py, (done, total)).err());
                 }
             };
-            if remote {
-                self.log.verify_remote_with(progress)
-            } else {
-                self.log.verify_with(progress)
-            }
+            self.log.verify_counted(remote, progress)
         })?;
         if let Some(e) = failed {
             return Err(e);
         }
-        Ok(bad
-            .into_iter()
-            .map(|b| (b.start, b.end, b.reason))
-            .collect())
+        let bad = verified.damaged.into_iter();
+        Ok((
+            verified.records,
+            bad.map(|b| (b.start, b.end, b.reason)).collect(),
+        ))
     }
 
     /// Runs one cleaning pass now; returns the number of segments deleted. `force=True` ignores

@@ -3,10 +3,9 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::open::layout;
+use crate::open::layout::{self, remote_view};
 use crate::open::listing;
 use crate::open::recovery::{find_end, next_boundary};
-use crate::open::remote_view;
 use crate::state::{Change, State};
 use crate::storage::segments::SegmentList;
 use crate::storage::tail_hint;
@@ -83,6 +82,7 @@ pub(crate) fn refresh_to(state: &State, limit: Option<u64>) -> Result<u64> {
             Err(e) => return Err(e),
         };
         tail.end = clamp(&list, known, tail.end, limit);
+        tail.keep_counts(tail.end);
         let list = list.truncated_before(tail.end + 1);
         state.change(|_| {
             let reload = Change::Reload {
@@ -118,6 +118,7 @@ pub(crate) fn extend(state: &State, limit: u64) -> Result<u64> {
     }
     let tail = find_end(&list, known, u32::MAX as usize)?;
     let end = clamp(&list, known, tail.end, Some(limit));
+    tail.keep_counts(end);
     if end > known {
         state.publish(end, tail.last_timestamp_ms);
     }

@@ -1,9 +1,10 @@
 //! Reads: one record by offset, ordered scans and the timestamp search (`reader.rs`), a read-only
 //! follower picking up what a writer in another process did (`follow.rs`), waiting for the next
-//! record without spinning (`wait.rs`), and a thread that waits on behalf of waiters that cannot
-//! block (`watch.rs`: asyncio's). Arrow batches are `crate::arrow`; named consumers are
-//! `crate::consumers`.
+//! record without spinning (`wait.rs`), a thread that waits on behalf of waiters that cannot
+//! block (`watch.rs`: asyncio's), and how many records the log or a range of it holds
+//! (`count.rs`). Arrow batches are `crate::arrow`; named consumers are `crate::consumers`.
 
+pub(crate) mod count;
 pub(crate) mod follow;
 pub(crate) mod reader;
 pub(crate) mod wait;

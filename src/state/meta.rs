@@ -1,5 +1,11 @@
 //! Writing the store's checkpoint (`rmqlog.meta`) from the state: the counters it covers, the
-//! directories it goes to, the move intent it carries.
+//! directories it goes to, the move intent it carries; and beside it the record counts
+//! (`rmqlog.counts`, see [`crate::storage::counts`]) when those it would hold changed.
+//!
+//! The counts recorded are those of segments whose bytes are durable (below `flushed_offset`):
+//! each whole segment's, and at a clean close the last segment's up to the end. A segment sealed
+//! during this open whose count is not known whole (another shared writer appended to it) is
+//! counted first; segments older than the open are recorded once something counted them.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -7,6 +13,7 @@ use std::sync::atomic::Ordering;
 use super::State;
 use crate::error::{Error, Result};
 use crate::storage::checkpoint::{Checkpoint, Move, TierMark};
+use crate::storage::counts::{self, Recorded};
 use crate::storage::settings::WriterSettings;
 use crate::sync::locked;
 
@@ -47,6 +54,8 @@ impl State {
         on_disk: Option<&Checkpoint>,
         edit: impl FnOnce(&mut Checkpoint),
     ) -> Result<()> {
+        // Walks that counting may take, before the lock (a leaf, held briefly).
+        self.count_sealed(clean);
         let mut c = locked(&self.checkpoint);
         if self.meta_final.load(Ordering::Acquire) {
             return Err(Error::Closed);
@@ -85,7 +94,90 @@ impl State {
             }
         }
         c.seq += 1;
-        c.write(&dirs, self.opts.file_mode)
+        c.write(&dirs, self.opts.file_mode)?;
+        self.record_counts(&c.store_id, &dirs, clean);
+        Ok(())
+    }
+
+    /// Counts the segments whose count the checkpoint should record and does not know whole:
+    /// those sealed since this open began (another shared writer's records in them), and at a
+    /// clean close the last one up to the end. A failure is left to the next reader (it counts
+    /// what is unknown when asked).
+    fn count_sealed(&self, clean: bool) {
+        let end = self.max_offset();
+        let flushed = self.flushed_offset();
+        let list = self.segments_full();
+        if self.shared.is_some() {
+            // What the other writers' checkpoints recorded.
+            counts::apply(&list, &self.read_counts(), end);
+        }
+        let sealed = list.sealed(end);
+        for seg in sealed.iter().filter(|s| s.end() > self.counts_floor) {
+            if seg.is_local() && seg.end() <= flushed && !seg.is_counted() {
+                if let Err(e) = counts::whole(seg) {
+                    log::debug!("segment {} not counted: {e}", seg.start());
+                }
+            }
+        }
+        if let Some(last) = list
+            .last()
+            .filter(|l| clean && flushed == end && l.contains(end))
+        {
+            let at = end - last.start();
+            if let Err(e) = counts::below(last, at, at) {
+                log::debug!("segment {} not counted: {e}", last.start());
+            }
+        }
+    }
+
+    /// Writes `rmqlog.counts` into `dirs` if what it would hold changed: every whole count of a
+    /// segment of durable bytes, the counts recorded before of the others (still true), and with
+    /// `clean` the last segment's up to the end. A failure costs walks later: a warning.
+    fn record_counts(&self, store_id: &str, dirs: &[PathBuf], clean: bool) {
+        let flushed = self.flushed_offset();
+        let list = self.segments_full();
+        let mut recorded = locked(&self.counts_recorded);
+        let last = list.last().map(|l| l.start());
+        let entries: Vec<Recorded> = list
+            .as_slice()
+            .iter()
+            .filter_map(|seg| {
+                let r = Recorded::of(seg).filter(|r| r.start + r.upto <= flushed);
+                let before = || {
+                    let i = recorded
+                        .binary_search_by_key(&seg.start(), |r| r.start)
+                        .ok()?;
+                    Some(recorded[i]).filter(|r| r.size == seg.size())
+                };
+                match r {
+                    Some(r) if r.upto == r.size || clean || Some(r.start) != last => Some(r),
+                    _ => before(),
+                }
+            })
+            .collect();
+        if entries == *recorded {
+            return;
+        }
+        match counts::write(dirs, store_id, &entries, self.opts.file_mode, false) {
+            Ok(()) => *recorded = entries,
+            Err(e) => log::warn!("record counts not recorded: {e}"),
+        }
+    }
+
+    /// Every copy of `rmqlog.counts` this open can read.
+    fn read_counts(&self) -> Vec<Recorded> {
+        let store_id = locked(&self.checkpoint).store_id.clone();
+        counts::read(&self.metadata_dirs(), &store_id)
+    }
+
+    /// Gives the segments the counts a writer recorded (a follower's or shared writer's view
+    /// has segments it did not count); a writer's open also takes them as what the file holds.
+    pub fn take_recorded_counts(&self) {
+        let recorded = self.read_counts();
+        counts::apply(&self.segments(), &recorded, self.max_offset());
+        if !self.read_only {
+            *locked(&self.counts_recorded) = recorded;
+        }
     }
 
     /// The directories that keep the store's metadata (checkpoint, tier manifest copy).

@@ -3,8 +3,10 @@
 //!
 //! Every part of the log (writer, readers, flusher, cleaner, mover, follower) works on a `&State`.
 //! The segment list and `min_offset` change only through [`State::change`] (`changes.rs`); the
-//! checkpoint is written only here (`meta.rs`); the published end only by [`State::publish`]
-//! (the writer) and a follower's reload.
+//! checkpoint (and `rmqlog.counts` beside it) is written only here (`meta.rs`); the published end
+//! only by [`State::publish`] (the writer) and a follower's reload. Record counts live in the
+//! segments (`storage::segment::Counted`), so a change of the list takes them along: a deleted
+//! segment's records leave the log's count with it.
 //!
 //! Locks, in the order they may be taken (never the other way round):
 //! 1. `move_lock` (one move at a time, for its whole copy; `close` takes it to wait for a move)
@@ -37,6 +39,7 @@ use crate::state::dirs::{Dir, DirInfo, DirState};
 use crate::state::events::Events;
 use crate::state::stats::Stats;
 use crate::storage::checkpoint::Checkpoint;
+use crate::storage::counts::Recorded;
 use crate::storage::record::Format;
 use crate::storage::segments::SegmentList;
 use crate::sync::locked;
@@ -72,6 +75,12 @@ pub(crate) struct State {
     /// Set when the cleaner thread panicked: cleaning stops, `clean()` reports it.
     clean_poison: OnceLock<String>,
     checkpoint: Mutex<Checkpoint>,
+    /// What `rmqlog.counts` holds as this open last wrote or read it (`meta.rs`).
+    counts_recorded: Mutex<Vec<Recorded>>,
+    /// The end of the log when this open began: a segment sealed above it whose count is not
+    /// known (another shared writer's records in it) is counted before the checkpoint records
+    /// counts; those below are counted when first asked for.
+    counts_floor: u64,
     /// Set by the close's checkpoint: no metadata is written after it.
     meta_final: AtomicBool,
     /// Serialises syncs; a sync covers everything published before it started (group commit).
@@ -119,6 +128,8 @@ pub(crate) struct Parts {
     pub flushed: u64,
     pub last_ts: u64,
     pub checkpoint: Checkpoint,
+    /// What `rmqlog.counts` holds (a writer's open read it).
+    pub counts: Vec<Recorded>,
     pub tier: Option<Arc<Tier>>,
     pub control: Arc<Control>,
 }
@@ -143,6 +154,8 @@ impl State {
             poisoned: OnceLock::new(),
             clean_poison: OnceLock::new(),
             checkpoint: Mutex::new(p.checkpoint),
+            counts_recorded: Mutex::new(p.counts),
+            counts_floor: p.end,
             meta_final: AtomicBool::new(false),
             flush_lock: Mutex::new(()),
             move_lock: Mutex::new(()),

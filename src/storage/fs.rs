@@ -137,6 +137,27 @@ pub fn atomic_write(path: &Path, data: &[u8], mode: u32) -> Result<()> {
     sync_dir(dir)
 }
 
+/// Replaces `path` with `data` by a temp file and a rename, without a sync: a reader finds the
+/// old bytes or the new ones, never a mix, unless the machine loses power before the kernel
+/// writes them (then either, or a torn file). For a cache whose reader checks a CRC.
+pub fn replace_unsynced(path: &Path, data: &[u8], mode: u32) -> Result<()> {
+    let mut tmp_name = path.as_os_str().to_owned();
+    tmp_name.push(TEMP_SUFFIX);
+    let tmp = PathBuf::from(tmp_name);
+    let written = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(data));
+    if let Err(e) = written.and_then(|()| fs::rename(&tmp, path)) {
+        let _ = fs::remove_file(&tmp);
+        return Err(Error::io("writing", tmp, e));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

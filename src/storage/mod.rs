@@ -3,10 +3,12 @@
 //! the store's small metadata files, each written atomically and framed by `crc_line.rs`: the
 //! checkpoint `rmqlog.meta` (`checkpoint.rs`), a directory's identity `rmqlog.id` (`identity.rs`),
 //! the recovery hint `rmqlog.tail` (`tail_hint.rs`) and the writer settings it records
-//! (`settings.rs`). `fs.rs` has the file-system helpers (names, preallocation, directory sync).
-//! Nothing here knows the log's state.
+//! (`settings.rs`). `counts.rs` counts a segment's records and keeps the counts a writer records
+//! (`rmqlog.counts`, a cache). `fs.rs` has the file-system helpers (names, preallocation,
+//! directory sync). Nothing here knows the log's state.
 
 pub(crate) mod checkpoint;
+pub(crate) mod counts;
 pub(crate) mod crc_line;
 pub(crate) mod fs;
 pub(crate) mod identity;

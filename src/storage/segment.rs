@@ -8,14 +8,21 @@
 //!   the only writer (serialised by the writer mutex) writes above it, then publishes;
 //! - a [`Mapping`] is unmapped only when its last `Arc` goes, so a slice handed to a reader stays
 //!   valid after the log is closed or the file is deleted.
+//!
+//! A segment also carries what is known of its record count ([`Counted`]): how many records
+//! start below a position. The writer raises it as it appends, recovery and a follower's view
+//! as they walk new records, and `storage::counts` when it walks the rest or reads the counts a
+//! writer recorded (`rmqlog.counts`). Every value it holds is true; a later one only reaches
+//! further.
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::{Error, IoContext, Result};
 pub use crate::storage::mapping::Mapping;
+use crate::sync::locked;
 use crate::tier::{Entry, Manifest, Tier};
 
 /// The largest offset a log holds: `i64::MAX`. Offsets are unsigned in the file format, but signed
@@ -34,6 +41,87 @@ enum Place {
     Remote(Arc<Tier>),
 }
 
+/// What is known of a segment's record count: `records` records start below position `upto`
+/// (relative to the segment's start, a record boundary). `upto == size` is the whole segment's
+/// count (its filler holds none). `(0, 0)` is always true.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counted {
+    /// A record boundary, or the segment's size.
+    pub upto: u64,
+    /// Records starting below `upto`.
+    pub records: u64,
+}
+
+/// Of two true counts, the one reaching further.
+fn further(a: Counted, b: Counted) -> Counted {
+    if a.upto >= b.upto {
+        a
+    } else {
+        b
+    }
+}
+
+/// Counts a segment keeps besides the one reaching furthest: where counts inside it were asked
+/// for (consumers' positions), so that asking again walks nothing.
+const MARKS: usize = 4;
+
+/// What walks, recovery and recorded counts know of a segment's count: the pair reaching
+/// furthest, and a few marks inside it.
+#[derive(Debug, Default)]
+struct Counts {
+    known: Counted,
+    marks: [Counted; MARKS],
+    next_mark: usize,
+}
+
+/// The count the writer keeps of the segment it appends to: stored only by the thread holding
+/// the writer's cursor, read by any (a seqlock: an append batch stores four words and takes no
+/// lock; a reader retries while a store is under way).
+#[derive(Debug, Default)]
+struct Appended {
+    /// Odd while a store is under way.
+    seq: AtomicU64,
+    upto: AtomicU64,
+    records: AtomicU64,
+}
+
+impl Appended {
+    fn load(&self) -> Counted {
+        loop {
+            let seq = self.seq.load(Ordering::Acquire);
+            let c = Counted {
+                upto: self.upto.load(Ordering::Relaxed),
+                records: self.records.load(Ordering::Relaxed),
+            };
+            fence(Ordering::Acquire);
+            if seq & 1 == 0 && self.seq.load(Ordering::Relaxed) == seq {
+                return c;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// The count as the one thread that stores it sees it (no retry: nothing else stores).
+    #[inline]
+    fn own(&self) -> Counted {
+        Counted {
+            upto: self.upto.load(Ordering::Relaxed),
+            records: self.records.load(Ordering::Relaxed),
+        }
+    }
+
+    /// One thread at a time: the writer's (under its cursor), or an open before it has one.
+    #[inline]
+    fn store(&self, c: Counted) {
+        let seq = self.seq.load(Ordering::Relaxed);
+        self.seq.store(seq + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.upto.store(c.upto, Ordering::Relaxed);
+        self.records.store(c.records, Ordering::Relaxed);
+        self.seq.store(seq + 2, Ordering::Release);
+    }
+}
+
 /// One fixed-size segment file named by its start offset.
 #[derive(Debug)]
 pub struct Segment {
@@ -48,6 +136,10 @@ pub struct Segment {
     /// End of the records in this segment, relative to `start` (the filler is not counted).
     written: AtomicU64,
     map: OnceLock<Arc<Mapping>>,
+    /// Its record count as far as it is known: the writer's (no lock per append) and what
+    /// anything else learnt (a walk holds the mutex only to read or store a pair).
+    appended: Appended,
+    count: Mutex<Counts>,
 }
 
 impl Segment {
@@ -64,6 +156,8 @@ impl Segment {
             remote: OnceLock::new(),
             written: AtomicU64::new(0),
             map: OnceLock::new(),
+            appended: Appended::default(),
+            count: Mutex::new(Counts::default()),
         }
     }
 
@@ -73,7 +167,7 @@ impl Segment {
         let mut s = Segment::new(entry.start, entry.size, url, usize::MAX, false);
         s.written = AtomicU64::new(entry.written);
         s.place = Place::Remote(tier);
-        let _ = s.remote.set(entry);
+        s.set_remote_copy(entry);
         s
     }
 
@@ -83,6 +177,11 @@ impl Segment {
         let mut s = Segment::new(start, size, dir_path, usize::MAX, false);
         s.place = Place::Lost;
         s.written = AtomicU64::new(size);
+        // Its records cannot be read: none is counted.
+        s.note_counted(Counted {
+            upto: size,
+            records: 0,
+        });
         s
     }
 
@@ -118,8 +217,15 @@ impl Segment {
         self.remote_in(m).is_some()
     }
 
-    /// Records that `entry` in the tier is a verified copy of this (local) segment.
+    /// Records that `entry` in the tier is a verified copy of this (local) segment; the count
+    /// its upload made is the segment's.
     pub(crate) fn set_remote_copy(&self, entry: Entry) {
+        if let Some(records) = entry.records.filter(|_| entry.size == self.size) {
+            self.note_counted(Counted {
+                upto: self.size,
+                records,
+            });
+        }
         let _ = self.remote.set(entry);
     }
 
@@ -176,11 +282,111 @@ impl Segment {
         self.written.fetch_max(pos, Ordering::AcqRel);
     }
 
-    /// The same file as a writer's active segment: mapped for writing, as written as this one.
+    /// The same file as a writer's active segment: mapped for writing, as written and as
+    /// counted as this one.
     pub(crate) fn writable_copy(&self) -> Segment {
         let seg = Segment::new(self.start, self.size, self.path.clone(), self.dir, true);
         seg.set_written(self.written());
+        seg.note_counted(self.counted());
         seg
+    }
+
+    /// What is known of its record count, reaching furthest.
+    pub fn counted(&self) -> Counted {
+        let walked = locked(&self.count).known;
+        further(self.appended.load(), walked)
+    }
+
+    /// Whether its whole count is known.
+    pub fn is_counted(&self) -> bool {
+        self.counted().upto == self.size
+    }
+
+    /// The known counts nearest `p`: the one reaching furthest at or below it (`(0, 0)` at
+    /// worst), and the one reaching least at or above it, if any.
+    pub(crate) fn counts_around(&self, p: u64) -> (Counted, Option<Counted>) {
+        let appended = self.appended.load();
+        let c = locked(&self.count);
+        let all = || std::iter::once(c.known).chain(c.marks).chain([appended]);
+        let below = all().filter(|k| k.upto <= p).max_by_key(|k| k.upto);
+        let above = all().filter(|k| k.upto >= p).min_by_key(|k| k.upto);
+        (below.unwrap_or_default(), above)
+    }
+
+    /// Takes `c` (true of this segment's bytes) if it reaches further than what is known.
+    pub(crate) fn note_counted(&self, c: Counted) {
+        let appended = self.appended.load().upto;
+        let mut counts = locked(&self.count);
+        if c.upto > counts.known.upto.max(appended) && c.upto <= self.size {
+            counts.known = c;
+        }
+    }
+
+    /// Keeps `c` (true of this segment's bytes): as the count reaching furthest if it does,
+    /// else as a mark inside the segment.
+    pub(crate) fn note_count_at(&self, c: Counted) {
+        let appended = self.appended.load().upto;
+        let mut counts = locked(&self.count);
+        let furthest = counts.known.upto.max(appended);
+        if c.upto > self.size || counts.marks.contains(&c) {
+            return;
+        }
+        if c.upto > furthest {
+            counts.known = c;
+        } else if c.upto < furthest {
+            let i = counts.next_mark;
+            counts.marks[i] = c;
+            counts.next_mark = (i + 1) % MARKS;
+        }
+    }
+
+    /// The writer (holding its cursor) appended `records` records in `[from, to)`, published;
+    /// with `sealed`, the segment is closed at `to` (its filler follows). Counted when what is
+    /// known reaches `from` exactly: the writer's own count (two loads and four stores, no
+    /// lock), else what a walk or recovery learnt (then the writer's count starts from it).
+    /// Otherwise another shared writer's records lie before them, counted when asked for.
+    #[inline]
+    pub(crate) fn count_appended(&self, from: u64, to: u64, records: u64, sealed: bool) {
+        // Only the cursor's holder stores the writer's count: it reads its own stores.
+        let own = self.appended.own();
+        if own.upto == from {
+            self.appended.store(Counted {
+                upto: if sealed { self.size } else { to },
+                records: own.records + records,
+            });
+        } else {
+            self.count_appended_after_others(from, to, records, sealed);
+        }
+    }
+
+    /// [`Segment::count_appended`] when the writer's own count does not reach `from`.
+    #[cold]
+    fn count_appended_after_others(&self, from: u64, to: u64, records: u64, sealed: bool) {
+        let walked = locked(&self.count).known;
+        let base = match walked.upto {
+            upto if upto == from => walked.records,
+            // A walk counted these records already (they were published).
+            upto if upto == to && sealed => walked.records.saturating_sub(records),
+            _ => return,
+        };
+        self.appended.store(Counted {
+            upto: if sealed { self.size } else { to },
+            records: base + records,
+        });
+    }
+
+    /// Forgets what is known of its count (it reached past the end recovery found). Before the
+    /// open has a writer.
+    pub(crate) fn forget_count(&self) {
+        self.appended.store(Counted::default());
+        *locked(&self.count) = Counts::default();
+    }
+
+    /// The copy of `other` (a moved segment, its remote copy) has its count.
+    pub(crate) fn take_count(&self, other: &Segment) {
+        if other.size == self.size && other.start == self.start {
+            self.note_counted(other.counted());
+        }
     }
 
     /// Whether it maps for writing (the writer's active segment).
@@ -287,5 +493,71 @@ impl Segment {
             .open(&self.path)
             .ctx("opening segment", &self.path)?;
         file.sync_data().ctx("syncing segment", &self.path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seg() -> Segment {
+        Segment::new(0, 4096, PathBuf::new(), 0, true)
+    }
+
+    fn c(upto: u64, records: u64) -> Counted {
+        Counted { upto, records }
+    }
+
+    #[test]
+    fn appends_count_from_what_is_known() {
+        let s = seg();
+        s.count_appended(0, 100, 3, false);
+        s.count_appended(100, 250, 2, false);
+        assert_eq!(s.counted(), c(250, 5));
+        // Another writer's records in [250, 400): not counted until something walks them.
+        s.count_appended(400, 500, 1, false);
+        assert_eq!(s.counted(), c(250, 5));
+        s.note_counted(c(400, 9));
+        s.count_appended(400, 500, 1, false);
+        assert_eq!(s.counted(), c(500, 10));
+        // Sealed at 600: the whole segment's count.
+        s.count_appended(500, 600, 2, true);
+        assert_eq!(s.counted(), c(4096, 12));
+        assert!(s.is_counted());
+        // A walk that counted a sealing batch already: the count is whole all the same.
+        let t = seg();
+        t.note_counted(c(300, 4));
+        t.count_appended(200, 300, 1, true);
+        assert_eq!(t.counted(), c(4096, 4));
+    }
+
+    #[test]
+    fn marks_answer_counts_inside() {
+        let s = seg();
+        s.count_appended(0, 1000, 10, false);
+        s.note_count_at(c(500, 6));
+        s.note_count_at(c(2000, 20)); // further: the count reaching furthest
+        assert_eq!(s.counts_around(700), (c(500, 6), Some(c(1000, 10))));
+        assert_eq!(s.counts_around(2500), (c(2000, 20), None));
+        s.forget_count();
+        assert_eq!(s.counts_around(700), (Counted::default(), None));
+    }
+
+    #[test]
+    fn a_reader_never_sees_half_a_store() {
+        let s = Arc::new(seg());
+        let writer = {
+            let s = Arc::clone(&s);
+            std::thread::spawn(move || {
+                for k in 1..200_000u64 {
+                    s.appended.store(c(k * 7, k));
+                }
+            })
+        };
+        while !writer.is_finished() {
+            let got = s.appended.load();
+            assert_eq!(got.upto, got.records * 7, "{got:?}");
+        }
+        writer.join().unwrap();
     }
 }

@@ -64,13 +64,15 @@ impl SegmentList {
         self.derive(segments)
     }
 
-    /// A copy with the segment of the same start replaced by `segment` (a moved segment).
+    /// A copy with the segment of the same start replaced by `segment` (a moved segment, its
+    /// remote copy), which takes the old one's record count.
     pub fn with_replaced(&self, segment: Arc<Segment>) -> SegmentList {
         let segments = self
             .segments
             .iter()
             .map(|s| {
                 if s.start() == segment.start() {
+                    segment.take_count(s);
                     Arc::clone(&segment)
                 } else {
                     Arc::clone(s)

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::storage::fs::{atomic_write, parse_segment_name, segment_name};
+use crate::storage::record::HEADER_LEN;
 
 /// Name of the local copy of the manifest, in every directory of the store.
 pub(crate) const LOCAL_COPY: &str = "rmqlog.tier";
@@ -41,6 +42,11 @@ pub struct Entry {
     /// whole); a reader that predates it ignores it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub splits: Vec<u64>,
+    /// How many records the segment holds, counted by the upload's walk of its headers (for
+    /// `len()` without reading the object). Absent from entries written before it existed (such
+    /// a segment is counted by reading it); a reader that predates it ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records: Option<u64>,
 }
 
 /// The spacing of a remote segment's [`Entry::splits`]: a 1 GiB segment has 32.
@@ -65,6 +71,15 @@ impl Entry {
             return Some(format!(
                 "its records end at {}, past its {} bytes",
                 self.written, self.size
+            ));
+        }
+        if let Some(n) = self
+            .records
+            .filter(|&n| n > self.written / HEADER_LEN as u64)
+        {
+            return Some(format!(
+                "it counts {n} records in {} bytes, more than {HEADER_LEN}-byte headers fit",
+                self.written
             ));
         }
         let increasing = self.splits.first() != Some(&0)
@@ -259,6 +274,7 @@ mod tests {
             crc32c: 0,
             modified_ms: 0,
             splits,
+            records: None,
         });
         m.encode()
     }

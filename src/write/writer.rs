@@ -453,8 +453,12 @@ fn write_batch<B: AsRef<[u8]>>(
     let mut new_segments = new_segments.into_iter();
     let sync = state.opts.flush.policy().each_append;
     let ts = now_ms().max(state.last_timestamp_ms());
-    let mut rolled = false;
     let mut bytes = 0u64;
+    // The records written into each segment, counted once they are published: where they
+    // start in the current one and how many; the segments this batch sealed (rare: no
+    // allocation otherwise).
+    let (mut from, mut records) = (c.pos, 0u64);
+    let mut sealed: Vec<(Arc<Segment>, u64, u64, u64)> = Vec::new();
     for (i, body) in bodies.iter().enumerate() {
         let body = body.as_ref();
         let len = HEADER_LEN + body.len();
@@ -468,12 +472,13 @@ fn write_batch<B: AsRef<[u8]>>(
             c.file.retire();
             if let Some((seg, map)) = &c.active {
                 seal(seg, map, c.pos);
-                rolled = true;
+                sealed.push((Arc::clone(seg), from, c.pos, records));
             }
             c.file = ActiveFile::new(&next.0, 0, sync);
             warm.set(c.file.target(&next.0, &next.1));
             c.active = Some(next);
             c.pos = 0;
+            (from, records) = (0, 0);
         }
         let Some((seg, map)) = &c.active else {
             return Err(Error::Internal("no active segment after a roll".into()));
@@ -498,6 +503,7 @@ fn write_batch<B: AsRef<[u8]>>(
             let Ok(()) = stored;
         }
         c.pos += len as u64;
+        records += 1;
         bytes += body.len() as u64;
         sink(offset);
     }
@@ -514,6 +520,16 @@ fn write_batch<B: AsRef<[u8]>>(
         control.publish_end(end, ts);
     }
     fail_point!("append::published");
+    // Counted once readers may see them: a count never runs ahead of the published end.
+    let rolled = !sealed.is_empty();
+    if rolled {
+        for (seg, from, to, n) in sealed {
+            seg.count_appended(from, to, n, true);
+        }
+    }
+    if let Some((seg, _)) = &c.active {
+        seg.count_appended(from, c.pos, records, false);
+    }
     if let Some(ctl) = shared {
         c.published = Some((ctl.end(), ctl.generation()));
     }

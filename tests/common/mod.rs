@@ -141,12 +141,15 @@ pub fn untag(b: &[u8]) -> (u32, u32) {
 }
 
 /// Every record of the store: dense offsets from `min_offset`, and each writer's records in its
-/// own order without gaps or repeats. Returns how many each writer has.
+/// own order without gaps or repeats, as many as the log counts. Returns how many each writer
+/// has.
 pub fn check_store(log: &CommitLog) -> std::collections::HashMap<u32, u32> {
     let mut next: std::collections::HashMap<u32, u32> = Default::default();
     let mut at = log.min_offset().unwrap();
+    let mut records = 0u64;
     for rec in log.scan(None, None).unwrap() {
         let rec = rec.unwrap();
+        records += 1;
         assert_eq!(rec.offset(), at, "offsets are dense");
         at = rec.next_offset();
         let (w, i) = untag(&rec);
@@ -158,5 +161,10 @@ pub fn check_store(log: &CommitLog) -> std::collections::HashMap<u32, u32> {
         *n += 1;
     }
     assert_eq!(at, log.max_offset().unwrap(), "the scan reaches the end");
+    assert_eq!(
+        log.record_count().unwrap(),
+        records,
+        "the log counts its records"
+    );
     next
 }

@@ -1,4 +1,5 @@
-"""``rmqlog consumers``: the store's named consumers, their positions and lag; ``--drop``."""
+"""``rmqlog consumers``: the store's named consumers, their positions and lag (bytes and
+records); ``--drop``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rmqlog.cli.common import (
     human_bytes,
     iso_utc,
     open_read_only,
+    plural,
     split_paths,
 )
 
@@ -43,8 +45,8 @@ def render_consumers(rows: list[dict[str, Any]] | None, error: str | None = None
         ]
         lines.append(
             f"  {c['name']}  position {c['position']}  lag {c['lag_bytes']} bytes "
-            f"({human_bytes(c['lag_bytes'])})  last commit {c['committed']}"
-            + (f"  [{', '.join(flags)}]" if flags else "")
+            f"({human_bytes(c['lag_bytes'])}), {plural(c['lag_records'], 'record')}  "
+            f"last commit {c['committed']}" + (f"  [{', '.join(flags)}]" if flags else "")
         )
         lines.append("    " + work_queue_line(c))
     return lines

@@ -189,8 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub,
         "stat",
         cmd_stat,
-        help="offsets, segments per directory and in the tier, disk usage",
-        description="Opens the store read-only and prints its offsets, segments per directory "
+        help="offsets, record count, segments per directory and in the tier, disk usage",
+        description="Opens the store read-only and prints its offsets, its record count (kept "
+        "per segment: no scan), segments per directory "
         "(each one's where: local, remote, both) and in the remote tier, each directory's state "
         "and disk usage, its named consumers, and the settings its writer recorded, if any. "
         "Counters and options of the stat process itself are not the store's and are not shown. "
@@ -201,10 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser(
         "consumers",
-        help="named consumers: position, lag, last commit; --drop NAME",
+        help="named consumers: position, lag (bytes, records), last commit; --drop NAME",
         description="Lists the store's named consumers (CommitLog.consumer): each one's committed "
-        "position, lag behind the end, last commit time, whether an open holds it now and "
-        "whether it holds the log's head from retention (retain_unconsumed); or drops one.",
+        "position, lag behind the end in bytes and records, last commit time, whether an open "
+        "holds it now and whether it holds the log's head from retention (retain_unconsumed); "
+        "or drops one.",
     )
     sp.add_argument(
         "paths",
@@ -260,9 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
         sub,
         "verify",
         cmd_verify,
-        help="check every record's CRCs (exit 1 on corruption)",
+        help="check every record's CRCs, counting them (exit 1 on corruption)",
         description="Opens the store read-only and checks every record (headers, stored "
-        "offsets, body CRCs), with a progress bar by bytes verified on a terminal; the segments "
+        "offsets, body CRCs), counting them (a segment whose recorded count differs is damage "
+        "too), with a progress bar by bytes verified on a terminal; the segments "
         "only in the remote tier are read by `rmqlog tier verify` (or given the tier's URL). Exit "
         "code 0 when clean, 1 when damage is found (each damaged range is printed), 2 on an error.",
     )

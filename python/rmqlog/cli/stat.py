@@ -1,4 +1,5 @@
-"""``rmqlog stat``: a store's offsets, segments per directory, disk usage, recorded settings.
+"""``rmqlog stat``: a store's offsets, record count, segments per directory, disk usage,
+recorded settings.
 
 Only what the store itself tells: a read-only open's own options (strategy, flush mode) and
 counters (``CommitLog.stats()``) are this process's, not the writer's, and are never shown.
@@ -127,6 +128,7 @@ def _stat_info(clog: CommitLog) -> tuple[dict[str, Any], BaseException | None]:
         "min_offset": clog.min_offset,
         "max_offset": clog.max_offset,
         "flushed_offset": clog.flushed_offset,
+        "records": len(clog),
         "data_bytes": clog.max_offset - clog.min_offset,
         "segment_count": len(segments),
         "total_bytes": sum(s.size for s in segments),
@@ -169,6 +171,8 @@ def print_stat(info: dict[str, Any], out: TextIO) -> None:
         f"offsets: min {info['min_offset']}  max {info['max_offset']}  "
         f"flushed {info['flushed_offset']}"
     )
+    if info.get("records") is not None:
+        p(f"records: {info['records']}")
     if info.get("record_format") is not None:
         p(f"record format: {info['record_format']}")
     p(
@@ -219,7 +223,8 @@ def _segment_line(s: dict[str, Any]) -> str:
 
 
 def cmd_stat(args: argparse.Namespace, out: TextIO) -> int:
-    """``rmqlog stat``: offsets, segments per directory, disk usage, recorded settings. Consumer
+    """``rmqlog stat``: offsets, the record count (``len()``: no scan), segments per directory,
+    disk usage, recorded settings. Consumer
     positions that cannot be read are reported in the output, as ``tier status`` reports a tier
     that does not answer: everything else is printed first, then the exit code is 1 when they are
     damaged (a ``CorruptionError``), 2 (with the error line) on another error."""

@@ -1,4 +1,5 @@
-"""``rmqlog verify``: a full CRC walk of a store; exit code 1 when damage is found."""
+"""``rmqlog verify``: a full CRC walk of a store, counting the records it checks; exit code 1
+when damage is found."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from rmqlog.cli.common import (
 
 
 def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
-    """``rmqlog verify``: a full CRC walk; exit 0 when clean, 1 when damage is found. The
+    """``rmqlog verify``: a full CRC walk that counts the records it checks; exit 0 when clean,
+    1 when damage is found (a segment whose recorded count differs from its walk's too). The
     remote-only segments of a tiered store are read by ``rmqlog tier verify`` (and by this
     command given the tier's URL)."""
     return verify_and_report(
@@ -34,8 +36,9 @@ def verify_and_report(
     opened: Callable[[], CommitLog], as_json: bool, out: TextIO, *, remote: bool | None, what: str
 ) -> int:
     """Opens with ``opened``, verifies (``remote``: :meth:`CommitLog.verify`'s), prints each
-    damaged range and a summary; exit 0 when clean, 1 when damage is found, or when the store
-    does not open because it is damaged (``what`` names it in that message)."""
+    damaged range and a summary with the number of records checked; exit 0 when clean, 1 when
+    damage is found, or when the store does not open because it is damaged (``what`` names it
+    in that message)."""
     try:
         clog = opened()
     except CorruptionError as e:  # the store does not even open: that is corruption found
@@ -60,19 +63,28 @@ def verify_and_report(
                 bar.total = total
                 bar.update(done - bar.n)
 
-            bad = clog.verify(progress=advance, remote=remote)
+            records, bad = clog.verify_counted(progress=advance, remote=remote)
     damaged = [{"start": s, "end": e, "reason": r} for s, e, r in bad]
     nbytes = (
         hi - lo - sum(min(s.start_offset + s.size, hi) - max(s.start_offset, lo) for s in skipped)
     )
     nsegs = len(segs) - len(skipped)
     if as_json:
-        report = {"ok": not bad, "bytes": nbytes, "segments": nsegs, "damaged": damaged}
+        report = {
+            "ok": not bad,
+            "records": records,
+            "bytes": nbytes,
+            "segments": nsegs,
+            "damaged": damaged,
+        }
         if tiered:  # a store without a tier reports as it always did
             report |= {"objects": objects, "remote_only_skipped": len(skipped)}
         _emit_json(report, out)
         return EXIT_CORRUPT if bad else EXIT_OK
-    checked = f"{plural(nbytes, 'byte')}, {plural(nsegs, 'segment')} verified"
+    checked = (
+        f"{plural(records, 'record')}, {plural(nbytes, 'byte')}, "
+        f"{plural(nsegs, 'segment')} verified"
+    )
     if objects:
         checked += f", {plural(objects, 'remote object')} read back"
     if skipped:

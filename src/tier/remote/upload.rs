@@ -36,13 +36,15 @@ impl Tier {
         map: Arc<Mapping>,
         modified_ms: u64,
     ) -> Result<Entry> {
+        let (splits, records) = walk(map.bytes(0, written as usize), start);
         let entry = Entry {
             start,
             size: map.len() as u64,
             written,
             crc32c: crc32c::crc32c(map.bytes(0, map.len())),
             modified_ms,
-            splits: splits(map.bytes(0, written as usize), start),
+            splits,
+            records,
         };
         let name = object_name(start);
         let url = self.remote.url_of(&name);
@@ -110,17 +112,25 @@ impl Tier {
 }
 
 /// The first record start at or after each multiple of [`SPLIT_EVERY`] in a sealed segment's
-/// `records` (those at `start`), found by walking the headers. A walk that meets anything but a
-/// record stops there: the splits before it are still record starts.
-fn splits(records: &[u8], start: u64) -> Vec<u64> {
+/// `records` (those at `start`, filler included), found by walking the headers, and how many
+/// records there are. A walk that meets anything but a record stops there: the splits before it
+/// are still record starts, and no count is given unless it reached the filler or the end.
+fn walk(records: &[u8], start: u64) -> (Vec<u64>, Option<u64>) {
     let mut out = Vec::new();
-    let (mut pos, mut next) = (0u64, SPLIT_EVERY);
-    while let Slot::Record(h) = decode(&records[pos as usize..], start + pos, u32::MAX as usize) {
-        if pos >= next {
-            out.push(pos);
-            next = (pos / SPLIT_EVERY + 1) * SPLIT_EVERY;
+    let (mut pos, mut next, mut n) = (0u64, SPLIT_EVERY, 0u64);
+    let end = loop {
+        match decode(&records[pos as usize..], start + pos, u32::MAX as usize) {
+            Slot::Record(h) => {
+                if pos >= next {
+                    out.push(pos);
+                    next = (pos / SPLIT_EVERY + 1) * SPLIT_EVERY;
+                }
+                pos += u64::from(h.len);
+                n += 1;
+            }
+            Slot::EndOfSegment => break true,
+            _ => break false,
         }
-        pos += u64::from(h.len);
-    }
-    out
+    };
+    (out, end.then_some(n))
 }

@@ -1,0 +1,86 @@
+//! How many records the log holds, or a range of it, without scanning it.
+//!
+//! Each segment knows its count ([`crate::storage::segment::Counted`]): a sealed segment its
+//! whole count once anything counted it (its writer as it appended, recovery, a follower taking
+//! in new records, the counts a writer recorded in `rmqlog.counts`, or a walk of what was still
+//! unknown); the last segment how many records start below a position, which the writer raises
+//! with every append. The log's count is the sum over its segments, so a deletion of the head
+//! (retention, `truncate_before`) takes its segments' records out of it, and a count of
+//! `[from, to)` walks at most part of the segment holding `from` and of the one holding `to`.
+//!
+//! What a segment's count does not know yet is walked once per open (headers only, no CRC):
+//! records another shared writer appended since this open last counted, a segment sealed by
+//! another writer, a segment of a store whose writer recorded no count for it (written by an
+//! older rmqlog). Remote-only segments count from their manifest entry; one listed without a
+//! count (uploaded by an older rmqlog) is read from the tier to be counted. A hole left by a lost
+//! directory counts no record.
+
+use crate::error::Result;
+use crate::read::follow;
+use crate::shared;
+use crate::state::State;
+use crate::storage::counts::{below, whole};
+use crate::storage::segment::Segment;
+
+/// Records from `min_offset` to `max_offset`.
+pub(crate) fn record_count(state: &State) -> Result<u64> {
+    records_between(state, state.min_offset(), u64::MAX)
+}
+
+/// How many times a count starts again after a segment's file went while it counted.
+const ATTEMPTS: u32 = 8;
+
+/// Records whose offsets lie in `[from, to)`, clamped to `[min_offset, max_offset)`. A segment
+/// whose file went while it was counted (deleted or moved, by this open or, for a follower or
+/// a shared writer, another) makes the count start again on the log as it is now.
+pub(crate) fn records_between(state: &State, from: u64, to: u64) -> Result<u64> {
+    let mut attempt = 0;
+    loop {
+        match count_once(state, from, to) {
+            Err(e) if e.is_not_found() && attempt < ATTEMPTS => {
+                attempt += 1;
+                if state.read_only {
+                    follow::refresh(state)?;
+                } else {
+                    shared::catch_up(state)?;
+                }
+                // The open that moved or deleted it may not have announced it yet.
+                std::thread::sleep(std::time::Duration::from_micros(50 << attempt));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn count_once(state: &State, from: u64, to: u64) -> Result<u64> {
+    // The end first, then the list: a roll adds its segment to the list before an end in it is
+    // published, so the list holds every record below the end.
+    let end = state.max_offset();
+    let list = state.segments_full();
+    let (from, to) = (from.max(state.min_offset()), to.min(end));
+    if from >= to {
+        return Ok(0);
+    }
+    let first = list.index_of(from).unwrap_or(0);
+    let segs = &list.as_slice()[first..];
+    // A follower's or shared writer's view may hold segments another open counted and recorded.
+    let unknown = |s: &Segment| s.end() <= end && s.start() < to && !s.is_counted();
+    if (state.read_only || state.shared.is_some()) && segs.iter().any(|s| unknown(s)) {
+        state.take_recorded_counts();
+    }
+    let mut n = 0;
+    for seg in segs.iter().take_while(|s| s.start() < to) {
+        // Where its published records end: all of a sealed segment.
+        let limit = end.min(seg.end()) - seg.start();
+        let lo = from.saturating_sub(seg.start());
+        let hi = to.min(seg.end()) - seg.start();
+        let sealed = limit == seg.size();
+        let upto = |p: u64| match (sealed, p >= limit) {
+            (true, true) => whole(seg),
+            _ => below(seg, p, limit),
+        };
+        let below_lo = if lo > 0 { upto(lo)? } else { 0 };
+        n += upto(hi)?.saturating_sub(below_lo);
+    }
+    Ok(n)
+}
