@@ -109,21 +109,22 @@ def test_a_poison_record_is_dead_lettered_after_max_deliveries_while_the_others_
         if worker is None:
             worker = drivers(dirs)
             worker.ok("open", "q", max_deliveries=3, dead_letter=dead)
-        got = worker.ok("poll", "q", max=1, timeout=0.2)
+        got = worker.ok("poll", "q", max=5, timeout=0.2)
         if not got["offsets"]:
             break
-        [off], [text], [deliveries] = got["offsets"], got["bodies"], got["deliveries"]
-        seen.append((off, deliveries))
-        if text == "poison":
-            worker.kill()  # the record crashes every worker it reaches
-            worker, kills = None, kills + 1
-            continue
-        done.append(off)
-        worker.ok("commit", "q")
+        for off, text, deliveries in zip(got["offsets"], got["bodies"], got["deliveries"]):
+            seen.append((off, deliveries))
+            if text == "poison":
+                worker.kill()  # the record crashes every worker it reaches
+                worker, kills = None, kills + 1
+                break
+            done.append(off)
+            worker.ok("ack", "q", offsets=[off])
         assert kills <= 3, seen
     assert kills == 3
     assert [d for o, d in seen if o == offs[7]] == [1, 2, 3]
-    assert sorted(done) == [o for i, o in enumerate(offs) if i != 7]
+    # Its last try came alone: the records polled with it were handled, not dead-lettered.
+    assert sorted(set(done)) == [o for i, o in enumerate(offs) if i != 7]
     info = listed(log, "q")
     assert info["position"] == log.max_offset and info["dead_lettered"] == 1
     assert info["max_deliveries"] == 3

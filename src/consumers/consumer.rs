@@ -391,8 +391,8 @@ impl Consumer {
     /// Up to `max_records` records from the position, without waiting. A shared open claims
     /// them, or the first part of a claim that lapsed.
     pub fn take(&mut self, max_records: usize) -> Result<Vec<RecordRef>> {
-        let read = |scan: Scan, whole: bool| -> Result<Option<(Vec<RecordRef>, u64)>> {
-            let max = if whole { usize::MAX } else { max_records };
+        let read = |scan: Scan, limit: Option<usize>| -> Result<Option<(Vec<RecordRef>, u64)>> {
+            let max = limit.unwrap_or(max_records);
             let mut out = Vec::with_capacity(max_records.min(1024));
             for r in scan.take(max) {
                 out.push(r?);
@@ -427,10 +427,10 @@ impl Consumer {
         opts: &crate::arrow::BatchOptions,
     ) -> Result<Option<arrow_array::RecordBatch>> {
         opts.validate()?;
-        self.next_records(|scan, whole| {
+        self.next_records(|scan, limit| {
             let mut opts = opts.clone();
-            if whole {
-                opts.max_records = usize::MAX;
+            if let Some(n) = limit {
+                opts.max_records = n;
                 opts.max_bytes = match opts.body {
                     crate::arrow::BodyLayout::View => usize::MAX,
                     crate::arrow::BodyLayout::Binary => i32::MAX as usize,
@@ -443,10 +443,11 @@ impl Consumer {
     }
 
     /// The next records for this open, read by `read` from a scan (what it read and the offset
-    /// after its last record; `None` if it read none), all of the scan's if it says `whole`.
+    /// after its last record; `None` if it read none): as many as the poll asks, or as `read`'s
+    /// limit says when the claim decides (its last try, or no room to split it).
     fn next_records<R>(
         &mut self,
-        read: impl Fn(Scan, bool) -> Result<Option<(R, u64)>>,
+        read: impl Fn(Scan, Option<usize>) -> Result<Option<(R, u64)>>,
     ) -> Result<Option<R>> {
         self.state.check_open()?;
         shared::catch_up(&self.state)?;
@@ -473,7 +474,7 @@ impl Consumer {
             }
             other => other?,
         };
-        let Some((r, end)) = read(scan, false)? else {
+        let Some((r, end)) = read(scan, None)? else {
             return Ok(None);
         };
         let p = self.position;

@@ -11,10 +11,14 @@
 //! | step | a crash leaves | who mends it |
 //! |---|---|---|
 //! | claim written, poll not returned | a claim of a dead member | the next poll (delivers again) |
-//! | commit: slot written, table not | a table behind the slot | `table_locked` drops the claims below |
+//! | commit or ack: slot written, table not | a table behind the slot | `table_locked` cuts the claims at the position (a claim across it keeps its records above) |
 //! | dead letter marked, records not all appended | a claim marked, its open dead | the next poll (appends the missing ones) |
 //! | dead letters synced, claim not done | the same | the next poll (appends none) |
-//! | slot written (count, position), table not | a table behind the slot | `table_locked` drops the claims below (a claim not at the front is dead-lettered again: it appends none, and counts twice) |
+//! | slot written (count, position), table not | a table behind the slot | `table_locked` cuts the claims at the position (a claim not at the front is dead-lettered again: it appends none, and counts twice) |
+//!
+//! Acks split claims (a run of done records between claims still held), up to `ACK_ROOM`
+//! entries; the acks past that are kept by the open and tried again at each look at the table,
+//! and the room left is for the splits of lapsed claims delivered in part.
 
 use std::sync::Arc;
 
@@ -57,7 +61,7 @@ impl Consumer {
     pub(super) fn claim<R>(
         &mut self,
         t: &mut Table,
-        read: &impl Fn(Scan, bool) -> Result<Option<(R, u64)>>,
+        read: &impl Fn(Scan, Option<usize>) -> Result<Option<(R, u64)>>,
     ) -> Result<(bool, Result<Option<R>>)> {
         let (me, redelivery) = self.me()?;
         let mut changed = false;
@@ -113,9 +117,17 @@ impl Consumer {
                 continue;
             }
             let scan = Scan::new(Arc::clone(&self.state), Some(c.from), Some(c.to))?;
-            // With no room left to split it, the claim is delivered whole (past max_records).
-            let whole = t.claims.len() >= claims::CAPACITY;
-            let Some((r, end)) = read(scan, whole)? else {
+            // Its last try before it is dead-lettered goes one record at a time, so that only
+            // the records that fail it are; with no room left to split it, the claim is
+            // delivered whole (past max_records).
+            let limit = if t.claims.len() >= claims::CAPACITY {
+                Some(usize::MAX)
+            } else if max > 0 && c.deliveries.saturating_add(1) >= max {
+                Some(1)
+            } else {
+                None
+            };
+            let Some((r, end)) = read(scan, limit)? else {
                 return Err(Error::Internal(format!(
                     "claimed records [{}, {}) of consumer {:?} read as none",
                     c.from, c.to, self.slot.name
@@ -148,7 +160,7 @@ impl Consumer {
         }
         self.check_room(t)?;
         let scan = Scan::new(Arc::clone(&self.state), Some(t.next), None)?;
-        let Some((r, end)) = read(scan, false)? else {
+        let Some((r, end)) = read(scan, None)? else {
             return Ok((changed, Ok(None)));
         };
         t.claims
