@@ -132,8 +132,8 @@ async def poll_async(
     relook: float | None,
     options: dict[str, Any],
 ) -> list[Any]:
-    """``Consumer.poll_async``: ``poll`` awaited. ``relook``: a shared name polls again this
-    often without a store event (claims of other opens lapse)."""
+    """``Consumer.poll_async``: ``poll`` awaited. ``relook``: it polls again this often without
+    a store event (claims of other opens lapse, a nack's delay ends, another task seeks)."""
     records: list[Any] = consumer.poll(timeout=0, **options)
     if records or timeout == 0:
         return records

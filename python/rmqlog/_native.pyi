@@ -362,8 +362,8 @@ class Consumer:
         """:meth:`poll` awaited: the event loop runs while it waits for the first record (no
         thread per waiter: one thread per log sleeps on the store's futex for every coroutine).
         Cancelling the task ends the wait at once; so does closing the consumer (its error) or
-        the log (``ClosedError``). A shared name polls again every 0.1 s meanwhile, for claims
-        of other workers that lapsed. See docs/producers-consumers.md, "asyncio"."""
+        the log (``ClosedError``). It polls again every 0.1 s meanwhile, for claims of other
+        workers that lapsed, a nack's delay or another task's seek. See docs/producers-consumers.md, "asyncio"."""
     @overload
     def poll_async(
         self,
@@ -681,7 +681,8 @@ class CommitLog:
         Record headers are walked without their CRCs (timestamps never decrease in a log); the
         records that decide the answer are checked whole (``CorruptionError`` if damaged)."""
     def __len__(self) -> int:
-        """How many records the log holds (``min_offset`` to ``max_offset``), without scanning
+        """How many records the log holds (``min_offset`` to ``max_offset``; in a store whose
+        writers sync each append, to the durable end, as ``scan()`` reads), without scanning
         it: each segment keeps its count. What an open does not know yet is walked once (headers
         only): records other shared writers appended since it last counted, segments of a store
         written by an older rmqlog (docs/format.md, ``rmqlog.counts``)."""

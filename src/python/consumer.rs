@@ -357,8 +357,10 @@ impl PyConsumer {
         if let Some(b) = kwargs.get_item("body")? {
             BodyOut::of(Some(&b))?;
         }
-        let shared = self.with(|c| Ok(c.is_shared()))?;
-        let relook = shared.then(|| crate::read::wait::POLL.as_secs_f64());
+        // Polls look again this often without a store event: for the claims of other opens
+        // that lapse (shared), and for a nack's delay or a seek by another task (exclusive).
+        self.with(|_| Ok(()))?;
+        let relook = Some(crate::read::wait::POLL.as_secs_f64());
         Ok((relook, kwargs))
     }
 }

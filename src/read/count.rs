@@ -22,7 +22,8 @@ use crate::state::State;
 use crate::storage::counts::{below, whole};
 use crate::storage::segment::Segment;
 
-/// Records from `min_offset` to `max_offset`.
+/// Records from `min_offset` to the end a scan reads to (`max_offset`; in a store whose writers
+/// sync each append, the durable end below it).
 pub(crate) fn record_count(state: &State) -> Result<u64> {
     records_between(state, state.min_offset(), u64::MAX)
 }
@@ -30,7 +31,8 @@ pub(crate) fn record_count(state: &State) -> Result<u64> {
 /// How many times a count starts again after a segment's file went while it counted.
 const ATTEMPTS: u32 = 8;
 
-/// Records whose offsets lie in `[from, to)`, clamped to `[min_offset, max_offset)`. A segment
+/// Records whose offsets lie in `[from, to)`, clamped to `[min_offset, end)` (the end of
+/// [`record_count`]). A segment
 /// whose file went while it was counted (deleted or moved, by this open or, for a follower or
 /// a shared writer, another) makes the count start again on the log as it is now.
 pub(crate) fn records_between(state: &State, from: u64, to: u64) -> Result<u64> {
@@ -54,8 +56,9 @@ pub(crate) fn records_between(state: &State, from: u64, to: u64) -> Result<u64> 
 
 fn count_once(state: &State, from: u64, to: u64) -> Result<u64> {
     // The end first, then the list: a roll adds its segment to the list before an end in it is
-    // published, so the list holds every record below the end.
-    let end = state.max_offset();
+    // published, so the list holds every record below the end. The end readers take records up
+    // to (in a store whose writers sync each append, the durable one), as a scan does.
+    let end = state.readable_end();
     let list = state.segments_full();
     let (from, to) = (from.max(state.min_offset()), to.min(end));
     if from >= to {

@@ -294,18 +294,36 @@ pub fn below(seg: &Segment, p: u64, limit: u64) -> Result<u64> {
     };
     let counted = match back.filter(|b| b.upto - p < p - from.upto) {
         Some(b) if is_start() => {
-            let (n, _) = walk(seg, &map, p, b.upto, limit)?;
+            // The records between are known to be there (counted up to `b`), also past `limit`
+            // (a sync store's readers stop at the durable end, below what recovery counted).
+            let (n, _) = walk(seg, &map, p, b.upto, b.upto.max(limit))?;
             Counted {
                 upto: p,
                 records: b.records.saturating_sub(n),
             }
         }
         _ => {
-            let (n, at) = walk(seg, &map, from.upto, p, limit)?;
+            let (n, at, base) = match walk(seg, &map, from.upto, p, limit) {
+                Ok((n, at)) => (n, at, from.records),
+                // A count that does not end on a record is not this segment's (a counts file
+                // of another copy of the store): the segment is counted from its start.
+                Err(e @ Error::Corruption { .. }) if from.upto > 0 => {
+                    log::warn!(
+                        "{}: a known record count ({} below {}) does not end on a record ({e}; \
+                         a wrong rmqlog.counts?): counting from the segment's start",
+                        seg.path().display(),
+                        from.records,
+                        from.upto
+                    );
+                    let (n, at) = walk(seg, &map, 0, p, limit)?;
+                    (n, at, 0)
+                }
+                Err(e) => return Err(e),
+            };
             // `at` is the boundary at or past `p`: the record across `p` starts below it.
             Counted {
                 upto: at,
-                records: from.records + n,
+                records: base + n,
             }
         }
     };
