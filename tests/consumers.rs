@@ -43,13 +43,7 @@ fn consumer_process() {
     let mut c = log.consumer("x", shared()).unwrap();
     let got = c.poll(10, None).unwrap();
     println!("polled {}", got.last().unwrap().next_offset());
-    fail::cfg_callback(&point, || {
-        println!("paused");
-        loop {
-            std::thread::sleep(Duration::from_secs(1));
-        }
-    })
-    .unwrap();
+    pause_at(&point);
     let offsets: Vec<u64> = got.iter().map(|r| r.offset()).collect();
     match (point.as_str(), std::env::var(ACK_ENV).is_ok()) {
         ("consumer::table_locked", _) => drop(c.poll(10, None)),
@@ -58,24 +52,12 @@ fn consumer_process() {
         (_, true) => {
             fail::cfg(&point, "off").unwrap();
             if std::env::var(ACK_ENV).as_deref() == Ok("prefix") {
-                fail::cfg_callback(&point, || {
-                    println!("paused");
-                    loop {
-                        std::thread::sleep(Duration::from_secs(1));
-                    }
-                })
-                .unwrap();
+                pause_at(&point);
                 drop(c.ack(&offsets[..5]));
                 unreachable!("paused until killed");
             }
             c.ack(&offsets[5..]).unwrap();
-            fail::cfg_callback(&point, || {
-                println!("paused");
-                loop {
-                    std::thread::sleep(Duration::from_secs(1));
-                }
-            })
-            .unwrap();
+            pause_at(&point);
             drop(c.ack(&offsets[..5]));
         }
         _ => drop(c.commit(None)),
@@ -112,15 +94,20 @@ fn dead_letter_process() {
     let log = CommitLog::open(&split(&dirs), opts()).unwrap();
     let mut c = log.consumer("x", dead_lettering(&split(&dead))).unwrap();
     println!("polled 0");
-    fail::cfg_callback(&point, || {
+    pause_at(&point);
+    drop(c.poll(10, None));
+    unreachable!("paused until killed");
+}
+
+/// Makes fail point `point` say "paused" and wait there until the process is killed.
+fn pause_at(point: &str) {
+    fail::cfg_callback(point, || {
         println!("paused");
         loop {
             std::thread::sleep(Duration::from_secs(1));
         }
     })
     .unwrap();
-    drop(c.poll(10, None));
-    unreachable!("paused until killed");
 }
 
 /// A child SIGKILLed and reaped when dropped.

@@ -488,3 +488,24 @@ def test_the_example_runs():
     r = subprocess.run([sys.executable, example], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "10000 of 10000 orders handled" in r.stdout, r.stdout
+
+
+def test_an_exclusive_consumers_awaited_poll_sees_a_nack_delay_end(make_log):
+    """A nack's delay ends without a store event: the awaited poll of an exclusive consumer
+    looks again (it used to wait for the next append)."""
+    log = make_log()
+    offs = log.append_batch([b"a", b"b", b"c"])
+    log.flush()  # nothing left for the flusher to wake anyone with
+    c = log.consumer("x", exclusive=True)
+    assert [o for o, _ in c.poll(10)] == offs
+    c.nack(delay=0.2)
+
+    async def go():
+        started = time.monotonic()
+        got = await c.poll_async(timeout=5)
+        return got, time.monotonic() - started
+
+    got, took = asyncio.run(go())
+    assert [o for o, _ in got] == offs
+    assert 0.15 <= took < 2, took
+    c.close()

@@ -83,3 +83,25 @@ def test_consumers_lag_in_records(tmp_path):
         [info] = log.consumers()
         assert (info["lag_records"], info["lag_bytes"]) == (30 - got, lag["bytes"])
         assert log.stats()["consumers"]["billing"]["lag_records"] == 30 - got
+
+
+def test_a_recorded_count_that_does_not_end_on_a_record_is_counted_again(tmp_path, caplog):
+    """``rmqlog.counts`` is a cache: an entry whose position is not a record boundary (a file
+    of another copy of the store) is not taken; the segment is counted from its start."""
+    import struct
+    import zlib
+
+    d = tmp_path / "s"
+    with CommitLog(d, segment_size=SEG) as log:
+        fill(log, 200)
+        truth = len(offsets(log))
+    raw = bytearray((d / "rmqlog.counts").read_bytes())
+    head, entry = 88, 32
+    assert (len(raw) - head) // entry >= 2
+    start, size, _, _ = struct.unpack_from("<4Q", raw, head)
+    struct.pack_into("<4Q", raw, head, start, size, 7, 3)  # 7: inside the first record
+    struct.pack_into("<I", raw, 12, zlib.crc32(bytes(raw[16:])))
+    (d / "rmqlog.counts").write_bytes(bytes(raw))
+    with caplog.at_level("WARNING", logger="rmqlog"), CommitLog(d, read_only=True) as log:
+        assert check(log) == truth
+    assert "does not end on a record" in caplog.text

@@ -112,7 +112,9 @@ def test_a_poison_record_is_dead_lettered_after_max_deliveries_while_the_others_
         got = worker.ok("poll", "q", max=5, timeout=0.2)
         if not got["offsets"]:
             break
-        for off, text, deliveries in zip(got["offsets"], got["bodies"], got["deliveries"]):
+        for off, text, deliveries in zip(
+            got["offsets"], got["bodies"], got["deliveries"], strict=True
+        ):
             seen.append((off, deliveries))
             if text == "poison":
                 worker.kill()  # the record crashes every worker it reaches

@@ -363,7 +363,8 @@ class Consumer:
         thread per waiter: one thread per log sleeps on the store's futex for every coroutine).
         Cancelling the task ends the wait at once; so does closing the consumer (its error) or
         the log (``ClosedError``). It polls again every 0.1 s meanwhile, for claims of other
-        workers that lapsed, a nack's delay or another task's seek. See docs/producers-consumers.md, "asyncio"."""
+        workers that lapsed, a nack's delay or another task's seek. See
+        docs/producers-consumers.md, "asyncio"."""
     @overload
     def poll_async(
         self,
