@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import signal
 import subprocess
+import sys
+import textwrap
 import time
 
 
@@ -44,3 +46,21 @@ def sleeps_in_futex(pid: int) -> bool:
             return f.read().split()[0] == "202"
     except (OSError, IndexError):
         return False
+
+
+def child(script: str, *args: str) -> subprocess.Popen:
+    """``python -c script args...`` with its stdin, stdout and stderr piped (text)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def expect_line(proc: subprocess.Popen, prefix: str) -> str:
+    """The child's next line, which must start with ``prefix``."""
+    line = proc.stdout.readline().strip()
+    assert line.startswith(prefix), (line, proc.stderr.read() if proc.poll() is not None else "")
+    return line

@@ -9,13 +9,12 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from _procs import finish, wait_for
+from _procs import child, expect_line, finish, wait_for
 
 from rmqlog import ClosedError, CommitLog, CommitLogError, _aio
 
@@ -30,22 +29,6 @@ def aio_threads() -> int:
         except OSError:
             pass  # ended meanwhile
     return n
-
-
-def child(script: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(script), *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def expect_line(proc: subprocess.Popen, want: str) -> str:
-    line = proc.stdout.readline().strip()
-    assert line.startswith(want), (line, proc.stderr.read() if proc.poll() is not None else "")
-    return line
 
 
 # The writer of the store, in a process of its own: appends one record per line read on stdin

@@ -21,13 +21,12 @@ import resource
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from _procs import finish, sigkill, sleeps_in_futex, wait_for
+from _procs import child, expect_line, finish, sigkill, sleeps_in_futex, wait_for
 
 import rmqlog
 from rmqlog import (
@@ -78,23 +77,6 @@ def listed(log: CommitLog, name: str) -> dict:
 
 def str_dirs(dirs) -> list[str]:
     return [str(d) for d in dirs]
-
-
-def child(script: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(script), *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def expect_line(proc: subprocess.Popen, prefix: str) -> str:
-    """The child's next line, which must start with ``prefix``."""
-    line = proc.stdout.readline().strip()
-    assert line.startswith(prefix), (line, proc.stderr.read() if proc.poll() is not None else "")
-    return line
 
 
 @pytest.fixture

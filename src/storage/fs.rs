@@ -117,6 +117,19 @@ pub fn atomic_write(path: &Path, data: &[u8], mode: u32) -> Result<()> {
     let dir = path
         .parent()
         .ok_or_else(|| Error::invalid(format!("{} has no parent directory", path.display())))?;
+    replace(path, data, mode, true)?;
+    sync_dir(dir)
+}
+
+/// Replaces `path` with `data` by a temp file and a rename, without a sync: a reader finds the
+/// old bytes or the new ones, never a mix, unless the machine loses power before the kernel
+/// writes them (then either, or a torn file). For a cache whose reader checks a CRC.
+pub fn replace_unsynced(path: &Path, data: &[u8], mode: u32) -> Result<()> {
+    replace(path, data, mode, false)
+}
+
+/// Writes `data` to a temp file beside `path` (synced if `durable`), then renames it over `path`.
+fn replace(path: &Path, data: &[u8], mode: u32, durable: bool) -> Result<()> {
     let mut tmp_name = path.as_os_str().to_owned();
     tmp_name.push(TEMP_SUFFIX);
     let tmp = PathBuf::from(tmp_name);
@@ -128,29 +141,11 @@ pub fn atomic_write(path: &Path, data: &[u8], mode: u32) -> Result<()> {
         .open(&tmp)
         .and_then(|mut f| {
             f.write_all(data)?;
-            f.sync_all()
+            if durable {
+                f.sync_all()?;
+            }
+            Ok(())
         });
-    if let Err(e) = written.and_then(|()| fs::rename(&tmp, path)) {
-        let _ = fs::remove_file(&tmp);
-        return Err(Error::io("writing", tmp, e));
-    }
-    sync_dir(dir)
-}
-
-/// Replaces `path` with `data` by a temp file and a rename, without a sync: a reader finds the
-/// old bytes or the new ones, never a mix, unless the machine loses power before the kernel
-/// writes them (then either, or a torn file). For a cache whose reader checks a CRC.
-pub fn replace_unsynced(path: &Path, data: &[u8], mode: u32) -> Result<()> {
-    let mut tmp_name = path.as_os_str().to_owned();
-    tmp_name.push(TEMP_SUFFIX);
-    let tmp = PathBuf::from(tmp_name);
-    let written = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(data));
     if let Err(e) = written.and_then(|()| fs::rename(&tmp, path)) {
         let _ = fs::remove_file(&tmp);
         return Err(Error::io("writing", tmp, e));
