@@ -480,8 +480,9 @@ impl Consumer {
                     now: ClaimNow::Done,
                 });
             }
-            let mut i = 0;
-            while i < t.claims.len() {
+            // The claims are sorted and do not overlap: start at the first that ends past `a`.
+            let mut i = t.claims.partition_point(|c| c.to <= a);
+            while i < t.claims.len() && t.claims[i].from < b {
                 let c = t.claims[i];
                 let (x, y) = (a.max(c.from).max(t.base), b.min(c.to));
                 if x >= y {
