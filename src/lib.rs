@@ -74,6 +74,7 @@ pub use crate::options::{
 pub use crate::read::reader::{Follow, RecordRef, Scan};
 pub use crate::state::dirs::{DirEvent, DirInfo, DirState};
 pub use crate::state::stats::StatsSnapshot;
+pub use crate::storage::props::{Message, MAX_KEY_LEN};
 pub use crate::storage::record::{Format as RecordFormat, FILLER_LEN, HEADER_LEN};
 pub use crate::storage::segment::{Mapping, MAX_OFFSET};
 pub use crate::storage::settings::{TierPolicy, WriterSettings};

@@ -23,6 +23,7 @@ use crate::shared;
 use crate::state::dirs::DirInfo;
 use crate::state::stats::StatsSnapshot;
 use crate::state::State;
+use crate::storage::props::{self, Message};
 use crate::storage::settings::WriterSettings;
 use crate::sync::locked;
 #[cfg(feature = "tier")]
@@ -168,8 +169,27 @@ impl CommitLog {
     pub fn append(&self, body: &[u8]) -> Result<u64> {
         let mut offset = 0;
         self.writer("append")?
-            .append_with(&self.state, &[body], |o| offset = o)?;
+            .append_with(&self.state, &[body], &[], |o| offset = o)?;
         Ok(offset)
+    }
+
+    /// Appends one record with a key and headers (format-2 stores) and returns its offset.
+    pub fn append_message(&self, message: &Message<'_>) -> Result<u64> {
+        let mut offset = 0;
+        let props = props::encode_all(std::slice::from_ref(message))?;
+        self.writer("append")?
+            .append_with(&self.state, &[message.body], &props, |o| offset = o)?;
+        Ok(offset)
+    }
+
+    /// [`CommitLog::append_batch`] of messages with keys and headers.
+    pub fn append_messages(&self, messages: &[Message<'_>]) -> Result<Vec<u64>> {
+        let props = props::encode_all(messages)?;
+        let bodies: Vec<&[u8]> = messages.iter().map(|m| m.body).collect();
+        let mut offsets = Vec::with_capacity(messages.len());
+        self.writer("append")?
+            .append_with(&self.state, &bodies, &props, |o| offsets.push(o))?;
+        Ok(offsets)
     }
 
     /// Appends every body under one lock acquisition; all become visible to readers at once, or
@@ -177,7 +197,7 @@ impl CommitLog {
     pub fn append_batch<B: AsRef<[u8]>>(&self, bodies: &[B]) -> Result<Vec<u64>> {
         let mut offsets = Vec::with_capacity(bodies.len());
         self.writer("append")?
-            .append_with(&self.state, bodies, |o| offsets.push(o))?;
+            .append_with(&self.state, bodies, &[], |o| offsets.push(o))?;
         Ok(offsets)
     }
 
@@ -185,7 +205,24 @@ impl CommitLog {
     /// (a new segment, a sync, a record of 16 KiB or more). Lets a caller holding another lock
     /// (Python's GIL) avoid blocking; at most it warms the next 256 KiB of the page cache.
     pub fn try_append(&self, body: &[u8]) -> Result<Option<u64>> {
-        self.writer("append")?.try_append(&self.state, body)
+        self.writer("append")?.try_append(&self.state, body, &[])
+    }
+
+    /// Appends bodies with their encoded properties (`props`: one block per body, or empty).
+    pub(crate) fn append_encoded<B: AsRef<[u8]>>(
+        &self,
+        bodies: &[B],
+        props: &[Vec<u8>],
+    ) -> Result<Vec<u64>> {
+        let mut offsets = Vec::with_capacity(bodies.len());
+        self.writer("append")?
+            .append_with(&self.state, bodies, props, |o| offsets.push(o))?;
+        Ok(offsets)
+    }
+
+    /// [`CommitLog::try_append`] of a body with its encoded properties (one block, or empty).
+    pub(crate) fn try_append_encoded(&self, body: &[u8], props: &[Vec<u8>]) -> Result<Option<u64>> {
+        self.writer("append")?.try_append(&self.state, body, props)
     }
 
     /// The record at `offset`, validated (header and body CRC); the guard keeps its map alive.

@@ -58,7 +58,7 @@ fn a_new_store_writes_format_2() {
     // The metadata names the record format, under a file format older rmqlogs refuse.
     let meta = fs::read_to_string(t.path().join("rmqlog.meta")).unwrap();
     assert!(
-        meta.contains(r#""format":3"#) && meta.contains(r#""record_format":2"#),
+        meta.contains(r#""format":4"#) && meta.contains(r#""record_format":2"#),
         "{meta}"
     );
 }

@@ -73,8 +73,9 @@ def test_each_directory_gets_an_identity_and_the_metadata_records_ids(tmp_path):
     recorded = meta(dirs[0])["dirs"]
     assert [r["id"] for r in recorded] == [i["dir_id"] for i in ids]
     assert [r["path"] for r in recorded] == [str(d) for d in dirs]
-    # A new store writes format-2 records: metadata format 3, which rmqlog 0.1 refuses.
-    assert (meta(dirs[0])["format"], meta(dirs[0])["record_format"]) == (3, 2)
+    # A new store writes format-2 records, which may carry keys and headers: metadata format 4,
+    # which rmqlog 0.1 (and 0.2 before keys) refuses.
+    assert (meta(dirs[0])["format"], meta(dirs[0])["record_format"]) == (4, 2)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from rmqlog._fleet import scan_batches
 from rmqlog._native import (
     FEATURES,
     HEADER_LEN,
+    MAX_KEY_LEN,
     MAX_OFFSET,
     SPLIT_EVERY,
     BatchScan,
@@ -66,6 +67,7 @@ __all__ = [
     "DEFAULTS",
     "FEATURES",
     "HEADER_LEN",
+    "MAX_KEY_LEN",
     "MAX_OFFSET",
     "PRESETS",
     "SPLIT_EVERY",

@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULTS",
     "FEATURES",
     "HEADER_LEN",
+    "MAX_KEY_LEN",
     "MAX_OFFSET",
     "PRESETS",
     "SPLIT_EVERY",
@@ -60,6 +61,8 @@ __version__: str
 FEATURES: frozenset[str]
 """The optional cargo features the extension was built with, of ``arrow`` and ``tier``."""
 HEADER_LEN: int
+# The longest key a record carries, in bytes.
+MAX_KEY_LEN: int
 MAX_OFFSET: int
 """The largest offset a log holds, 2**63 - 1: offsets are signed 64-bit in Arrow, Spark and Java."""
 SPLIT_EVERY: int
@@ -89,6 +92,8 @@ def tier_stores(url: str, tier_options: Mapping[str, str] | None = None) -> list
 _StrPath = str | os.PathLike[str]
 
 _Body = TypeVar("_Body", memoryview, bytes, default=memoryview)
+# A record's headers as append takes them: (name, value) pairs in order, or a dict.
+_Headers = Sequence[tuple[str, Buffer | str]] | Mapping[str, Buffer | str]
 """What a read hands a body out as: ``memoryview`` (``body="view"``, the default) or ``bytes``
 (``body="bytes"``)."""
 
@@ -166,6 +171,12 @@ class Record(Generic[_Body]):
     def body(self) -> _Body:
         """The body: a read-only memoryview over the segment's map (no copy), or with
         ``body="bytes"`` a ``bytes`` copy."""
+    @property
+    def key(self) -> bytes | None:
+        """The record's key, or None for a record appended without one."""
+    @property
+    def headers(self) -> list[tuple[str, bytes]]:
+        """The record's headers, in the order appended (names may repeat)."""
     @property
     def next_offset(self) -> int:
         """Offset of the next record (after a segment filler: the next segment's start)."""
@@ -512,7 +523,9 @@ class CommitLog:
         tier_cache_bytes: int | None = ...,
         tier_cache_dir: _StrPath | None = ...,
     ) -> Self: ...
-    def append(self, body: Buffer, /) -> int:
+    def append(
+        self, body: Buffer, /, *, key: Buffer | str | None = None, headers: _Headers | None = None
+    ) -> int:
         """Appends one record; returns its physical offset.
 
         ``body`` is any bytes-like object: ``bytes`` is read in place; any other (bytearray,
@@ -520,10 +533,21 @@ class CommitLog:
         that a change to it while the append runs cannot make a record that fails its check.
         A body over ``max_message_size`` is refused before the copy; a buffer of Python
         objects (format ``O``) is refused.
+
+        ``key`` (bytes-like, or a str as UTF-8; up to ``MAX_KEY_LEN`` bytes; ``b""`` is a key)
+        and ``headers`` (a list of ``(str, bytes-like | str)`` pairs, names may repeat, or a
+        dict) go into the record, under its CRC (docs/messages.md). Stores of record format 1
+        refuse them (``CommitLogError``).
         """
     @overload
     def append_batch(
-        self, bodies: Iterable[Buffer], /, *, offsets: Literal[True] = True
+        self,
+        bodies: Iterable[Buffer],
+        /,
+        *,
+        offsets: Literal[True] = True,
+        keys: Sequence[Buffer | str | None] | None = None,
+        headers: Sequence[_Headers | None] | None = None,
     ) -> list[int]:
         """Appends many records at once (all visible together, or none).
 
@@ -534,6 +558,8 @@ class CommitLog:
         Polars Series), framed in Rust with the GIL released; a null element is refused before
         anything is written. Returns the offsets: a list of ints for an iterable, a pyarrow int64
         array for Arrow input, ``None`` with ``offsets=False``.
+
+        ``keys`` and ``headers``: one item per body (``None`` for none), as ``append`` takes them.
         """
     @overload
     def append_batch(
@@ -541,7 +567,13 @@ class CommitLog:
     ) -> pa.Array: ...
     @overload
     def append_batch(
-        self, bodies: Iterable[Buffer] | _ArrowArrayLike, /, *, offsets: Literal[False]
+        self,
+        bodies: Iterable[Buffer] | _ArrowArrayLike,
+        /,
+        *,
+        offsets: Literal[False],
+        keys: Sequence[Buffer | str | None] | None = None,
+        headers: Sequence[_Headers | None] | None = None,
     ) -> None: ...
     def scan_batches(
         self,

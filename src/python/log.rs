@@ -19,6 +19,7 @@ use super::errors;
 use super::interrupt;
 use super::ints;
 use super::options;
+use super::props;
 use super::record::{PyRecord, PySegment};
 use super::scan::{PyScan, ScanState};
 use super::views::ViewCache;
@@ -152,7 +153,10 @@ impl PyCommitLog {
     }
 
     fn record(&self, py: Python<'_>, rec: &RecordRef, out: BodyOut) -> PyResult<PyRecord> {
+        let (key, headers) = props::to_python(py, &rec.props()?)?;
         Ok(PyRecord {
+            key: key.map(|k| k.into_any().unbind()),
+            headers: headers.unbind(),
             offset: rec.offset(),
             timestamp_ms: rec.timestamp_ms(),
             next_offset: rec.next_offset(),
@@ -333,21 +337,39 @@ impl PyCommitLog {
         })
     }
 
-    /// Appends one record; returns its physical offset.
-    #[pyo3(signature = (body, /))]
-    fn append(&self, py: Python<'_>, body: &Bound<'_, PyAny>) -> PyResult<u64> {
+    /// Appends one record, with a key and headers if given; returns its physical offset.
+    #[pyo3(
+        signature = (body, /, *, key = None, headers = None),
+        text_signature = "($self, body, /, *, key=None, headers=None)"
+    )]
+    fn append(
+        &self,
+        py: Python<'_>,
+        body: &Bound<'_, PyAny>,
+        key: Option<&Bound<'_, PyAny>>,
+        headers: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<u64> {
         let body = Body::of(body, "body", self.max_body())?;
         let data = body.as_slice();
+        let block = match (key, headers) {
+            (None, None) => Vec::new(),
+            _ => props::encode(key, headers, "")?,
+        };
+        let encoded = match block.is_empty() {
+            true => &[][..],
+            false => std::slice::from_ref(&block),
+        };
         // Fast path with the GIL held: no waiting, no device I/O (at most the page cache warmed
         // 256 KiB ahead). Otherwise release the GIL.
-        if let Some(offset) = self.log.try_append(data)? {
+        if let Some(offset) = self.log.try_append_encoded(data, encoded)? {
             return Ok(offset);
         }
-        let appended = interrupt::detach(py, || self.log.append(data));
+        let append = || self.log.append_encoded(&[data], encoded).map(|o| o[0]);
+        let appended = interrupt::detach(py, append);
         // The roll it made (failed or not) may have deleted the head: its cached maps go now,
         // and an append the disk refused while they held its blocks is tried again.
         let appended = match (appended, self.prune_views()) {
-            (Err(Error::DiskFull { .. }), true) => interrupt::detach(py, || self.log.append(data)),
+            (Err(Error::DiskFull { .. }), true) => interrupt::detach(py, append),
             (appended, _) => appended,
         };
         Ok(appended?)
@@ -357,14 +379,16 @@ impl PyCommitLog {
     /// list for an iterable of bodies, a pyarrow int64 array for an Arrow array; None with
     /// `offsets=False`.
     #[pyo3(
-        signature = (bodies, /, *, offsets = None),
-        text_signature = "($self, bodies, /, *, offsets=True)"
+        signature = (bodies, /, *, offsets = None, keys = None, headers = None),
+        text_signature = "($self, bodies, /, *, offsets=True, keys=None, headers=None)"
     )]
     fn append_batch<'py>(
         &self,
         py: Python<'py>,
         bodies: &Bound<'py, PyAny>,
         offsets: Option<&Bound<'py, PyAny>>,
+        keys: Option<&Bound<'py, PyAny>>,
+        headers: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let offsets = offsets.map_or(Ok(true), |o| args::boolean(o, "offsets"))?;
         if bodies.is_instance_of::<PyBytes>() || bodies.is_instance_of::<PyString>() {
@@ -387,13 +411,10 @@ impl PyCommitLog {
         }
         let held = bodies_of(bodies, self.max_body())?;
         let slices = held.slices();
-        let found = match (
-            interrupt::detach(py, || self.log.append_batch(&slices)),
-            self.prune_views(),
-        ) {
-            (Err(Error::DiskFull { .. }), true) => {
-                interrupt::detach(py, || self.log.append_batch(&slices))
-            }
+        let encoded = props::encode_batch(slices.len(), keys, headers)?;
+        let append = || self.log.append_encoded(&slices, &encoded);
+        let found = match (interrupt::detach(py, append), self.prune_views()) {
+            (Err(Error::DiskFull { .. }), true) => interrupt::detach(py, append),
             (found, _) => found,
         }?;
         if !offsets {

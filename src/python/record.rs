@@ -19,6 +19,12 @@ pub struct PyRecord {
     /// The body, a read-only memoryview over the map.
     #[pyo3(get)]
     pub(super) body: Py<PyAny>,
+    /// The key (bytes), or None.
+    #[pyo3(get)]
+    pub(super) key: Option<Py<PyAny>>,
+    /// The headers: a list of (str, bytes) tuples, in order.
+    #[pyo3(get)]
+    pub(super) headers: Py<pyo3::types::PyList>,
 }
 
 #[pymethods]
@@ -31,7 +37,11 @@ impl PyRecord {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.body)
+        visit.call(&self.body)?;
+        if let Some(k) = &self.key {
+            visit.call(k)?;
+        }
+        visit.call(&self.headers)
     }
 }
 

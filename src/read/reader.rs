@@ -15,9 +15,9 @@ use crate::error::{Error, Result};
 pub(crate) use crate::open::recovery::next_boundary;
 use crate::read::follow;
 use crate::state::State;
+use crate::storage::props::{self, Props};
 use crate::storage::record::{
     crc_defect, decode, has_record_magic, validate, Format, Header, Slot, FILLER_LEN, FILLER_MAGIC,
-    HEADER_LEN,
 };
 use crate::storage::segment::{Mapping, Segment};
 use crate::storage::segments::SegmentList;
@@ -31,6 +31,8 @@ const MAX_BODY: usize = u32::MAX as usize;
 pub(crate) struct Found {
     pub body_start: usize,
     pub body_len: usize,
+    /// The properties (key, headers) end where the body starts.
+    pub props_len: usize,
     pub offset: u64,
     pub timestamp_ms: u64,
     pub next_offset: u64,
@@ -49,6 +51,11 @@ impl Found {
     /// The body's byte range in the map.
     pub fn body_range(&self) -> std::ops::Range<usize> {
         self.body_start..self.body_start + self.body_len
+    }
+
+    /// The properties' byte range in the map (empty for a record without).
+    pub fn props_range(&self) -> std::ops::Range<usize> {
+        self.body_start - self.props_len..self.body_start
     }
 }
 
@@ -85,6 +92,32 @@ impl RecordRef {
     pub fn body(&self) -> &[u8] {
         let r = self.at.body_range();
         self.map.bytes(r.start, r.end)
+    }
+
+    /// The key: `None` for a record without one.
+    pub fn key(&self) -> Option<&[u8]> {
+        self.props_block().and_then(|b| props::key_of(b).flatten())
+    }
+
+    /// The key and headers, parsed (a read checked that they parse: this fails only for a record
+    /// found by a header-only walk).
+    pub fn props(&self) -> Result<Props<'_>> {
+        let Some(block) = self.props_block() else {
+            return Ok(Props::default());
+        };
+        props::decode(block).ok_or_else(|| {
+            Error::corruption(
+                None,
+                Some(self.at.offset),
+                "record properties (key, headers) that do not parse, under a valid CRC",
+            )
+        })
+    }
+
+    /// The raw properties block, `None` for a record without.
+    pub fn props_block(&self) -> Option<&[u8]> {
+        let r = self.at.props_range();
+        (!r.is_empty()).then(|| self.map.bytes(r.start, r.end))
     }
 
     /// The map holding the record, and the body's byte range inside it (for zero-copy exports).
@@ -276,7 +309,7 @@ fn record_checked(seg: &Segment, map: &Arc<Mapping>, offset: u64, max: u64, chec
             };
         }
     };
-    let body_start = pos + HEADER_LEN;
+    let body_start = pos + h.body_from();
     let npos = pos + h.len as usize;
     // A filler only if it reaches the segment's end: a record whose damaged magic reads as the
     // filler's must end the scan with an error, not skip the rest of the segment.
@@ -293,6 +326,7 @@ fn record_checked(seg: &Segment, map: &Arc<Mapping>, offset: u64, max: u64, chec
     At::Record(Found {
         body_start,
         body_len: h.body_len(),
+        props_len: h.props_len as usize,
         offset,
         timestamp_ms: h.timestamp_ms,
         next_offset,

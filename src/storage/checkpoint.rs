@@ -25,6 +25,11 @@ const FORMAT: u32 = 2;
 /// Format 2 with `record_format` 2: an rmqlog that cannot read format-2 records refuses the store
 /// (as an unknown format) rather than taking its records for damage and cutting them.
 const FORMAT_RECORDS_V2: u32 = 3;
+/// Format 3 whose records may carry properties (keys, headers: a non-zero `attrs`), which an
+/// rmqlog that reads format 3 only would take for damage. Every write of a format-2 store's
+/// metadata by this rmqlog writes it, so a store opened by a writer of this version is refused
+/// by older ones.
+const FORMAT_PROPS: u32 = 4;
 /// rmqlog 0.1: directories and move intents by path.
 const FORMAT_PATHS: u32 = 1;
 const FILE_LEN: usize = 4096;
@@ -185,7 +190,7 @@ impl Checkpoint {
         Checkpoint {
             format: match records {
                 Format::V1 => FORMAT,
-                Format::V2 => FORMAT_RECORDS_V2,
+                Format::V2 => FORMAT_PROPS,
             },
             record_format: records.number(),
             store_id: random_id(),
@@ -224,7 +229,16 @@ impl Checkpoint {
     }
 
     fn encode(&self) -> Vec<u8> {
-        crc_line::encode(self, FILE_LEN)
+        match self.records() {
+            Format::V2 if self.format != FORMAT_PROPS => {
+                let upgraded = Checkpoint {
+                    format: FORMAT_PROPS,
+                    ..self.clone()
+                };
+                crc_line::encode(&upgraded, FILE_LEN)
+            }
+            _ => crc_line::encode(self, FILE_LEN),
+        }
     }
 
     /// The format of the records this store's writers write.
@@ -242,7 +256,11 @@ impl Checkpoint {
 
     fn from_value(value: serde_json::Value) -> std::result::Result<Checkpoint, String> {
         match value.get("format").and_then(serde_json::Value::as_u64) {
-            Some(f) if f == u64::from(FORMAT) || f == u64::from(FORMAT_RECORDS_V2) => {
+            Some(f)
+                if [FORMAT, FORMAT_RECORDS_V2, FORMAT_PROPS]
+                    .map(u64::from)
+                    .contains(&f) =>
+            {
                 let c: Checkpoint = serde_json::from_value(value).map_err(|e| e.to_string())?;
                 let expected = if f == u64::from(FORMAT) { 1 } else { 2 };
                 if c.record_format != expected {
@@ -259,7 +277,7 @@ impl Checkpoint {
                 Ok(c.into())
             }
             Some(f) => Err(format!(
-                "unknown format {f} (written by a newer rmqlog? this one reads formats 1 to 3)"
+                "unknown format {f} (written by a newer rmqlog? this one reads formats 1 to 4)"
             )),
             None => Err("no format field".into()),
         }
@@ -411,9 +429,9 @@ mod tests {
         let text = String::from_utf8(crc_line::read_file(&path).unwrap()).unwrap();
         let json = text.lines().next().unwrap().to_string();
         for (from, to) in [
-            (r#""format":3"#, r#""format":4"#),
+            (r#""format":4"#, r#""format":5"#),
             (r#""record_format":2"#, r#""record_format":7"#),
-            (r#""format":3"#, r#""format":2"#),
+            (r#""format":4"#, r#""format":2"#),
         ] {
             let edited = json.replace(from, to);
             assert_ne!(edited, json);
@@ -425,7 +443,7 @@ mod tests {
                 "{err}"
             );
         }
-        std::fs::write(&path, b"{\"format\":4}\n00000000\n").unwrap(); // CRC fails: damage
+        std::fs::write(&path, b"{\"format\":5}\n00000000\n").unwrap(); // CRC fails: damage
         assert!(read_newest(&dirs).unwrap().is_none());
     }
 

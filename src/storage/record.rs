@@ -12,9 +12,11 @@
 //! All integers little-endian. `length` = header + body.
 //! - Format 1: `body crc` = CRC-32 (IEEE) of the body, `hdr crc` = CRC-32 of bytes 0..12 and
 //!   16..32.
-//! - Format 2: `crc` = CRC-32C of bytes 12..length (attributes, offset, timestamp and body, one
-//!   contiguous run); `attrs` is zero (no attribute is defined yet). `length` and `magic` are not
-//!   in the CRC: the magic is compared whole, and a damaged length moves the run the CRC covers.
+//! - Format 2: `crc` = CRC-32C of bytes 12..length (attributes, offset, timestamp, properties and
+//!   body, one contiguous run); `attrs` is the length of the properties (key, headers: see
+//!   [`crate::storage::props`]) that sit between the header and the body, zero for a record
+//!   without any, and its top byte is zero (reserved). `length` and `magic` are not in the CRC:
+//!   the magic is compared whole, and a damaged length moves the run the CRC covers.
 //!
 //! The filler that closes a segment is `[remaining length][FILLER_MAGIC]` (8 bytes); fewer than 8
 //! bytes left at the end of a segment are an implicit filler.
@@ -33,6 +35,7 @@ pub const MAGIC_V2: u32 = 0x524D_5102;
 pub const FILLER_MAGIC: u32 = 0x524D_51FF;
 /// Where format 2's CRC starts: it covers the record from here to its end.
 const V2_CRC_FROM: usize = 12;
+use crate::storage::props::{self, MAX_PROPS_LEN};
 
 /// The layout of a record. A store writes one format (recorded in its metadata); readers take
 /// both, record by record, by the magic.
@@ -99,27 +102,37 @@ pub struct Header {
     pub offset: u64,
     /// Store timestamp in milliseconds since the Unix epoch.
     pub timestamp_ms: u64,
+    /// Length of the properties between the header and the body (format 2; 0 without any).
+    pub props_len: u32,
 }
 
 impl Header {
     /// Body length.
     pub fn body_len(&self) -> usize {
-        self.len as usize - HEADER_LEN
+        self.len as usize - HEADER_LEN - self.props_len as usize
+    }
+
+    /// Where the body starts, counted from the record's start.
+    pub fn body_from(&self) -> usize {
+        HEADER_LEN + self.props_len as usize
     }
 }
 
-/// The header of the record `body` at `offset`, stored at `timestamp_ms`, in `format`. Format 1
-/// takes the body's CRC-32 from `body_crc` (computed before the writer's lock); format 2's CRC
+/// The header of the record `body` at `offset`, stored at `timestamp_ms`, in `format`, with the
+/// encoded properties `props` (format 2 only: empty otherwise; at most [`MAX_PROPS_LEN`]). Format
+/// 1 takes the body's CRC-32 from `body_crc` (computed before the writer's lock); format 2's CRC
 /// covers the offset, so it is computed here.
 pub fn encode(
     format: Format,
+    props: &[u8],
     body: &[u8],
     body_crc: Option<u32>,
     offset: u64,
     timestamp_ms: u64,
 ) -> [u8; HEADER_LEN] {
+    debug_assert!(props.is_empty() || (format == Format::V2 && props.len() <= MAX_PROPS_LEN));
     let mut b = [0u8; HEADER_LEN];
-    b[0..4].copy_from_slice(&((HEADER_LEN + body.len()) as u32).to_le_bytes());
+    b[0..4].copy_from_slice(&((HEADER_LEN + props.len() + body.len()) as u32).to_le_bytes());
     b[4..8].copy_from_slice(&format.magic().to_le_bytes());
     b[16..24].copy_from_slice(&offset.to_le_bytes());
     b[24..32].copy_from_slice(&timestamp_ms.to_le_bytes());
@@ -131,7 +144,12 @@ pub fn encode(
             b[12..16].copy_from_slice(&crc.to_le_bytes());
         }
         Format::V2 => {
-            let crc = crc32c::crc32c_append(crc32c::crc32c(&b[V2_CRC_FROM..]), body);
+            b[12..16].copy_from_slice(&(props.len() as u32).to_le_bytes());
+            let mut crc = crc32c::crc32c(&b[V2_CRC_FROM..]);
+            if !props.is_empty() {
+                crc = crc32c::crc32c_append(crc, props);
+            }
+            let crc = crc32c::crc32c_append(crc, body);
             b[8..12].copy_from_slice(&crc.to_le_bytes());
         }
     }
@@ -248,23 +266,31 @@ pub fn decode(rest: &[u8], offset: u64, max_body: usize) -> Slot {
         return Slot::Invalid("record length out of bounds");
     }
     let h = &rest[..HEADER_LEN];
-    match format {
+    let props_len = match format {
         Format::V1 if header_crc_v1(h) != u32_at(h, 12) => {
             return Slot::Invalid("header CRC mismatch");
         }
-        Format::V2 if u32_at(h, 12) != 0 => {
-            return Slot::Invalid(
-                "non-zero record attributes (damage, or a newer rmqlog's record)",
-            );
+        Format::V1 => 0,
+        Format::V2 => {
+            let attrs = u32_at(h, 12);
+            if attrs as usize > MAX_PROPS_LEN {
+                return Slot::Invalid(
+                    "unknown record attributes (damage, or a newer rmqlog's record)",
+                );
+            }
+            if attrs as usize > len_us - HEADER_LEN {
+                return Slot::Invalid("record properties longer than the record");
+            }
+            attrs
         }
-        _ => {}
-    }
+    };
     let header = Header {
         format,
         len,
         crc: u32_at(h, 8),
         offset: u64_at(h, 16),
         timestamp_ms: u64_at(h, 24),
+        props_len,
     };
     if header.offset != offset {
         return Slot::Invalid("stored physical offset differs from the record's position");
@@ -272,8 +298,8 @@ pub fn decode(rest: &[u8], offset: u64, max_body: usize) -> Slot {
     Slot::Record(header)
 }
 
-/// [`decode`], then the CRC: the one check of a record that readers, recovery and `verify`
-/// share. A [`Slot::Record`] from here is a record to trust.
+/// [`decode`], then the CRC, then the properties' shape: the one check of a record that
+/// readers, recovery and `verify` share. A [`Slot::Record`] from here is a record to trust.
 pub fn validate(rest: &[u8], offset: u64, max_body: usize) -> Slot {
     match decode(rest, offset, max_body) {
         Slot::Record(h) => {
@@ -282,7 +308,12 @@ pub fn validate(rest: &[u8], offset: u64, max_body: usize) -> Slot {
                 Format::V2 => crc32c::crc32c(&rest[V2_CRC_FROM..h.len as usize]),
             };
             if actual == h.crc {
-                Slot::Record(h)
+                match h.props_len == 0 || props::decode(&rest[HEADER_LEN..h.body_from()]).is_some()
+                {
+                    true => Slot::Record(h),
+                    // Under a valid CRC: written so (a bug, or a newer rmqlog's layout).
+                    false => Slot::Invalid("record properties (key, headers) that do not parse"),
+                }
             } else {
                 Slot::BadCrc {
                     format: h.format,
@@ -296,14 +327,19 @@ pub fn validate(rest: &[u8], offset: u64, max_body: usize) -> Slot {
 }
 
 /// Stores a record by calling `write(position in the record, parts)` twice: first the header from
-/// byte 8 on and the body, then the length/magic word (bytes 0..8). A reader that finds the magic
-/// finds the rest of the header behind it (and checks the CRCs before trusting the record).
+/// byte 8 on, the properties and the body, then the length/magic word (bytes 0..8). A reader that
+/// finds the magic finds the rest of the header behind it (and checks the CRCs before trusting
+/// the record).
 pub fn store<E>(
     header: &[u8; HEADER_LEN],
+    props: &[u8],
     body: &[u8],
     mut write: impl FnMut(usize, &[&[u8]]) -> Result<(), E>,
 ) -> Result<(), E> {
-    write(8, &[&header[8..], body])?;
+    match props.is_empty() {
+        true => write(8, &[&header[8..], body])?,
+        false => write(8, &[&header[8..], props, body])?,
+    }
     write(0, &[&header[..8]])
 }
 
@@ -329,7 +365,7 @@ mod tests {
     const FORMATS: [Format; 2] = [Format::V1, Format::V2];
 
     fn encode_record(format: Format, body: &[u8], offset: u64, ts: u64) -> Vec<u8> {
-        let mut v = encode(format, body, None, offset, ts).to_vec();
+        let mut v = encode(format, &[], body, None, offset, ts).to_vec();
         v.extend_from_slice(body);
         v
     }
@@ -408,11 +444,38 @@ mod tests {
     }
 
     #[test]
-    fn a_format_2_record_with_attributes_is_refused() {
+    fn a_format_2_record_with_unknown_attributes_is_refused() {
         let mut seg = encode_record(Format::V2, b"abc", 0, 0);
-        seg[12] = 1;
+        seg[15] = 1;
         let crc = crc32c::crc32c(&seg[12..]);
         seg[8..12].copy_from_slice(&crc.to_le_bytes());
         assert!(matches!(validate(&seg, 0, 64), Slot::Invalid(why) if why.contains("attributes")));
+    }
+
+    #[test]
+    fn properties_sit_between_header_and_body_under_the_crc() {
+        let mut props = Vec::new();
+        props::encode::<&str, &[u8]>(Some(b"k"), &[], "", &mut props).unwrap();
+        let body = b"body";
+        let mut rec = encode(Format::V2, &props, body, None, 64, 5).to_vec();
+        rec.extend_from_slice(&props);
+        rec.extend_from_slice(body);
+        let Slot::Record(h) = validate(&rec, 64, 64) else {
+            panic!("not a record")
+        };
+        assert_eq!((h.props_len, h.body_from(), h.body_len()), (4, 36, 4));
+        // A block that does not parse is refused even under a valid CRC.
+        let mut odd = encode(Format::V2, b"pp", body, None, 64, 5).to_vec();
+        odd.extend_from_slice(b"ppbody");
+        assert!(matches!(validate(&odd, 64, 64), Slot::Invalid(why) if why.contains("parse")));
+        for at in 12..rec.len() {
+            let mut bad = rec.clone();
+            bad[at] ^= 0x10;
+            assert!(validate(&bad, 64, 64).defect().is_some(), "byte {at}");
+        }
+        // Properties longer than the record are refused before any slice is taken.
+        let mut long = rec.clone();
+        long[12] = 40;
+        assert!(matches!(decode(&long, 64, 64), Slot::Invalid(_)));
     }
 }

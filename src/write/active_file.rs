@@ -168,21 +168,27 @@ impl ActiveFile {
 
     /// Writes a record at `pos` (the writer's position) in [`record::store`]'s order. False when
     /// the file is not usable; the caller then writes through the map, which rewrites every byte.
-    pub fn write_record(&mut self, pos: u64, header: &[u8; HEADER_LEN], body: &[u8]) -> bool {
+    pub fn write_record(
+        &mut self,
+        pos: u64,
+        header: &[u8; HEADER_LEN],
+        props: &[u8],
+        body: &[u8],
+    ) -> bool {
+        let end = pos + (HEADER_LEN + props.len() + body.len()) as u64;
         if self.sync {
-            self.warm(pos + (HEADER_LEN + body.len()) as u64);
+            self.warm(end);
         }
         let Some(file) = self.file.clone() else {
             return false;
         };
-        let end = pos + (HEADER_LEN + body.len()) as u64;
         if end > self.edge.ready() {
             // Reserve the range: no zeros from the thread may land on it from now on.
             let held = self.edge.lock();
             self.edge.raise(&held, end);
         }
-        let written = record::store(header, body, |at, parts| {
-            let mut slices = [IoSlice::new(&[]), IoSlice::new(&[])];
+        let written = record::store(header, props, body, |at, parts| {
+            let mut slices = [IoSlice::new(&[]), IoSlice::new(&[]), IoSlice::new(&[])];
             let n = parts.len().min(slices.len());
             for (slice, part) in slices.iter_mut().zip(parts) {
                 *slice = IoSlice::new(part);

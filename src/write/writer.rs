@@ -142,14 +142,18 @@ impl Cursor {
     }
 
     /// Start offsets of the segments a batch will need, and the end of the log after it.
-    fn plan<B: AsRef<[u8]>>(&self, bodies: &[B], segment_size: u64) -> Result<(Vec<u64>, u64)> {
+    fn plan<B: AsRef<[u8]>>(
+        &self,
+        batch: &Batch<'_, B>,
+        segment_size: u64,
+    ) -> Result<(Vec<u64>, u64)> {
         let (mut start, mut size, mut pos) = match &self.active {
             Some((seg, _)) => (seg.start(), seg.size(), self.pos),
             None => (self.next_start, 0, 0),
         };
         let mut starts = Vec::new();
-        for body in bodies {
-            let len = (HEADER_LEN + body.as_ref().len()) as u64;
+        for i in 0..batch.bodies.len() {
+            let len = batch.len(i) as u64;
             if pos + len > size {
                 start += size;
                 size = segment_size;
@@ -239,16 +243,30 @@ impl Writer {
         }
     }
 
-    /// Appends `bodies` under one lock acquisition and reports each offset to `sink`.
+    /// Appends `bodies` under one lock acquisition and reports each offset to `sink`. `props`
+    /// holds each record's encoded properties ([`crate::storage::props`]), or is empty when none
+    /// has any.
     pub fn append_with<B: AsRef<[u8]>>(
         &self,
         state: &State,
         bodies: &[B],
+        props: &[Vec<u8>],
         mut sink: impl FnMut(u64),
     ) -> Result<()> {
         state.check_open()?;
+        if !props.is_empty() && props.len() != bodies.len() {
+            return Err(Error::Internal("properties for some records only".into()));
+        }
+        if state.record_format == Format::V1 && props.iter().any(|p| !p.is_empty()) {
+            return Err(Error::Unsupported(
+                "keys and headers need a store of record format 2; this one writes format 1 \
+                 (made by rmqlog 0.1 or with record_format=1)"
+                    .into(),
+            ));
+        }
         for (i, b) in bodies.iter().enumerate() {
-            check_size(state, b.as_ref().len()).map_err(|e| match e {
+            let props_len = props.get(i).map_or(0, Vec::len);
+            check_size(state, props_len + b.as_ref().len()).map_err(|e| match e {
                 // Which one, in a batch.
                 Error::MessageTooLarge { size, limit } if bodies.len() > 1 => {
                     Error::MessageTooLarge {
@@ -286,8 +304,13 @@ impl Writer {
                 None => None,
             };
             if let (Strategy::Custom(place), true) = (&state.opts.strategy, asks < 3) {
+                let batch = Batch {
+                    bodies,
+                    crcs,
+                    props,
+                };
                 let unplaced: Vec<u64> = c
-                    .plan(bodies, state.opts.segment_size)?
+                    .plan(&batch, state.opts.segment_size)?
                     .0
                     .into_iter()
                     .filter(|s| !c.hints.contains_key(s))
@@ -303,7 +326,11 @@ impl Writer {
                     continue;
                 }
             }
-            let batch = Batch { bodies, crcs };
+            let batch = Batch {
+                bodies,
+                crcs,
+                props,
+            };
             let end = write_batch(state, &mut c, &self.warm, ctl.as_deref(), batch, &mut sink)?;
             if let Some(ctl) = &ctl {
                 c.note_warmed(ctl);
@@ -326,9 +353,14 @@ impl Writer {
     }
 
     /// [`CommitLog::try_append`](crate::CommitLog::try_append).
-    pub fn try_append(&self, state: &State, body: &[u8]) -> Result<Option<u64>> {
+    /// `props`: the record's encoded properties (one item), or empty.
+    pub fn try_append(&self, state: &State, body: &[u8], props: &[Vec<u8>]) -> Result<Option<u64>> {
         state.check_open()?;
-        check_size(state, body.len())?;
+        let props_len = props.first().map_or(0, Vec::len);
+        if props_len > 0 && state.record_format == Format::V1 {
+            return Ok(None); // the slow path says why
+        }
+        check_size(state, props_len + body.len())?;
         if state.opts.flush.policy().each_append {
             return Ok(None);
         }
@@ -337,7 +369,7 @@ impl Writer {
             Err(TryLockError::WouldBlock) => return Ok(None),
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
         };
-        let len = HEADER_LEN + body.len();
+        let len = HEADER_LEN + props_len + body.len();
         let crc = match state.record_format {
             Format::V1 => Some(crc32_of(body)),
             Format::V2 => None,
@@ -364,6 +396,7 @@ impl Writer {
         let batch = Batch {
             bodies: &[body],
             crcs: crc.as_slice(),
+            props,
         };
         write_batch(state, &mut c, &self.warm, ctl.as_deref(), batch, |o| {
             offset = o
@@ -403,10 +436,23 @@ impl Writer {
     }
 }
 
-/// The records of one append: their bodies and (format 1) the bodies' CRCs, else empty.
+/// The records of one append: their bodies, (format 1) the bodies' CRCs, else empty, and their
+/// encoded properties, or empty when no record has any.
 struct Batch<'a, B> {
     bodies: &'a [B],
     crcs: &'a [u32],
+    props: &'a [Vec<u8>],
+}
+
+impl<B: AsRef<[u8]>> Batch<'_, B> {
+    fn props(&self, i: usize) -> &[u8] {
+        self.props.get(i).map_or(&[], Vec::as_slice)
+    }
+
+    /// Record `i`'s length, header included.
+    fn len(&self, i: usize) -> usize {
+        HEADER_LEN + self.props(i).len() + self.bodies[i].as_ref().len()
+    }
 }
 
 /// A shared writer's append lock, taken, with the cursor brought up to the control page.
@@ -438,8 +484,8 @@ fn write_batch<B: AsRef<[u8]>>(
     batch: Batch<'_, B>,
     mut sink: impl FnMut(u64),
 ) -> Result<u64> {
-    let Batch { bodies, crcs } = batch;
-    let (starts, planned_end) = c.plan(bodies, state.opts.segment_size)?;
+    let (starts, planned_end) = c.plan(&batch, state.opts.segment_size)?;
+    let Batch { bodies, crcs, .. } = batch;
     let new_segments = if starts.is_empty() {
         Vec::new()
     } else {
@@ -460,8 +506,8 @@ fn write_batch<B: AsRef<[u8]>>(
     let (mut from, mut records) = (c.pos, 0u64);
     let mut sealed: Vec<(Arc<Segment>, u64, u64, u64)> = Vec::new();
     for (i, body) in bodies.iter().enumerate() {
-        let body = body.as_ref();
-        let len = HEADER_LEN + body.len();
+        let (body, props) = (body.as_ref(), batch.props(i));
+        let len = batch.len(i);
         if !c.fits(len) {
             let Some(next) = new_segments.next() else {
                 return Err(Error::Internal(
@@ -485,11 +531,11 @@ fn write_batch<B: AsRef<[u8]>>(
         };
         let offset = seg.start() + c.pos;
         let crc = crcs.get(i).copied();
-        let header = record::encode(state.record_format, body, crc, offset, ts);
-        if !(c.file.takes(len) && c.file.write_record(c.pos, &header, body)) {
+        let header = record::encode(state.record_format, props, body, crc, offset, ts);
+        if !(c.file.takes(len) && c.file.write_record(c.pos, &header, props, body)) {
             c.file.warm(c.pos + len as u64);
             let pos = c.pos as usize;
-            let stored = record::store(&header, body, |at, parts| {
+            let stored = record::store(&header, props, body, |at, parts| {
                 let mut at = pos + at;
                 for part in parts {
                     // SAFETY: we hold the writer's cursor and write at or above its position, which

@@ -1,0 +1,184 @@
+//! Keys and headers between Python and a record's properties block (`crate::storage::props`).
+//!
+//! A key or a header value is a bytes-like object or a `str` (its UTF-8 bytes); a header name is
+//! a `str`. `headers` is a sequence of `(name, value)` pairs (names may repeat, order is kept) or
+//! a mapping. Reads hand back `bytes` and a list of `(str, bytes)` tuples.
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+
+use super::args;
+use super::body::{self, Body};
+use crate::storage::props::{self, Props};
+
+/// A key or a header value, held for the encoding.
+enum Bytes<'py> {
+    Str(Bound<'py, PyString>),
+    Buf(Body<'py>),
+}
+
+impl AsRef<[u8]> for Bytes<'_> {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            // Checked UTF-8 when taken (`bytes_of`).
+            Bytes::Str(s) => s.to_str().map(str::as_bytes).unwrap_or_default(),
+            Bytes::Buf(b) => b.as_slice(),
+        }
+    }
+}
+
+fn bytes_of<'py>(obj: &Bound<'py, PyAny>, what: &dyn Fn() -> String) -> PyResult<Bytes<'py>> {
+    if let Ok(s) = obj.cast::<PyString>() {
+        s.to_str()?;
+        return Ok(Bytes::Str(s.clone()));
+    }
+    if body::is_bytes_like(obj) {
+        return Ok(Bytes::Buf(Body::of(obj, &what(), usize::MAX)?));
+    }
+    Err(PyTypeError::new_err(format!(
+        "{} must be bytes-like or a str, got {}",
+        what(),
+        args::type_of(obj)
+    )))
+}
+
+/// The encoded properties of `key` and `headers` (empty for neither). `which` names the record
+/// in errors ("" or "[3]").
+pub fn encode<'py>(
+    key: Option<&Bound<'py, PyAny>>,
+    headers: Option<&Bound<'py, PyAny>>,
+    which: &str,
+) -> PyResult<Vec<u8>> {
+    let key = key
+        .filter(|k| !k.is_none())
+        .map(|k| bytes_of(k, &|| format!("key{which}")))
+        .transpose()?;
+    let mut pairs: Vec<(Bound<'py, PyString>, Bytes<'py>)> = Vec::new();
+    if let Some(h) = headers.filter(|h| !h.is_none()) {
+        let name_of = |n: &Bound<'py, PyAny>, i: usize| -> PyResult<Bound<'py, PyString>> {
+            let s = n.cast::<PyString>().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "header names are str; headers{which}[{i}] has a name of type {}",
+                    args::type_of(n)
+                ))
+            })?;
+            s.to_str()?;
+            Ok(s.clone())
+        };
+        if let Ok(d) = h.cast::<PyDict>() {
+            for (i, (n, v)) in d.iter().enumerate() {
+                let name = name_of(&n, i)?;
+                pairs.push((
+                    name,
+                    bytes_of(&v, &|| format!("headers{which}[{i}]'s value"))?,
+                ));
+            }
+        } else if h.is_instance_of::<PyList>() || h.is_instance_of::<PyTuple>() {
+            for (i, pair) in h.try_iter()?.enumerate() {
+                let pair = pair?;
+                let (n, v) = pair
+                    .cast::<PyTuple>()
+                    .ok()
+                    .filter(|t| t.len() == 2)
+                    .map(|t| (t.get_item(0), t.get_item(1)))
+                    .ok_or_else(|| {
+                        PyTypeError::new_err(format!(
+                            "headers{which}[{i}] must be a (name, value) tuple, got {}",
+                            args::type_of(&pair)
+                        ))
+                    })?;
+                let (n, v) = (n?, v?);
+                let name = name_of(&n, i)?;
+                pairs.push((
+                    name,
+                    bytes_of(&v, &|| format!("headers{which}[{i}]'s value"))?,
+                ));
+            }
+        } else {
+            return Err(PyTypeError::new_err(format!(
+                "headers{which} must be a list of (name, value) tuples or a dict, got {}",
+                args::type_of(h)
+            )));
+        }
+    }
+    let named: Vec<(&str, &[u8])> = pairs
+        .iter()
+        .map(|(n, v)| (n.to_str().unwrap_or_default(), v.as_ref()))
+        .collect();
+    let mut out = Vec::new();
+    let which = if which.is_empty() {
+        String::new()
+    } else {
+        format!(" (record {which})")
+    };
+    props::encode(key.as_ref().map(AsRef::as_ref), &named, &which, &mut out)?;
+    Ok(out)
+}
+
+/// Each record's properties for `append_batch`: `keys` and `headers` are sequences as long as
+/// the bodies (`None` items: none for that record). Empty when neither is given.
+pub fn encode_batch<'py>(
+    n: usize,
+    keys: Option<&Bound<'py, PyAny>>,
+    headers: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Vec<Vec<u8>>> {
+    let items =
+        |obj: Option<&Bound<'py, PyAny>>, what: &str| -> PyResult<Option<Vec<Bound<'py, PyAny>>>> {
+            let Some(obj) = obj.filter(|o| !o.is_none()) else {
+                return Ok(None);
+            };
+            if obj.is_instance_of::<PyString>()
+                || obj.is_instance_of::<PyBytes>()
+                || obj.is_instance_of::<PyDict>()
+            {
+                return Err(PyTypeError::new_err(format!(
+                    "{what} must be a sequence with one item per body, got {}",
+                    args::type_of(obj)
+                )));
+            }
+            let v: Vec<Bound<'py, PyAny>> = obj
+                .try_iter()
+                .map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "{what} must be a sequence with one item per body, got {}",
+                        args::type_of(obj)
+                    ))
+                })?
+                .collect::<PyResult<_>>()?;
+            if v.len() != n {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "{what} has {} items for {n} bodies",
+                    v.len()
+                )));
+            }
+            Ok(Some(v))
+        };
+    let (keys, headers) = (items(keys, "keys")?, items(headers, "headers")?);
+    if keys.is_none() && headers.is_none() {
+        return Ok(Vec::new());
+    }
+    (0..n)
+        .map(|i| {
+            let which = format!("[{i}]");
+            encode(
+                keys.as_ref().map(|k| &k[i]),
+                headers.as_ref().map(|h| &h[i]),
+                &which,
+            )
+        })
+        .collect()
+}
+
+/// `(key, headers)` of a record's properties, as Python objects.
+pub fn to_python<'py>(
+    py: Python<'py>,
+    p: &Props<'_>,
+) -> PyResult<(Option<Bound<'py, PyBytes>>, Bound<'py, PyList>)> {
+    let key = p.key.map(|k| PyBytes::new(py, k));
+    let headers = PyList::empty(py);
+    for (n, v) in &p.headers {
+        headers.append((PyString::new(py, n), PyBytes::new(py, v)))?;
+    }
+    Ok((key, headers))
+}

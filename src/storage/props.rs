@@ -1,0 +1,326 @@
+//! A record's properties: its key and headers, the bytes a format-2 record carries between its
+//! header and its body when `attrs` is not zero (docs/format.md). Pure: no I/O.
+//!
+//! ```text
+//! flags: u8                   bit 0: a key follows; bit 1: headers follow; others zero
+//! [key_len: u16, key]         the key (0 to MAX_KEY_LEN bytes; an empty key is a key)
+//! [count: u16,                the headers, in order, names repeatable
+//!   count x (name_len: u16, name (UTF-8), value_len: u32, value)]
+//! ```
+//! All integers little-endian. The record's CRC covers these bytes, so a block that does not
+//! parse was written so (a bug or a forgery), not damaged: readers refuse the record.
+
+use crate::error::{Error, Result};
+
+/// The largest properties block a format-2 record carries (`attrs` keeps its top byte zero).
+pub const MAX_PROPS_LEN: usize = (1 << 24) - 1;
+/// The longest key a record carries.
+pub const MAX_KEY_LEN: usize = u16::MAX as usize;
+/// The most headers a record carries.
+pub const MAX_HEADERS: usize = u16::MAX as usize;
+/// The longest header name.
+pub const MAX_NAME_LEN: usize = u16::MAX as usize;
+
+const HAS_KEY: u8 = 1;
+const HAS_HEADERS: u8 = 2;
+
+/// A record's key and headers, borrowed from the record (or from the caller, to encode).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Props<'a> {
+    pub key: Option<&'a [u8]>,
+    pub headers: Vec<(&'a str, &'a [u8])>,
+}
+
+impl Props<'_> {
+    /// Whether a record with these properties is a plain record (no properties block).
+    pub fn is_empty(&self) -> bool {
+        self.key.is_none() && self.headers.is_empty()
+    }
+}
+
+/// A record to append with a key and headers ([`crate::CommitLog::append_message`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Message<'a> {
+    pub body: &'a [u8],
+    /// The key: up to [`MAX_KEY_LEN`] bytes; `Some(b"")` is an empty key, `None` none.
+    pub key: Option<&'a [u8]>,
+    /// Headers, in order; a name may repeat.
+    pub headers: &'a [(&'a str, &'a [u8])],
+}
+
+impl<'a> Message<'a> {
+    /// A message of `body` alone.
+    pub fn new(body: &'a [u8]) -> Message<'a> {
+        Message {
+            body,
+            ..Message::default()
+        }
+    }
+
+    /// With `key`.
+    #[must_use]
+    pub fn key(mut self, key: &'a [u8]) -> Message<'a> {
+        self.key = Some(key);
+        self
+    }
+
+    /// With `headers`.
+    #[must_use]
+    pub fn headers(mut self, headers: &'a [(&'a str, &'a [u8])]) -> Message<'a> {
+        self.headers = headers;
+        self
+    }
+}
+
+/// Each message's encoded properties (empty when no message has any), naming the message in
+/// errors when there are several.
+pub fn encode_all(messages: &[Message<'_>]) -> Result<Vec<Vec<u8>>> {
+    if messages
+        .iter()
+        .all(|m| m.key.is_none() && m.headers.is_empty())
+    {
+        return Ok(Vec::new());
+    }
+    let many = messages.len() > 1;
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let mut out = Vec::new();
+            let which = if many {
+                format!(" (messages[{i}])")
+            } else {
+                String::new()
+            };
+            encode(m.key, m.headers, &which, &mut out)?;
+            Ok(out)
+        })
+        .collect()
+}
+
+/// Appends the block for `key` and `headers` to `out` (nothing for neither). `which` names the
+/// record in errors ("", or " (bodies[3])").
+pub fn encode<N: AsRef<str>, V: AsRef<[u8]>>(
+    key: Option<&[u8]>,
+    headers: &[(N, V)],
+    which: &str,
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    if key.is_none() && headers.is_empty() {
+        return Ok(());
+    }
+    let bad = |why: String| Error::InvalidArgument(format!("{why}{which}"));
+    let start = out.len();
+    let flags =
+        if key.is_some() { HAS_KEY } else { 0 } | if headers.is_empty() { 0 } else { HAS_HEADERS };
+    out.push(flags);
+    if let Some(key) = key {
+        if key.len() > MAX_KEY_LEN {
+            return Err(bad(format!(
+                "a key is at most {MAX_KEY_LEN} bytes, this one has {}",
+                key.len()
+            )));
+        }
+        out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        out.extend_from_slice(key);
+    }
+    if !headers.is_empty() {
+        if headers.len() > MAX_HEADERS {
+            return Err(bad(format!(
+                "a record carries at most {MAX_HEADERS} headers, not {}",
+                headers.len()
+            )));
+        }
+        out.extend_from_slice(&(headers.len() as u16).to_le_bytes());
+        for (name, value) in headers {
+            let (name, value) = (name.as_ref().as_bytes(), value.as_ref());
+            if name.len() > MAX_NAME_LEN {
+                return Err(bad(format!(
+                    "a header name is at most {MAX_NAME_LEN} bytes, this one has {}",
+                    name.len()
+                )));
+            }
+            let value_len = u32::try_from(value.len())
+                .map_err(|_| bad("a header value is over 4 GiB".into()))?;
+            out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            out.extend_from_slice(name);
+            out.extend_from_slice(&value_len.to_le_bytes());
+            out.extend_from_slice(value);
+        }
+    }
+    if out.len() - start > MAX_PROPS_LEN {
+        return Err(bad(format!(
+            "a record's key and headers take at most {MAX_PROPS_LEN} bytes, these take {}",
+            out.len() - start
+        )));
+    }
+    Ok(())
+}
+
+/// Reads `n` bytes at `*at`, moving it on.
+fn take<'a>(b: &'a [u8], at: &mut usize, n: usize) -> Option<&'a [u8]> {
+    let end = at.checked_add(n)?;
+    let s = b.get(*at..end)?;
+    *at = end;
+    Some(s)
+}
+
+fn u16_at(b: &[u8], at: &mut usize) -> Option<usize> {
+    take(b, at, 2).map(|s| u16::from_le_bytes([s[0], s[1]]) as usize)
+}
+
+fn u32_at(b: &[u8], at: &mut usize) -> Option<usize> {
+    take(b, at, 4).map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]) as usize)
+}
+
+/// The key in `block` (a record's properties): `Some(None)` for a record without one, `None`
+/// for a block that does not parse. Reads nothing past the key.
+pub fn key_of(block: &[u8]) -> Option<Option<&[u8]>> {
+    if block.is_empty() {
+        return Some(None);
+    }
+    let flags = block[0];
+    if flags & !(HAS_KEY | HAS_HEADERS) != 0 {
+        return None;
+    }
+    let mut at = 1;
+    if flags & HAS_KEY == 0 {
+        return Some(None);
+    }
+    let n = u16_at(block, &mut at)?;
+    take(block, &mut at, n).map(Some)
+}
+
+/// The whole block, checked: every length within it, header names UTF-8, nothing left over.
+/// `None` when it does not parse.
+pub fn decode(block: &[u8]) -> Option<Props<'_>> {
+    if block.is_empty() {
+        return Some(Props::default());
+    }
+    let flags = block[0];
+    if flags & !(HAS_KEY | HAS_HEADERS) != 0 || flags == 0 {
+        return None;
+    }
+    let mut at = 1;
+    let mut props = Props::default();
+    if flags & HAS_KEY != 0 {
+        let n = u16_at(block, &mut at)?;
+        props.key = Some(take(block, &mut at, n)?);
+    }
+    if flags & HAS_HEADERS != 0 {
+        let count = u16_at(block, &mut at)?;
+        if count == 0 {
+            return None;
+        }
+        props.headers.reserve(count);
+        for _ in 0..count {
+            let n = u16_at(block, &mut at)?;
+            let name = std::str::from_utf8(take(block, &mut at, n)?).ok()?;
+            let n = u32_at(block, &mut at)?;
+            props.headers.push((name, take(block, &mut at, n)?));
+        }
+    }
+    (at == block.len()).then_some(props)
+}
+
+/// Calls `f(name, value)` for each header in `block` until it returns true; `None` when the block
+/// does not parse as far as that. Allocates nothing (filters use it per record).
+pub fn find_header<'a>(
+    block: &'a [u8],
+    mut f: impl FnMut(&'a [u8], &'a [u8]) -> bool,
+) -> Option<bool> {
+    if block.is_empty() {
+        return Some(false);
+    }
+    let flags = block[0];
+    let mut at = 1;
+    if flags & HAS_KEY != 0 {
+        let n = u16_at(block, &mut at)?;
+        take(block, &mut at, n)?;
+    }
+    if flags & HAS_HEADERS == 0 {
+        return Some(false);
+    }
+    let count = u16_at(block, &mut at)?;
+    for _ in 0..count {
+        let n = u16_at(block, &mut at)?;
+        let name = take(block, &mut at, n)?;
+        let n = u32_at(block, &mut at)?;
+        if f(name, take(block, &mut at, n)?) {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn block(key: Option<&[u8]>, headers: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode(key, headers, "", &mut out).unwrap();
+        out
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip(key in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
+                      headers in proptest::collection::vec(
+                          ("[a-zé]{0,6}", proptest::collection::vec(any::<u8>(), 0..20)), 0..5)) {
+            let hs: Vec<(&str, &[u8])> =
+                headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect();
+            let b = block(key.as_deref(), &hs);
+            prop_assert_eq!(b.is_empty(), key.is_none() && hs.is_empty());
+            let p = decode(&b).unwrap();
+            prop_assert_eq!(p.key, key.as_deref());
+            prop_assert_eq!(&p.headers, &hs);
+            prop_assert_eq!(key_of(&b).unwrap(), key.as_deref());
+        }
+
+        /// Whatever the bytes, parsing neither panics nor reads outside the block.
+        #[test]
+        fn any_bytes_parse_or_are_refused(b in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = decode(&b);
+            let _ = key_of(&b);
+            let _ = find_header(&b, |_, _| false);
+        }
+    }
+
+    #[test]
+    fn an_empty_key_is_a_key_and_repeated_names_stay_in_order() {
+        let b = block(Some(b""), &[("t", b"1"), ("t", b"2")]);
+        let p = decode(&b).unwrap();
+        assert_eq!(p.key, Some(&b""[..]));
+        assert_eq!(p.headers, vec![("t", &b"1"[..]), ("t", &b"2"[..])]);
+        let mut seen = Vec::new();
+        find_header(&b, |n, v| {
+            seen.push((n, v));
+            false
+        });
+        assert_eq!(seen.len(), 2);
+    }
+
+    #[test]
+    fn limits_are_typed_errors() {
+        let long = vec![0u8; MAX_KEY_LEN + 1];
+        let mut out = Vec::new();
+        assert!(matches!(
+            encode::<&str, &[u8]>(Some(&long), &[], " (bodies[2])", &mut out),
+            Err(Error::InvalidArgument(m)) if m.contains("bodies[2]")
+        ));
+        let name = "n".repeat(MAX_NAME_LEN + 1);
+        assert!(encode(None, &[(name.as_str(), b"v")], "", &mut out).is_err());
+    }
+
+    #[test]
+    fn trailing_bytes_or_bad_utf8_do_not_parse() {
+        let mut b = block(Some(b"k"), &[]);
+        b.push(0);
+        assert!(decode(&b).is_none());
+        let mut b = block(None, &[("ab", b"")]);
+        b[5] = 0xff;
+        assert!(decode(&b).is_none());
+    }
+}
