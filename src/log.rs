@@ -18,7 +18,7 @@ use crate::options::Options;
 use crate::read::reader::{self, Follow, RecordRef, Scan};
 use crate::read::wait::{self, Waited};
 use crate::read::watch::Watch;
-use crate::read::{count, follow};
+use crate::read::{count, follow, lookup};
 use crate::shared;
 use crate::state::dirs::DirInfo;
 use crate::state::stats::StatsSnapshot;
@@ -46,6 +46,8 @@ pub struct CommitLog {
     threads: Mutex<Threads>,
     /// The names this open's consumers hold, let go at close.
     consumer_locks: Mutex<Vec<std::sync::Weak<ByteLocks>>>,
+    /// The key indexes this open mapped for lookups.
+    indexes: lookup::Indexes,
 }
 
 /// The background threads of a writer, stopped and joined on drop.
@@ -108,6 +110,7 @@ impl CommitLog {
             lock: Mutex::new(lock),
             threads: Mutex::new(Threads::default()),
             consumer_locks: Mutex::new(Vec::new()),
+            indexes: lookup::Indexes::default(),
         };
         if log.writer.is_some() {
             log.start_threads()?;
@@ -209,6 +212,7 @@ impl CommitLog {
     }
 
     /// Appends bodies with their encoded properties (`props`: one block per body, or empty).
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
     pub(crate) fn append_encoded<B: AsRef<[u8]>>(
         &self,
         bodies: &[B],
@@ -221,6 +225,7 @@ impl CommitLog {
     }
 
     /// [`CommitLog::try_append`] of a body with its encoded properties (one block, or empty).
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
     pub(crate) fn try_append_encoded(&self, body: &[u8], props: &[Vec<u8>]) -> Result<Option<u64>> {
         self.writer("append")?.try_append(&self.state, body, props)
     }
@@ -452,6 +457,20 @@ impl CommitLog {
     pub fn records_between(&self, from: u64, to: u64) -> Result<u64> {
         self.current()?;
         count::records_between(&self.state, from, to)
+    }
+
+    /// The offsets of the records whose key is `key`, in append order; with `start_ms` and
+    /// `end_ms`, of those stored in `[start_ms, end_ms)`. Reads the segments' key indexes and
+    /// each candidate record (to compare its key), no other record's body; records not indexed
+    /// yet (docs/messages.md) are found by walking their headers.
+    pub fn lookup(
+        &self,
+        key: &[u8],
+        start_ms: Option<u64>,
+        end_ms: Option<u64>,
+    ) -> Result<Vec<u64>> {
+        self.current()?;
+        lookup::lookup(&self.state, &self.indexes, key, start_ms, end_ms)
     }
 
     /// Every byte below this offset is durable.

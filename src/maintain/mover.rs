@@ -20,6 +20,7 @@ use crate::state::dirs::{Dir, DirState};
 use crate::state::{Change, State};
 use crate::storage::checkpoint::{DirRecord, Move};
 use crate::storage::fs::{remove_durably, segment_name, sync_dir, TEMP_SUFFIX};
+use crate::storage::key_index;
 use crate::storage::segment::Segment;
 use crate::sync::locked;
 
@@ -171,6 +172,7 @@ fn copy_and_switch(state: &State, seg: &Arc<Segment>, to: usize) -> Result<()> {
         let _ = fs::remove_file(&tmp);
         return Err(gone_or(state, seg, e));
     }
+    copy_key_index(seg.path(), &dst);
     fail_point!("move::copied");
     // 4. Readers switch to the copy; maps of the old file stay valid for their holders.
     let moved = Arc::new(Segment::new(
@@ -199,8 +201,28 @@ fn copy_and_switch(state: &State, seg: &Arc<Segment>, to: usize) -> Result<()> {
     fail_point!("move::switched");
     // 5. The source goes.
     remove_durably(seg.path())?;
+    key_index::remove_beside(seg.path());
     state.announce_file_gone();
     Ok(())
+}
+
+/// The segment's key index goes with it (temp file, rename); one that cannot be copied is
+/// rebuilt by the next writer's lookup, so a failure here is only logged.
+fn copy_key_index(src: &Path, dst: &Path) {
+    let (from, to) = (key_index::path_of(src), key_index::path_of(dst));
+    if !from.exists() {
+        return;
+    }
+    let mut tmp = to.as_os_str().to_owned();
+    tmp.push(TEMP_SUFFIX);
+    let tmp = PathBuf::from(tmp);
+    let copied = fs::copy(&from, &tmp)
+        .and_then(|_| fs::File::open(&tmp)?.sync_all())
+        .and_then(|()| fs::rename(&tmp, &to));
+    if let Err(e) = copied {
+        let _ = fs::remove_file(&tmp);
+        log::warn!("the key index {} was not moved: {e}", from.display());
+    }
 }
 
 /// `e`, unless the segment was deleted by retention while it was being moved: then the move

@@ -644,6 +644,24 @@ impl PyCommitLog {
         Self::scan(slf, None, None, false, None, false, None)
     }
 
+    /// The offsets of the records whose key is `key`, in append order; `start`/`end`: only
+    /// those stored in `[start, end)` (milliseconds since the epoch, or datetimes).
+    #[pyo3(signature = (key, /, *, start = None, end = None))]
+    fn lookup(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        start: Option<&Bound<'_, PyAny>>,
+        end: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<u64>> {
+        let key = props::key_arg(key)?;
+        let (start, end) = (
+            props::time_arg(start, "start")?,
+            props::time_arg(end, "end")?,
+        );
+        Ok(py.detach(|| self.log.lookup(&key, start, end))?)
+    }
+
     /// Offset of the first record with `timestamp_ms >= ts_ms`, else `max_offset`.
     #[pyo3(signature = (ts_ms, /))]
     fn offset_for_timestamp(&self, py: Python<'_>, ts_ms: &Bound<'_, PyAny>) -> PyResult<u64> {

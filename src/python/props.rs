@@ -170,6 +170,31 @@ pub fn encode_batch<'py>(
         .collect()
 }
 
+/// A key argument (of `lookup`, filters): bytes-like or str, copied.
+pub fn key_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    let key = bytes_of(obj, &|| "key".to_string())?;
+    Ok(key.as_ref().to_vec())
+}
+
+/// A time bound: milliseconds since the epoch (an int) or a `datetime` (naive: local time).
+pub fn time_arg(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<u64>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(None);
+    };
+    if obj.is_instance_of::<pyo3::types::PyInt>() && !obj.is_instance_of::<pyo3::types::PyBool>() {
+        let ms: i128 = obj.extract()?;
+        return Ok(Some(ms.clamp(0, u64::MAX as i128) as u64));
+    }
+    if obj.is_instance_of::<pyo3::types::PyDateTime>() {
+        let secs: f64 = obj.call_method0("timestamp")?.extract()?;
+        return Ok(Some((secs * 1000.0).max(0.0) as u64));
+    }
+    Err(PyTypeError::new_err(format!(
+        "{what} must be milliseconds since the epoch (an int) or a datetime, got {}",
+        args::type_of(obj)
+    )))
+}
+
 /// `(key, headers)` of a record's properties, as Python objects.
 pub fn to_python<'py>(
     py: Python<'py>,

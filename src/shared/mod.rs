@@ -79,6 +79,7 @@ fn sweep_leftovers(state: &State) {
         if let Err(e) = remove_durably(&f.path) {
             log::warn!("cannot remove {}: {e}", f.path.display());
         }
+        crate::storage::key_index::remove_beside(&f.path);
     }
 }
 
@@ -416,6 +417,7 @@ fn repair(state: &State, ctl: &Control) -> Result<()> {
     for f in unpublished {
         fail_point!("repair::remove", |_| injected("removing", &f.path));
         remove_durably(&f.path)?;
+        crate::storage::key_index::remove_beside(&f.path);
     }
     if let Some(f) = listed
         .segments

@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::failpoint::fail_point;
 use crate::state::stats::Stats;
 use crate::storage::fs::remove_durably;
+use crate::storage::key_index;
 use crate::storage::segment::Segment;
 use crate::storage::segments::SegmentList;
 use crate::sync::locked;
@@ -231,6 +232,7 @@ impl State {
                     return Err(e);
                 }
             }
+            key_index::remove_beside(seg.path());
             Stats::add(&self.stats.segments_deleted, 1);
             Stats::add(&self.stats.bytes_deleted, seg.size());
         }

@@ -1,6 +1,6 @@
 //! What a store is on disk: the record layout (`record.rs`, pure), one segment file and its map
 //! (`segment.rs`, `mapping.rs`), the ordered segment list and its O(1) lookup (`segments.rs`), and
-//! a record's key and headers (`props.rs`, pure), the store's small metadata files, each written atomically and framed by `crc_line.rs`: the
+//! a record's key and headers (`props.rs`, pure), a segment's key index (`key_index.rs`), the store's small metadata files, each written atomically and framed by `crc_line.rs`: the
 //! checkpoint `rmqlog.meta` (`checkpoint.rs`), a directory's identity `rmqlog.id` (`identity.rs`),
 //! the recovery hint `rmqlog.tail` (`tail_hint.rs`) and the writer settings it records
 //! (`settings.rs`). `counts.rs` counts a segment's records and keeps the counts a writer records
@@ -12,6 +12,7 @@ pub(crate) mod counts;
 pub(crate) mod crc_line;
 pub(crate) mod fs;
 pub(crate) mod identity;
+pub(crate) mod key_index;
 pub(crate) mod mapping;
 pub(crate) mod props;
 pub(crate) mod record;

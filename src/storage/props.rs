@@ -223,6 +223,7 @@ pub fn decode(block: &[u8]) -> Option<Props<'_>> {
     (at == block.len()).then_some(props)
 }
 
+#[allow(dead_code)] // the filters' (next)
 /// Calls `f(name, value)` for each header in `block` until it returns true; `None` when the block
 /// does not parse as far as that. Allocates nothing (filters use it per record).
 pub fn find_header<'a>(

@@ -6,6 +6,7 @@
 
 pub(crate) mod active_file;
 pub(crate) mod flusher;
+pub(crate) mod keys;
 pub(crate) mod placement;
 pub(crate) mod roll;
 pub(crate) mod warmer;

@@ -25,6 +25,7 @@ use crate::storage::tail_hint::TailHints;
 use crate::sync::locked;
 use crate::write::active_file::ActiveFile;
 use crate::write::flusher::flush_to;
+use crate::write::keys::Indexer;
 use crate::write::roll::{ask_custom, check_limit, roll, Created};
 use crate::write::warmer::Slot;
 
@@ -62,6 +63,8 @@ struct Cursor {
     /// last append. While the page still shows them, no other open appended or changed the
     /// list since: the view and the cursor are the store's.
     published: Option<(u64, u64)>,
+    /// The active segment's key index.
+    keys: Indexer,
 }
 
 impl Cursor {
@@ -239,6 +242,7 @@ impl Writer {
                 tail,
                 control: Some(control),
                 published: None,
+                keys: Indexer::default(),
             }),
         }
     }
@@ -433,6 +437,7 @@ impl Writer {
         c.file = ActiveFile::none();
         c.tail = TailHints::default();
         c.control = None;
+        c.keys.stop();
     }
 }
 
@@ -566,6 +571,14 @@ fn write_batch<B: AsRef<[u8]>>(
         control.publish_end(end, ts);
     }
     fail_point!("append::published");
+    // Indexed once published, as counted: neither runs ahead of the published end.
+    let sealed_ends: Vec<(Arc<Segment>, u64)> = sealed
+        .iter()
+        .map(|(s, _, to, _)| (Arc::clone(s), *to))
+        .collect();
+    let active = c.active.as_ref().map(|(s, m)| (s, m));
+    c.keys.published(&sealed_ends, active, c.pos);
+    fail_point!("append::indexed");
     // Counted once readers may see them: a count never runs ahead of the published end.
     let rolled = !sealed.is_empty();
     if rolled {

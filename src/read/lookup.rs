@@ -1,0 +1,176 @@
+//! `lookup(key)`: the offsets of the records with a key, from the segments' key indexes
+//! (`storage/key_index.rs`), without reading other records' bodies.
+//!
+//! Per segment in the range: the index's entries for the key's hash below its `indexed_to`, and a
+//! walk of the record headers from there to the published end (records an appender published but
+//! did not index yet: killed between the two, or another process's). Every candidate the index
+//! names is read whole (CRC checked) and its key compared, so a hash collision or a stale entry
+//! never yields another key's record. A segment without an index (made by an older rmqlog,
+//! deleted, damaged) is walked whole; a writer's lookup then builds its index, so the next one
+//! is not.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, Result};
+use crate::read::reader::{self, offset_for_timestamp};
+use crate::state::State;
+use crate::storage::key_index::{self, KeyIndex, Opened};
+use crate::storage::record::{decode, Slot};
+use crate::storage::segment::{Mapping, Segment};
+use crate::sync::locked;
+
+/// The key indexes this open has mapped, by segment start (with the path they belong to: a moved
+/// segment's index is opened again).
+#[derive(Debug, Default)]
+pub(crate) struct Indexes(Mutex<HashMap<u64, (PathBuf, Arc<KeyIndex>)>>);
+
+impl Indexes {
+    fn get(&self, state: &State, seg: &Segment, map: &Mapping) -> Option<Arc<KeyIndex>> {
+        let mut cached = locked(&self.0);
+        if let Some((path, ix)) = cached.get(&seg.start()) {
+            if path == seg.path() {
+                return Some(Arc::clone(ix));
+            }
+        }
+        let min = state.min_offset();
+        cached.retain(|&start, _| start >= min);
+        let path = key_index::path_of(seg.path());
+        let sealed = seg.end() <= state.max_offset();
+        let ix = match KeyIndex::open(&path, seg.start(), false) {
+            // A sealed segment's index is trusted once complete (synced whole): one a power loss
+            // may have left short is rebuilt (a writer) or walked past.
+            Ok(Opened::Index(ix)) if ix.is_complete() || !sealed => ix,
+            Ok(Opened::Index(_)) => rebuild(state, seg, map)?,
+            Ok(Opened::Damaged) => rebuild(state, seg, map)?,
+            Ok(Opened::Missing) => rebuild(state, seg, map)?,
+            Err(e) => {
+                log::debug!("key index {}: {e}", path.display());
+                return None;
+            }
+        };
+        let ix = Arc::new(ix);
+        cached.insert(seg.start(), (seg.path().to_path_buf(), Arc::clone(&ix)));
+        Some(ix)
+    }
+}
+
+/// A writer builds the index of a sealed segment that has none (or a damaged one); a reader, or
+/// a segment still written to, walks instead.
+fn rebuild(state: &State, seg: &Segment, map: &Mapping) -> Option<KeyIndex> {
+    let sealed = seg.end() <= state.max_offset();
+    if state.read_only || !sealed || !seg.is_local() {
+        return None;
+    }
+    let path = key_index::path_of(seg.path());
+    match key_index::build(
+        &path,
+        seg.start(),
+        seg.size(),
+        map.bytes(0, seg.size() as usize),
+    ) {
+        Ok(ix) => {
+            log::info!("built the key index {}", path.display());
+            Some(ix)
+        }
+        Err(e) => {
+            log::warn!("cannot build the key index {}: {e}", path.display());
+            None
+        }
+    }
+}
+
+/// [`CommitLog::lookup`](crate::CommitLog::lookup).
+pub(crate) fn lookup(
+    state: &Arc<State>,
+    indexes: &Indexes,
+    key: &[u8],
+    start_ms: Option<u64>,
+    end_ms: Option<u64>,
+) -> Result<Vec<u64>> {
+    let max = state.max_offset();
+    let lo = match start_ms {
+        Some(t) => offset_for_timestamp(state, t)?,
+        None => state.min_offset(),
+    };
+    let hi = match end_ms {
+        Some(t) => offset_for_timestamp(state, t)?,
+        None => max,
+    };
+    let hash = key_index::hash(key);
+    let in_time = |ts: u64| start_ms.is_none_or(|s| ts >= s) && end_ms.is_none_or(|e| ts < e);
+    let list = state.segments_full();
+    let mut found = Vec::new();
+    for seg in list.as_slice() {
+        if seg.end() <= lo || seg.start() >= hi || seg.is_lost() {
+            continue;
+        }
+        let limit = max.min(seg.end()) - seg.start();
+        let map = match seg.map() {
+            Ok(m) => m,
+            // Deleted by retention since the list was taken: nothing to find there.
+            Err(_) if seg.start() < state.min_offset() => continue,
+            Err(e) => return Err(e),
+        };
+        let (mut named, from) = match indexes.get(state, seg, &map) {
+            Some(ix) => {
+                let to = ix.indexed_to().min(limit);
+                match ix.probe(hash, to) {
+                    Ok(named) => (named, to),
+                    Err(key_index::Damaged) => {
+                        log::warn!(
+                            "the key index of {} is damaged: the segment is walked",
+                            seg.path().display()
+                        );
+                        (Vec::new(), 0)
+                    }
+                }
+            }
+            None => (Vec::new(), 0),
+        };
+        let bytes = map.bytes(0, limit as usize);
+        let mut walked = Vec::new();
+        let stop = key_index::walk_keys(bytes, seg.start(), from, limit, |pos, k| {
+            if k == key {
+                walked.push(pos);
+            }
+            true
+        });
+        if stop < limit {
+            let end = decode(
+                &bytes[stop as usize..],
+                seg.start() + stop,
+                u32::MAX as usize,
+            );
+            if end != Slot::EndOfSegment || limit != seg.size() {
+                // Damage where a record should start: the error a read gives there.
+                reader::read(state, seg.start() + stop)?;
+            }
+        }
+        named.reverse(); // oldest first
+        for (pos, from_index) in named
+            .into_iter()
+            .map(|p| (p, true))
+            .chain(walked.into_iter().map(|p| (p, false)))
+        {
+            let offset = seg.start() + pos;
+            if offset < lo || offset >= hi {
+                continue;
+            }
+            match reader::read(state, offset) {
+                Ok(rec) if rec.key() == Some(key) && in_time(rec.timestamp_ms()) => {
+                    found.push(offset)
+                }
+                Ok(_) => {}
+                // A stale entry (its records cut by recovery): no record starts there now.
+                Err(Error::InvalidOffset { .. } | Error::OffsetOutOfRange { .. }) if from_index => {
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    found.sort_unstable();
+    found.dedup();
+    Ok(found)
+}
