@@ -34,6 +34,7 @@ SUBCOMMANDS = [
     "stat",
     "consumers",
     "dump",
+    "lookup",
     "verify",
     "tier",
     "bench",

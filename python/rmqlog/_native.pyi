@@ -709,6 +709,20 @@ class CommitLog:
         """Forgets consumer ``name`` (its position is gone); ``ConsumerBusyError`` while it is
         open anywhere."""
     def __iter__(self) -> ScanIterator[memoryview]: ...
+    def lookup(
+        self,
+        key: Buffer | str,
+        /,
+        *,
+        start: int | datetime.datetime | None = None,
+        end: int | datetime.datetime | None = None,
+    ) -> list[int]:
+        """The offsets of the records whose key is ``key``, in append order; ``start``/``end``:
+        only those stored in ``[start, end)`` (milliseconds since the epoch, or datetimes).
+
+        Reads the segments' key indexes and each candidate record (its key is compared, so a
+        hash collision never returns another key's record), not the other records' bodies;
+        records not indexed yet are found by walking their headers (docs/messages.md)."""
     def offset_for_timestamp(self, ts_ms: int, /) -> int:
         """Offset of the first record with ``timestamp_ms >= ts_ms``, else ``max_offset``.
         Record headers are walked without their CRCs (timestamps never decrease in a log); the

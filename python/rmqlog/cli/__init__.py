@@ -4,6 +4,7 @@
     rmqlog stat      PATHS [--tier-option K=V ...] [--json]
     rmqlog dump      PATHS [--from OFF] [--count N] [--data] [--hex] [--tier-option K=V ...]
                      [--json]
+    rmqlog lookup    PATHS KEY [--hex-key] [--start-ms MS] [--end-ms MS] [--json]
     rmqlog verify    PATHS [--tier-option K=V ...] [--json]
     rmqlog tier status PATHS [--tier-option K=V ...] [--json]
     rmqlog tier verify PATHS [--tier-option K=V ...] [--json]

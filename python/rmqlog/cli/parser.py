@@ -14,6 +14,7 @@ from rmqlog.cli.common import PROG, UsageError
 from rmqlog.cli.consumers import cmd_consumers
 from rmqlog.cli.demo import cmd_demo
 from rmqlog.cli.dump import cmd_dump
+from rmqlog.cli.lookup import cmd_lookup
 from rmqlog.cli.move import cmd_move, cmd_rebalance
 from rmqlog.cli.stat import cmd_stat
 from rmqlog.cli.tier import cmd_tier_status, cmd_tier_verify
@@ -257,6 +258,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     json_arg(sp, "one JSON object per line")
     sp.set_defaults(func=cmd_dump)
+
+    sp = sub.add_parser(
+        "lookup",
+        help="print the records with a key (from the key indexes)",
+        description="Prints one line per record whose key is KEY, in append order: offset, "
+        "timestamp, body size and header count. Reads the segments' key indexes (and walks "
+        "what they do not cover yet), not the other records.",
+    )
+    paths_arg(sp)
+    sp.add_argument("key", metavar="KEY", help="the key, as UTF-8 text (hex with --hex-key)")
+    sp.add_argument("--hex-key", action="store_true", help="KEY is hex digits")
+    sp.add_argument(
+        "--start-ms",
+        metavar="MS",
+        type=_int_at_least(0, "timestamp"),
+        help="only records stored at or after MS, milliseconds since the epoch (default: "
+        "from the first record)",
+    )
+    sp.add_argument(
+        "--end-ms",
+        metavar="MS",
+        type=_int_at_least(0, "timestamp"),
+        help="only records stored before MS (default: to the last record)",
+    )
+    json_arg(sp, "one JSON object per line")
+    sp.set_defaults(func=cmd_lookup)
 
     read_only_command(
         sub,
