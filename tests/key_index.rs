@@ -241,3 +241,50 @@ fn records_published_but_not_indexed_by_a_killed_writer_are_found() {
     ro.refresh().unwrap();
     assert_eq!(late(&ro), 41);
 }
+
+/// A segment whose local copy went to the tier keeps its index where it was: lookups read it
+/// (and range-read the candidates), and it goes when retention deletes the segment.
+#[cfg(feature = "tier")]
+#[test]
+fn a_tiered_segment_keeps_its_index_and_loses_it_with_the_segment() {
+    let local = tempfile::tempdir().unwrap();
+    let remote = tempfile::tempdir().unwrap();
+    let mut tier = rmqlog::TierOptions::new(&format!("file://{}", remote.path().display()));
+    tier.local_retention_bytes = Some(2 * SEGMENT);
+    let tiered = Options::default().segment_size(SEGMENT).tier(Some(tier));
+    let log = CommitLog::open(&[local.path()], tiered).unwrap();
+    let mut model = BTreeMap::new();
+    fill(&log, 0, 800, &mut model);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while log.segments().unwrap().iter().filter(|s| !s.local).count() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing went remote-only"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let remote_only: Vec<u64> = log
+        .segments()
+        .unwrap()
+        .iter()
+        .filter(|s| !s.local)
+        .map(|s| s.start_offset)
+        .collect();
+    let beside = |start: u64| local.path().join(format!("{start:020}.keys"));
+    assert!(remote_only.iter().all(|&s| beside(s).exists()));
+    check(&log, &model);
+    let downloads = log.tier_status().unwrap().unwrap().downloads;
+    check(&log, &model);
+    assert_eq!(
+        log.tier_status().unwrap().unwrap().downloads,
+        downloads,
+        "a lookup fetched a whole segment"
+    );
+    let cut = remote_only[2];
+    log.truncate_before(cut).unwrap();
+    assert!(remote_only[..2].iter().all(|&s| !beside(s).exists()));
+    for offsets in model.values_mut() {
+        offsets.retain(|&o| o >= cut);
+    }
+    check(&log, &model);
+}

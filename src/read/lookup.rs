@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use crate::error::{Error, Result};
 use crate::read::reader::{self, offset_for_timestamp};
 use crate::state::State;
+use crate::storage::fs::segment_name;
 use crate::storage::key_index::{self, KeyIndex, Opened};
 use crate::storage::record::{decode, Slot};
 use crate::storage::segment::{Mapping, Segment};
@@ -26,43 +27,62 @@ use crate::sync::locked;
 #[derive(Debug, Default)]
 pub(crate) struct Indexes(Mutex<HashMap<u64, (PathBuf, Arc<KeyIndex>)>>);
 
+/// Where the index of `seg` is: beside its file; for a remote-only segment, where its local file
+/// was (the shipper leaves the index when it deletes the local copy).
+fn index_path(state: &State, seg: &Segment) -> PathBuf {
+    if seg.is_local() {
+        return key_index::path_of(seg.path());
+    }
+    let name = segment_name(seg.start());
+    let beside = |d: &crate::state::dirs::Dir| key_index::path_of(&d.path.join(&name));
+    state
+        .dirs
+        .iter()
+        .map(beside)
+        .find(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("/nonexistent"))
+}
+
 impl Indexes {
-    fn get(&self, state: &State, seg: &Segment, map: &Mapping) -> Option<Arc<KeyIndex>> {
+    fn get(
+        &self,
+        state: &State,
+        seg: &Segment,
+        map: &mut impl FnMut() -> Result<Arc<Mapping>>,
+    ) -> Result<Option<Arc<KeyIndex>>> {
         let mut cached = locked(&self.0);
         if let Some((path, ix)) = cached.get(&seg.start()) {
             if path == seg.path() {
-                return Some(Arc::clone(ix));
+                return Ok(Some(Arc::clone(ix)));
             }
         }
         let min = state.min_offset();
         cached.retain(|&start, _| start >= min);
-        let path = key_index::path_of(seg.path());
+        let path = index_path(state, seg);
         let sealed = seg.end() <= state.max_offset();
         let ix = match KeyIndex::open(&path, seg.start(), false) {
             // A sealed segment's index is trusted once complete (synced whole): one a power loss
             // may have left short is rebuilt (a writer) or walked past.
             Ok(Opened::Index(ix)) if ix.is_complete() || !sealed => ix,
-            Ok(Opened::Index(_)) => rebuild(state, seg, map)?,
-            Ok(Opened::Damaged) => rebuild(state, seg, map)?,
-            Ok(Opened::Missing) => rebuild(state, seg, map)?,
+            Ok(_) if state.read_only || !sealed || !seg.is_local() => return Ok(None),
+            Ok(_) => match rebuild(seg, &*map()?) {
+                Some(ix) => ix,
+                None => return Ok(None),
+            },
             Err(e) => {
                 log::debug!("key index {}: {e}", path.display());
-                return None;
+                return Ok(None);
             }
         };
         let ix = Arc::new(ix);
         cached.insert(seg.start(), (seg.path().to_path_buf(), Arc::clone(&ix)));
-        Some(ix)
+        Ok(Some(ix))
     }
 }
 
-/// A writer builds the index of a sealed segment that has none (or a damaged one); a reader, or
-/// a segment still written to, walks instead.
-fn rebuild(state: &State, seg: &Segment, map: &Mapping) -> Option<KeyIndex> {
-    let sealed = seg.end() <= state.max_offset();
-    if state.read_only || !sealed || !seg.is_local() {
-        return None;
-    }
+/// A writer builds the index of a sealed local segment that has none (or a damaged or
+/// incomplete one); a reader, or a segment still written to, walks instead.
+fn rebuild(seg: &Segment, map: &Mapping) -> Option<KeyIndex> {
     let path = key_index::path_of(seg.path());
     match key_index::build(
         &path,
@@ -107,13 +127,25 @@ pub(crate) fn lookup(
             continue;
         }
         let limit = max.min(seg.end()) - seg.start();
-        let map = match seg.map() {
-            Ok(m) => m,
-            // Deleted by retention since the list was taken: nothing to find there.
-            Err(_) if seg.start() < state.min_offset() => continue,
+        // Mapped only to walk or to build an index: a remote segment's index spares its fetch.
+        let mut mapped: Option<Arc<Mapping>> = None;
+        let mut map = || -> Result<Arc<Mapping>> {
+            if let Some(m) = &mapped {
+                return Ok(Arc::clone(m));
+            }
+            let m = seg.map()?;
+            mapped = Some(Arc::clone(&m));
+            Ok(m)
+        };
+        // Deleted by retention since the list was taken: nothing to find there.
+        let gone =
+            |e: &Error| seg.start() < state.min_offset() && !matches!(e, Error::Corruption { .. });
+        let index = match indexes.get(state, seg, &mut map) {
+            Ok(ix) => ix,
+            Err(e) if gone(&e) => continue,
             Err(e) => return Err(e),
         };
-        let (mut named, from) = match indexes.get(state, seg, &map) {
+        let (mut named, from) = match index {
             Some(ix) => {
                 let to = ix.indexed_to().min(limit);
                 match ix.probe(hash, to) {
@@ -129,23 +161,31 @@ pub(crate) fn lookup(
             }
             None => (Vec::new(), 0),
         };
-        let bytes = map.bytes(0, limit as usize);
         let mut walked = Vec::new();
-        let stop = key_index::walk_keys(bytes, seg.start(), from, limit, |pos, k| {
-            if k == key {
-                walked.push(pos);
-            }
-            true
-        });
-        if stop < limit {
-            let end = decode(
-                &bytes[stop as usize..],
-                seg.start() + stop,
-                u32::MAX as usize,
-            );
-            if end != Slot::EndOfSegment || limit != seg.size() {
-                // Damage where a record should start: the error a read gives there.
-                reader::read(state, seg.start() + stop)?;
+        if from < limit {
+            // Past the index: the headers (a complete index reaches the filler, where this ends).
+            let map = match map() {
+                Ok(m) => m,
+                Err(e) if gone(&e) => continue,
+                Err(e) => return Err(e),
+            };
+            let bytes = map.bytes(0, limit as usize);
+            let stop = key_index::walk_keys(bytes, seg.start(), from, limit, |pos, k| {
+                if k == key {
+                    walked.push(pos);
+                }
+                true
+            });
+            if stop < limit {
+                let end = decode(
+                    &bytes[stop as usize..],
+                    seg.start() + stop,
+                    u32::MAX as usize,
+                );
+                if end != Slot::EndOfSegment || limit != seg.size() {
+                    // Damage where a record should start: the error a read gives there.
+                    reader::read(state, seg.start() + stop)?;
+                }
             }
         }
         named.reverse(); // oldest first

@@ -220,6 +220,13 @@ impl State {
         fail_point!("delete::before_unlink");
         // 3. The files.
         // Remote copies go with the manifest's next version (the tier thread follows the head).
+        // A remote-only segment's index stayed where its local file was (`tier/shipper.rs`).
+        for seg in victims.iter().filter(|s| !s.is_local()) {
+            let name = crate::storage::fs::segment_name(seg.start());
+            for d in &self.dirs {
+                key_index::remove_beside(&d.path.join(&name));
+            }
+        }
         for seg in victims.iter().filter(|s| s.is_local()) {
             match remove_durably(seg.path()) {
                 Ok(()) => {}

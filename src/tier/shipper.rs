@@ -271,6 +271,7 @@ fn drop_one(
     drop(shown);
     if replaced {
         fail_point!("tier::replaced");
+        // The key index stays: lookups of the remote-only segment read it (`read/lookup.rs`).
         remove_durably(seg.path())?;
         state.announce_file_gone();
         log::info!(
