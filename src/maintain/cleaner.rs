@@ -21,6 +21,7 @@ use crate::options::Options;
 use crate::state::dirs::Usage;
 use crate::state::stats::Stats;
 use crate::state::{Change, Plan, State};
+use crate::storage::key_index;
 use crate::sync::locked;
 
 /// Why a segment is deleted.
@@ -42,6 +43,8 @@ pub enum Reason {
 pub struct Candidate {
     /// File size.
     pub size: u64,
+    /// Disk bytes its deletion frees: the file and its key index's blocks.
+    pub frees: u64,
     /// Offset past its end.
     pub end: u64,
     /// Directory index.
@@ -107,7 +110,7 @@ pub fn plan(
     let mut held = vec![0u64; dirs.len()];
     for c in cands {
         if let Some(h) = held.get_mut(c.dir) {
-            *h += c.size;
+            *h += c.frees;
         }
     }
     // Bytes each directory at or over its force ratio (the comparison that makes placement refuse
@@ -155,10 +158,10 @@ pub fn plan(
             break;
         };
         if let Some(n) = need.get_mut(c.dir) {
-            *n = n.saturating_sub(c.size);
+            *n = n.saturating_sub(c.frees);
         }
         if let Some(h) = held.get_mut(c.dir) {
-            *h -= c.size;
+            *h -= c.frees;
         }
         left -= c.size;
         out.push(reason);
@@ -211,6 +214,11 @@ fn pass(state: &State, force: bool, disk_full: bool) -> Result<usize> {
             .map(|s| Candidate {
                 // A remote segment counts for the log's size; its directory (none) for no disk.
                 size: if s.is_lost() { 0 } else { s.size() },
+                frees: match (s.is_lost(), s.is_local()) {
+                    (true, _) => 0,
+                    (false, true) => s.size() + key_index::allocated_beside(s.path()),
+                    (false, false) => s.size(),
+                },
                 end: s.end(),
                 dir: s.dir(),
                 // A hole left by a lost directory is as old as anything.
@@ -453,6 +461,7 @@ mod tests {
             .enumerate()
             .map(|(i, &h)| Candidate {
                 size: 100,
+                frees: 100,
                 end: 100 * (i as u64 + 1),
                 dir: 0,
                 age: Some(Duration::from_secs(h * 3600)),

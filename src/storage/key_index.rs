@@ -62,6 +62,12 @@ pub fn remove_beside(segment: &Path) {
     }
 }
 
+/// The disk bytes the index of the segment at `segment` holds (0 without one).
+pub fn allocated_beside(segment: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path_of(segment)).map_or(0, |m| m.blocks() * 512)
+}
+
 /// The hash of a key, the same in every process and build.
 pub fn hash(key: &[u8]) -> u32 {
     fail_point!("key_index::collide", |_| 7);

@@ -10,6 +10,10 @@ same rule the ``start_timestamp``/``end_timestamp`` options rely on.
 
 In a fleet, filters on ``store`` (equality, ``IN``) choose the stores planned; the offset and
 timestamp filters then apply to each store's log.
+
+Filters on ``key`` (equality, ``IN``) are looked up in the segments' key indexes
+(``CommitLog.lookup``, docs/messages.md): each record found is the one-byte range at its offset,
+so only the segments holding those records are planned and only those records are read.
 """
 
 import datetime
@@ -37,7 +41,7 @@ TOP = 1 << 64  # above every offset and every millisecond timestamp
 _ALL: tuple[Interval, ...] = ((0, TOP),)
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _US = datetime.timedelta(microseconds=1)
-_COLUMNS = ("offset", "timestamp", "body", "segment", "store")
+_COLUMNS = ("offset", "timestamp", "body", "segment", "store", "key")
 
 
 def intersect(a: Sequence[Interval], b: Sequence[Interval]) -> tuple[Interval, ...]:
@@ -115,6 +119,7 @@ class Pushed:
     offsets: tuple[Interval, ...] = _ALL
     times: tuple[Interval, ...] = _ALL
     stores: frozenset[str] | None = None  # None: every store of the fleet
+    keys: frozenset[bytes] | None = None  # None: any key (or none)
     taken: list[Filter] = field(default_factory=list)
 
     def take(self, f: Filter) -> bool:
@@ -130,6 +135,8 @@ class Pushed:
             sel, column = (), "offset"
         elif column == "store":
             return self._take_stores(f)
+        elif column == "key":
+            return self._take_keys(f)
         elif column == "offset":
             sel = _selected(f, column, 1)
         elif column == "timestamp":
@@ -157,6 +164,21 @@ class Pushed:
         self.taken.append(f)
         return True
 
+    def _take_keys(self, f: Filter) -> bool:
+        """``key = x``, ``key <=> x``, ``key IN (...)``: the records the key indexes name. A null
+        literal matches nothing (``key <=> NULL``, the records without a key, is not taken)."""
+        if not isinstance(f, EqualTo | EqualNullSafe | In):
+            return False
+        values = f.value if isinstance(f, In) else (f.value,)
+        if isinstance(f, EqualNullSafe) and f.value is None:
+            return False
+        if not all(isinstance(v, bytes | bytearray | str) or v is None for v in values):
+            return False
+        chosen = frozenset(v.encode() if isinstance(v, str) else bytes(v) for v in values if v is not None)
+        self.keys = chosen if self.keys is None else self.keys & chosen
+        self.taken.append(f)
+        return True
+
     def of_stores(self, fleet: Sequence[str]) -> list[str]:
         """The stores of ``fleet`` the filters on ``store`` keep, in its order."""
         return [u for u in fleet if self.stores is None or u in self.stores]
@@ -171,6 +193,9 @@ class Pushed:
                 return cut[ms] if ms in cut else log.offset_for_timestamp(ms)
 
             out = intersect(out, union((at(a), at(b)) for a, b in self.times))
+        if out and self.keys is not None:
+            found = (o for k in self.keys for o in log.lookup(k))
+            out = intersect(out, union((o, o + 1) for o in found))
         return out
 
 
