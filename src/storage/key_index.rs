@@ -113,8 +113,9 @@ pub struct KeyIndex {
 }
 
 impl KeyIndex {
-    /// Makes the index of the segment starting at `start` (an existing file is replaced).
-    pub fn create(path: &Path, start: u64, segment_size: u64) -> Result<KeyIndex> {
+    /// Makes the index of the segment starting at `start` at `path` (an existing file is
+    /// truncated: only for a path no other process maps).
+    fn create(path: &Path, start: u64, segment_size: u64) -> Result<KeyIndex> {
         let (slots, capacity) = shape(segment_size);
         let len = file_len(slots, capacity);
         let file = OpenOptions::new()
@@ -361,24 +362,43 @@ impl KeyIndex {
     }
 }
 
-/// Builds the complete index of a sealed segment (`segment`: its bytes) at `path`: made beside
-/// it under a temporary name, synced, then renamed over whatever was there.
-pub fn build(path: &Path, start: u64, segment_size: u64, segment: &[u8]) -> Result<KeyIndex> {
+/// Makes an index at `path` in place of whatever was there: made under a temporary name, then
+/// renamed, so that a process mapping the old file keeps valid pages (a truncation in place
+/// would fault its reads). `fill` indexes the records before the rename.
+fn replace(
+    path: &Path,
+    start: u64,
+    segment_size: u64,
+    fill: impl FnOnce(&mut KeyIndex) -> Result<()>,
+) -> Result<KeyIndex> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".{}.tmp", std::process::id()));
     let tmp = PathBuf::from(tmp);
-    let built = (|| {
+    let made = (|| {
         let mut ix = KeyIndex::create(&tmp, start, segment_size)?;
-        ix.catch_up(segment, start, segment.len() as u64);
-        ix.complete()?;
+        fill(&mut ix)?;
         std::fs::rename(&tmp, path).ctx("renaming", &tmp)?;
         ix.path = path.to_path_buf();
         Ok(ix)
     })();
-    if built.is_err() {
+    if made.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-    built
+    made
+}
+
+/// A new, empty index at `path` for the segment at `start` (a writer's, for the segment it
+/// appends to), in place of a missing or damaged one.
+pub fn make(path: &Path, start: u64, segment_size: u64) -> Result<KeyIndex> {
+    replace(path, start, segment_size, |_| Ok(()))
+}
+
+/// Builds the complete index of a sealed segment (`segment`: its bytes) at `path`, synced.
+pub fn build(path: &Path, start: u64, segment_size: u64, segment: &[u8]) -> Result<KeyIndex> {
+    replace(path, start, segment_size, |ix| {
+        ix.catch_up(segment, start, segment.len() as u64);
+        ix.complete()
+    })
 }
 
 fn allocate(file: &File, from: u64, len: u64, path: &Path) -> Result<()> {

@@ -76,7 +76,7 @@ fn take(seg: &Segment) -> Option<KeyIndex> {
     });
     let made = match opened {
         Ok(Some(ix)) => return Some(ix),
-        Ok(None) => KeyIndex::create(&path, seg.start(), seg.size()),
+        Ok(None) => key_index::make(&path, seg.start(), seg.size()),
         Err(e) => Err(e),
     };
     made.map_err(|e| log::warn!("no key index for {}: {e}", seg.path().display()))
