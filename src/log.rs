@@ -212,7 +212,7 @@ impl CommitLog {
     }
 
     /// Appends bodies with their encoded properties (`props`: one block per body, or empty).
-    #[cfg_attr(not(feature = "python"), allow(dead_code))]
+    #[cfg_attr(not(feature = "arrow"), allow(dead_code))] // Python and Arrow appends
     pub(crate) fn append_encoded<B: AsRef<[u8]>>(
         &self,
         bodies: &[B],
@@ -225,7 +225,7 @@ impl CommitLog {
     }
 
     /// [`CommitLog::try_append`] of a body with its encoded properties (one block, or empty).
-    #[cfg_attr(not(feature = "python"), allow(dead_code))]
+    #[cfg_attr(not(feature = "python"), allow(dead_code))] // Python's append
     pub(crate) fn try_append_encoded(&self, body: &[u8], props: &[Vec<u8>]) -> Result<Option<u64>> {
         self.writer("append")?.try_append(&self.state, body, props)
     }
@@ -407,11 +407,15 @@ impl CommitLog {
         ))
     }
 
-    /// Appends the bodies of an Arrow binary (or string) array, as [`CommitLog::append_batch`]
-    /// does: all visible together, or none. A null element is refused before anything is written.
+    /// Appends the records of an Arrow array, as [`CommitLog::append_batch`] does: all visible
+    /// together, or none. A binary (or string) array holds bodies; a struct array (a record
+    /// batch as a struct) one record a row: its `body` field, and optionally its `key` and
+    /// `headers` fields (see [`crate::arrow::chunk_rows`]). A null body, an unknown field or a
+    /// value of the wrong type is refused before anything is written.
     #[cfg(feature = "arrow")]
     pub fn append_array(&self, array: &dyn arrow_array::Array) -> Result<Vec<u64>> {
-        self.append_batch(&crate::arrow::bodies(array)?)
+        let rows = crate::arrow::chunk_rows([array])?;
+        self.append_encoded(&rows.bodies, &rows.props)
     }
 
     /// The first record boundary at or after `offset` (walking headers from the start of its

@@ -10,36 +10,80 @@ use arrow_array::builder::{BinaryViewBuilder, FixedSizeBinaryBuilder};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int64Type, TimestampMillisecondType};
 use arrow_array::{
-    Array, ArrayRef, BinaryArray, Int32Array, LargeBinaryArray, LargeStringArray, RecordBatch,
-    RecordBatchReader, StringArray, StringViewArray,
+    Array, ArrayRef, BinaryArray, Int32Array, LargeBinaryArray, LargeListArray, LargeStringArray,
+    ListArray, RecordBatch, RecordBatchReader, StringArray, StringViewArray, StructArray,
 };
-use arrow_schema::{DataType, TimeUnit};
+use arrow_buffer::{NullBuffer, OffsetBuffer};
+use arrow_schema::{DataType, Field, Fields, TimeUnit};
 use common::{body, dirs, quiet, segment_of};
 use rmqlog::arrow::{BatchOptions, BatchReader, BodyLayout, Column, ParallelReader};
-use rmqlog::{CommitLog, Error, HEADER_LEN};
+use rmqlog::{CommitLog, Error, Message, HEADER_LEN};
 
-/// One record as `scan` sees it: offset, timestamp, body, segment start.
-type Row = (u64, u64, Vec<u8>, u64);
+/// One record as `scan` sees it.
+#[derive(Debug, Clone)]
+struct Row {
+    offset: u64,
+    ts: u64,
+    body: Vec<u8>,
+    segment: u64,
+    key: Option<Vec<u8>>,
+    headers: Vec<(String, Vec<u8>)>,
+    /// The encoded key and headers' length (what they weigh against `max_bytes`).
+    props_len: usize,
+}
+
+impl Row {
+    /// What the record weighs against `max_bytes`, whatever the columns: its body, key and
+    /// headers.
+    fn weight(&self) -> usize {
+        self.body.len() + self.props_len
+    }
+}
 
 fn rows_of_scan(log: &CommitLog, start: Option<u64>, end: Option<u64>) -> Vec<Row> {
     log.scan(start, end)
         .unwrap()
         .map(|r| {
             let r = r.unwrap();
-            (r.offset(), r.timestamp_ms(), r.to_vec(), r.segment_start())
+            let p = r.props().unwrap();
+            Row {
+                offset: r.offset(),
+                ts: r.timestamp_ms(),
+                body: r.to_vec(),
+                segment: r.segment_start(),
+                key: p.key.map(<[u8]>::to_vec),
+                headers: p
+                    .headers
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.to_vec()))
+                    .collect(),
+                props_len: r.props_block().map_or(0, <[u8]>::len),
+            }
         })
         .collect()
 }
 
 /// Bodies of varied sizes (inline views of <= 12 bytes, empty ones, and longer) over many 4 KiB
-/// segments.
+/// segments; some records with a key (empty ones too), some with headers (repeated names, empty
+/// and non-UTF-8 values), some with both.
 fn filled() -> (tempfile::TempDir, CommitLog) {
     let (root, d) = dirs(2);
     let log = CommitLog::open(&d, quiet()).unwrap();
+    let headers: [(&str, &[u8]); 3] = [("t", b"\xff\x00v"), ("t", b""), ("\u{e9}", b"w")];
     for i in 0..200u64 {
         let len = [0, 3, 12, 13, 100, 700][(i % 6) as usize];
         let b = if len == 0 { Vec::new() } else { body(i, len) };
-        log.append(&b).unwrap();
+        let key = body(i + 1000, 8 + (i % 4) as usize);
+        let mut m = Message::new(&b);
+        match i % 5 {
+            1 => m = m.key(b""),
+            2 | 3 => m = m.key(&key),
+            _ => {}
+        }
+        if i % 3 == 0 {
+            m = m.headers(&headers[..(i % 4) as usize]);
+        }
+        log.append_message(&m).unwrap();
     }
     assert!(log.segments().unwrap().len() > 6);
     (root, log)
@@ -53,13 +97,13 @@ fn opts(columns: &[Column], body: BodyLayout) -> BatchOptions {
     }
 }
 
-/// Every ordered subset of the four columns (65 of them, the empty one included).
-fn column_orders() -> Vec<Vec<Column>> {
+/// Every ordered subset of `columns` (65 for four, the empty one included).
+fn orders_of(columns: &[Column]) -> Vec<Vec<Column>> {
     let mut out = vec![Vec::new()];
     let mut i = 0;
     while i < out.len() {
         let base = out[i].clone();
-        for c in Column::ALL {
+        for &c in columns {
             if !base.contains(&c) {
                 let mut next = base.clone();
                 next.push(c);
@@ -68,6 +112,24 @@ fn column_orders() -> Vec<Vec<Column>> {
         }
         i += 1;
     }
+    out
+}
+
+/// Every ordered subset of the four columns of the record's place, and of four with the key and
+/// headers (130 in all, the empty one twice).
+fn column_orders() -> Vec<Vec<Column>> {
+    let mut out = orders_of(&[
+        Column::Offset,
+        Column::Timestamp,
+        Column::Body,
+        Column::Segment,
+    ]);
+    out.extend(orders_of(&[
+        Column::Offset,
+        Column::Body,
+        Column::Key,
+        Column::Headers,
+    ]));
     out
 }
 
@@ -85,27 +147,40 @@ fn check_batches(batches: &[RecordBatch], want: &[Row], o: &BatchOptions) {
         assert_eq!(got, names);
         for (i, c) in o.columns.iter().enumerate() {
             let col = batch.column(i);
-            assert_eq!(col.null_count(), 0);
+            if *c != Column::Key {
+                assert_eq!(col.null_count(), 0);
+            }
             for row in 0..batch.num_rows() {
                 let w = &want[at + row];
                 match c {
                     Column::Offset => {
-                        assert_eq!(col.as_primitive::<Int64Type>().value(row), w.0 as i64)
+                        assert_eq!(col.as_primitive::<Int64Type>().value(row), w.offset as i64)
                     }
                     Column::Segment => {
-                        assert_eq!(col.as_primitive::<Int64Type>().value(row), w.3 as i64)
+                        assert_eq!(col.as_primitive::<Int64Type>().value(row), w.segment as i64)
                     }
                     Column::Timestamp => {
                         let ts = col.as_primitive::<TimestampMillisecondType>();
-                        assert_eq!(ts.value(row), w.1 as i64);
+                        assert_eq!(ts.value(row), w.ts as i64);
                     }
                     Column::Body => {
                         let b = match o.body {
                             BodyLayout::View => col.as_binary_view().value(row),
                             BodyLayout::Binary => col.as_binary::<i32>().value(row),
                         };
-                        assert_eq!(b, &w.2[..], "body of the record at {}", w.0);
+                        assert_eq!(b, &w.body[..], "body of the record at {}", w.offset);
                     }
+                    Column::Key => {
+                        let keys = col.as_binary::<i32>();
+                        let got = keys.is_valid(row).then(|| keys.value(row).to_vec());
+                        assert_eq!(got, w.key, "key of the record at {}", w.offset);
+                    }
+                    Column::Headers => assert_eq!(
+                        headers_at(col.as_ref(), row),
+                        w.headers,
+                        "headers of the record at {}",
+                        w.offset
+                    ),
                 }
             }
         }
@@ -113,12 +188,27 @@ fn check_batches(batches: &[RecordBatch], want: &[Row], o: &BatchOptions) {
     }
 }
 
+/// The headers of `row` in a `headers` column.
+fn headers_at(col: &dyn Array, row: usize) -> Vec<(String, Vec<u8>)> {
+    let lists = col.as_list::<i32>();
+    assert!(lists.is_valid(row), "a null list of headers");
+    let items = lists.value(row);
+    let items = items.as_struct();
+    let (names, values) = (
+        items.column(0).as_string::<i32>(),
+        items.column(1).as_binary::<i32>(),
+    );
+    (0..items.len())
+        .map(|i| (names.value(i).to_string(), values.value(i).to_vec()))
+        .collect()
+}
+
 #[test]
 fn every_column_order_and_layout_matches_scan() {
     let (_root, log) = filled();
     let want = rows_of_scan(&log, None, None);
     let orders = column_orders();
-    assert_eq!(orders.len(), 65);
+    assert_eq!(orders.len(), 130);
     for columns in &orders {
         for layout in [BodyLayout::View, BodyLayout::Binary] {
             let mut o = opts(columns, layout);
@@ -140,16 +230,25 @@ fn schema_types() {
     let s = o.schema();
     let types: Vec<&DataType> = s.fields().iter().map(|f| f.data_type()).collect();
     let ts = DataType::Timestamp(TimeUnit::Millisecond, Some(Arc::from("UTC")));
+    let header = DataType::Struct(Fields::from(vec![
+        Field::new("name", DataType::Utf8, false),
+        Field::new("value", DataType::Binary, false),
+    ]));
+    let headers = DataType::List(Arc::new(Field::new("item", header, false)));
     assert_eq!(
         types,
         [
             &DataType::Int64,
             &ts,
             &DataType::BinaryView,
-            &DataType::Int64
+            &DataType::Int64,
+            &DataType::Binary,
+            &headers,
         ]
     );
-    assert!(s.fields().iter().all(|f| !f.is_nullable()));
+    // Only the key is nullable (a record without one); headers are an empty list.
+    let nullable: Vec<bool> = s.fields().iter().map(|f| f.is_nullable()).collect();
+    assert_eq!(nullable, [false, false, false, false, true, false]);
     let binary = opts(&[Column::Body], BodyLayout::Binary).schema();
     assert_eq!(binary.field(0).data_type(), &DataType::Binary);
     let default = BatchOptions::default();
@@ -174,16 +273,16 @@ fn batches_split_at_max_records_and_max_bytes_and_position_advances_exactly() {
             o.max_bytes = max_bytes;
             let mut reader = log.scan_batches(None, None, o.clone()).unwrap();
             let mut at = 0;
-            assert_eq!(reader.next_offset(), want[0].0);
+            assert_eq!(reader.next_offset(), want[0].offset);
             while let Some(batch) = reader.next_batch().unwrap() {
                 let n = batch.num_rows();
                 assert!((1..=max_records).contains(&n));
-                let bytes: usize = want[at..at + n].iter().map(|w| w.2.len()).sum();
+                let bytes: usize = want[at..at + n].iter().map(|w| w.weight()).sum();
                 assert!(n == 1 || bytes <= max_bytes, "{n} records, {bytes} bytes");
                 // Greedy: the next record would not have fitted.
                 if let Some(next) = want.get(at + n) {
-                    assert!(n == max_records || bytes + next.2.len() > max_bytes);
-                    assert_eq!(reader.next_offset(), next.0);
+                    assert!(n == max_records || bytes + next.weight() > max_bytes);
+                    assert_eq!(reader.next_offset(), next.offset);
                 }
                 check_batches(&[batch], &want[at..at + n], &o);
                 at += n;
@@ -200,7 +299,7 @@ fn batches_split_at_max_records_and_max_bytes_and_position_advances_exactly() {
 fn ranges_match_scan() {
     let (_root, log) = filled();
     let all = rows_of_scan(&log, None, None);
-    let (a, b) = (all[17].0, all[150].0);
+    let (a, b) = (all[17].offset, all[150].offset);
     for (start, end) in [
         (Some(a), None),
         (None, Some(b)),
@@ -335,7 +434,7 @@ fn a_corrupt_record_ends_the_reader_after_the_records_before_it() {
 
 /// A plain reader or the same on worker threads.
 enum Either {
-    Plain(BatchReader),
+    Plain(Box<BatchReader>),
     Ahead(ParallelReader),
 }
 
@@ -343,7 +442,7 @@ impl Either {
     /// `threads` 0: the plain reader.
     fn new(reader: BatchReader, threads: usize) -> Either {
         match threads {
-            0 => Either::Plain(reader),
+            0 => Either::Plain(Box::new(reader)),
             n => Either::Ahead(reader.parallel(n)),
         }
     }
@@ -654,4 +753,224 @@ fn the_docs_example() -> rmqlog::Result<()> {
     let offsets = log.append_array(&BinaryArray::from_iter_values([b"a", b"b"]))?;
     assert_eq!(offsets.len(), 2);
     Ok(())
+}
+
+/// A record's headers as given (`None`: a null list).
+type Given<'a> = Option<Vec<(&'a str, &'a [u8])>>;
+/// A record as read back: body, key, headers.
+type Read = (Vec<u8>, Option<Vec<u8>>, Vec<(String, Vec<u8>)>);
+
+/// A struct array of `fields` (name, array).
+fn table(fields: Vec<(&str, ArrayRef)>) -> StructArray {
+    StructArray::try_from(fields).unwrap()
+}
+
+/// A `headers` field: each row's list of `(name, value)`, `None` for a null list; `large` gives
+/// a large_list of string values instead of a list of binary ones.
+fn headers_field(rows: &[Given<'_>], large: bool) -> ArrayRef {
+    let mut names = Vec::new();
+    let mut values: Vec<&[u8]> = Vec::new();
+    let mut ends = vec![0usize];
+    for r in rows {
+        for (n, v) in r.iter().flatten() {
+            names.push(*n);
+            values.push(v);
+        }
+        ends.push(names.len());
+    }
+    let nulls = NullBuffer::from(rows.iter().map(Option::is_some).collect::<Vec<bool>>());
+    let value: ArrayRef = match large {
+        false => Arc::new(BinaryArray::from_iter_values(&values)),
+        true => Arc::new(StringArray::from_iter_values(
+            values.iter().map(|v| std::str::from_utf8(v).unwrap()),
+        )),
+    };
+    let items = table(vec![
+        ("name", Arc::new(StringArray::from_iter_values(&names))),
+        ("value", value),
+    ]);
+    let item = Arc::new(Field::new("item", items.data_type().clone(), true));
+    match large {
+        false => {
+            let offsets = OffsetBuffer::<i32>::from_lengths(ends.windows(2).map(|w| w[1] - w[0]));
+            Arc::new(ListArray::new(item, offsets, Arc::new(items), Some(nulls)))
+        }
+        true => {
+            let offsets = OffsetBuffer::<i64>::from_lengths(ends.windows(2).map(|w| w[1] - w[0]));
+            Arc::new(LargeListArray::new(
+                item,
+                offsets,
+                Arc::new(items),
+                Some(nulls),
+            ))
+        }
+    }
+}
+
+#[test]
+fn append_array_takes_a_struct_of_bodies_keys_and_headers() {
+    let (_root, d) = dirs(1);
+    let log = CommitLog::open(&d, quiet().segment_size(1 << 20)).unwrap();
+    let big = vec![0xA5u8; 100_000];
+    let h: Vec<Given<'_>> = vec![
+        Some(vec![("t", b"\xff\x00"), ("t", b""), ("big", &big)]),
+        None,
+        Some(vec![]),
+        Some(vec![("\u{e9}", b"v")]),
+    ];
+    let keys: ArrayRef = Arc::new(BinaryArray::from(vec![
+        Some(&b"k\xff"[..]),
+        None,
+        Some(b""),
+        None,
+    ]));
+    let bodies: ArrayRef = Arc::new(StringArray::from_iter_values(["a", "", "c", "d"]));
+    let want: Vec<Read> = vec![
+        (
+            b"a".to_vec(),
+            Some(b"k\xff".to_vec()),
+            vec![
+                ("t".into(), b"\xff\x00".to_vec()),
+                ("t".into(), Vec::new()),
+                ("big".into(), big.clone()),
+            ],
+        ),
+        (Vec::new(), None, vec![]),
+        (b"c".to_vec(), Some(Vec::new()), vec![]),
+        (b"d".to_vec(), None, vec![("\u{e9}".into(), b"v".to_vec())]),
+    ];
+    let read = |offsets: &[u64]| -> Vec<Read> {
+        offsets
+            .iter()
+            .map(|&o| {
+                let r = log.read(o).unwrap();
+                let p = r.props().unwrap();
+                let hs = p.headers.iter().map(|(n, v)| (n.to_string(), v.to_vec()));
+                (r.to_vec(), p.key.map(<[u8]>::to_vec), hs.collect())
+            })
+            .collect()
+    };
+    // Fields in any order; a list of binary values, then a large_list of strings.
+    let s = table(vec![
+        ("headers", headers_field(&h, false)),
+        ("key", Arc::clone(&keys)),
+        ("body", Arc::clone(&bodies)),
+    ]);
+    assert_eq!(read(&log.append_array(&s).unwrap()), want);
+    let mut text = h.clone();
+    text[0] = Some(vec![("t", b"x")]);
+    let s = table(vec![
+        ("body", Arc::clone(&bodies)),
+        ("headers", headers_field(&text, true)),
+    ]);
+    let got = read(&log.append_array(&s).unwrap());
+    assert_eq!(got[0].2, [("t".to_string(), b"x".to_vec())]);
+    assert!(got.iter().all(|r| r.1.is_none()));
+    // A slice honours its offset into every child.
+    let s = table(vec![
+        ("body", Arc::clone(&bodies)),
+        ("key", keys),
+        ("headers", headers_field(&h, false)),
+    ]);
+    assert_eq!(read(&log.append_array(&s.slice(2, 2)).unwrap()), want[2..]);
+    // Bodies alone: plain records.
+    let s = table(vec![("body", bodies)]);
+    let got = read(&log.append_array(&s).unwrap());
+    assert!(got.iter().all(|r| r.1.is_none() && r.2.is_empty()));
+}
+
+#[test]
+fn a_refused_struct_append_writes_nothing_and_names_the_fault() {
+    let (_root, d) = dirs(1);
+    let log = CommitLog::open(&d, quiet()).unwrap();
+    log.append(b"before").unwrap();
+    let end = log.max_offset().unwrap();
+    let body = || -> ArrayRef { Arc::new(BinaryArray::from_iter_values([b"a", b"b"])) };
+    let ints = || -> ArrayRef { Arc::new(Int32Array::from(vec![1, 2])) };
+    let long_key = vec![0u8; rmqlog::MAX_KEY_LEN + 1];
+    let cases: Vec<(StructArray, &str)> = vec![
+        (
+            table(vec![("body", body()), ("extra", ints()), ("more", ints())]),
+            "field(s) [\"extra\", \"more\"]",
+        ),
+        (table(vec![("key", body())]), "no \"body\" field"),
+        (
+            table(vec![("body", ints())]),
+            "field \"body\": an Arrow array of Int32",
+        ),
+        (
+            table(vec![("body", body()), ("key", ints())]),
+            "field \"key\" is Int32",
+        ),
+        (
+            table(vec![("body", body()), ("headers", body())]),
+            "field \"headers\" is Binary",
+        ),
+        (
+            table(vec![
+                ("body", body()),
+                (
+                    "key",
+                    Arc::new(BinaryArray::from_iter_values([&b"k"[..], &long_key])),
+                ),
+            ]),
+            "(row 1)",
+        ),
+        (
+            table(vec![(
+                "body",
+                Arc::new(BinaryArray::from(vec![Some(&b"a"[..]), None])),
+            )]),
+            "field \"body\": the Arrow array has 1 null element(s) (the first at index 1)",
+        ),
+    ];
+    for (s, words) in cases {
+        let err = log.append_array(&s).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+        assert!(err.to_string().contains(words), "{err} lacks {words}");
+    }
+    // A null header (not a null list), a null name or value.
+    let items = table(vec![
+        ("name", Arc::new(StringArray::from(vec![Some("n"), None]))),
+        (
+            "value",
+            Arc::new(BinaryArray::from_iter_values([b"v", b"w"])),
+        ),
+    ]);
+    let item = Arc::new(Field::new("item", items.data_type().clone(), true));
+    let offsets = OffsetBuffer::<i32>::from_lengths([0, 2]);
+    let lists: ArrayRef = Arc::new(ListArray::new(item, offsets, Arc::new(items), None));
+    let s = table(vec![("body", body()), ("headers", lists)]);
+    let err = log.append_array(&s).unwrap_err().to_string();
+    assert!(err.contains("header 1 of row 1 has a null name"), "{err}");
+    // A null row of the struct itself.
+    let s = StructArray::try_new(
+        Fields::from(vec![Field::new("body", DataType::Binary, false)]),
+        vec![body()],
+        Some(NullBuffer::from(vec![true, false])),
+    )
+    .unwrap();
+    let err = log.append_array(&s).unwrap_err().to_string();
+    assert!(err.contains("row 1 of the Arrow table is null"), "{err}");
+    assert_eq!(log.max_offset().unwrap(), end);
+}
+
+#[test]
+fn a_format_1_store_takes_a_struct_of_bodies_but_not_keys() {
+    let (_root, d) = dirs(1);
+    let log = CommitLog::open(&d, quiet().record_format(rmqlog::RecordFormat::V1)).unwrap();
+    let body: ArrayRef = Arc::new(BinaryArray::from_iter_values([b"a"]));
+    let keyed = table(vec![
+        ("body", Arc::clone(&body)),
+        ("key", Arc::clone(&body)),
+    ]);
+    assert!(matches!(
+        log.append_array(&keyed),
+        Err(Error::Unsupported(_))
+    ));
+    // No key in any row: plain records.
+    let keys: ArrayRef = Arc::new(BinaryArray::from(vec![None::<&[u8]>]));
+    let plain = table(vec![("body", body), ("key", keys)]);
+    let offsets = log.append_array(&plain).unwrap();
+    assert_eq!(log.read(offsets[0]).unwrap().body(), b"a");
 }

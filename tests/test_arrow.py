@@ -594,9 +594,9 @@ def test_an_empty_arrow_append_writes_nothing(make_log):
         (
             lambda: pa.table({"body": [b"a"], "x": [1]}),
             ValueError,
-            r'columns \["body", "x"\].*table\["body"\]',
+            r'field\(s\) \["x"\] that a record does not have',
         ),
-        (lambda: pa.record_batch({"body": [b"a"]}), ValueError, r'table\["body"\]'),
+        (lambda: pa.record_batch({"bodies": [b"a"]}), ValueError, r'field\(s\) \["bodies"\]'),
         (lambda: pa.array([b"ok", b"z" * 1001, b"ok"]), MessageTooLargeError, "1001"),
         (lambda: pa.chunked_array([[b"ok"], [b"z" * 1001]]), MessageTooLargeError, "1001"),
     ],

@@ -275,7 +275,7 @@ def _spark_rows(df) -> list[tuple[str, int, str]]:
 @pytest.mark.parametrize("fleet", ["s3"], indirect=True)
 def test_a_cluster_reads_the_fleet_as_one_table(spark_cluster, fleet):
     df = _spark_read(spark_cluster, fleet).load(fleet.root)
-    assert df.columns == ["offset", "timestamp", "body", "segment", "store"]
+    assert df.columns == ["offset", "timestamp", "body", "segment", "key", "headers", "store"]
     assert df.rdd.getNumPartitions() == sum(fleet.segments.values())  # one per remote segment
     assert _spark_rows(df.select("store", "offset", "body")) == fleet.rows()
     # With pushdown (each query loads anew), a filter on store plans that store's partitions

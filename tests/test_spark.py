@@ -187,7 +187,8 @@ def test_read_range_yields_bounded_arrow_batches_equal_to_scan(store):
 def test_read_whole_log_equals_scan(spark, store):
     df = load(spark, store.paths)
     assert df.schema.simpleString() == (
-        "struct<offset:bigint,timestamp:timestamp,body:binary,segment:bigint>"
+        "struct<offset:bigint,timestamp:timestamp,body:binary,segment:bigint,key:binary,"
+        "headers:array<struct<name:string,value:binary>>>"
     )
     assert df.rdd.getNumPartitions() == len(store.segments)  # one per segment by default
     rows = df.selectExpr("offset", "unix_micros(timestamp) AS ts", "body", "segment").collect()
@@ -346,7 +347,7 @@ def test_good_value_of_every_option_loads(spark, store, kind, name, good, kinds)
     else:
         df = _reader(spark, kind, **{name: good}).load(store.paths)
     assert df.isStreaming == (kind == "readStream")
-    assert df.columns == ["offset", "timestamp", "body", "segment"]
+    assert df.columns == ["offset", "timestamp", "body", "segment", "key", "headers"]
 
 
 def test_batch_read_with_every_batch_option(spark, store):

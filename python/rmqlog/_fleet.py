@@ -129,7 +129,9 @@ def _checked_columns(columns: Sequence[str] | None) -> list[str]:
     ``columns`` places it (last by default)."""
     wanted = list(columns) if columns is not None else [*DEFAULT_COLUMNS, STORE]
     if not wanted:
-        raise ValueError(f"columns is empty; give any of offset, timestamp, body, segment, {STORE}")
+        raise ValueError(
+            f"columns is empty; give any of offset, timestamp, body, segment, key, headers, {STORE}"
+        )
     twice = sorted({c for c in wanted if wanted.count(c) > 1})
     if twice:
         raise ValueError(f"columns names {twice[0]!r} twice")

@@ -560,10 +560,24 @@ class CommitLog:
         array for Arrow input, ``None`` with ``offsets=False``.
 
         ``keys`` and ``headers``: one item per body (``None`` for none), as ``append`` takes them.
+
+        An Arrow table, record batch or struct array is one record a row: its ``body`` field
+        (any of the body types above, never null), and optionally its ``key`` field (a binary
+        or string type; null: no key) and its ``headers`` field (a list or large_list of
+        ``struct<name: string, value: binary or string>``; null or empty: none). Any other
+        field, a null row, body or header, or a field of another type is refused with a
+        ``ValueError`` naming it, before anything is written; ``keys=``/``headers=`` are refused
+        with such input (``TypeError``): its fields carry them.
         """
     @overload
     def append_batch(
-        self, bodies: _ArrowArrayLike, /, *, offsets: Literal[True] = True
+        self,
+        bodies: _ArrowArrayLike,
+        /,
+        *,
+        offsets: Literal[True] = True,
+        keys: Sequence[Buffer | str | None] | None = None,
+        headers: Sequence[_Headers | None] | None = None,
     ) -> pa.Array: ...
     @overload
     def append_batch(
@@ -596,12 +610,17 @@ class CommitLog:
         ``close()``, or ``timeout`` seconds with no new record; ``durable``: flushed records only.
 
         ``columns``: any of ``"offset"`` (int64), ``"timestamp"`` (timestamp[ms, UTC]),
-        ``"body"``, ``"segment"`` (int64, the start of the record's segment), in the order given
-        (default: offset, timestamp, body). ``body="view"``: a binary_view column whose data
-        buffers are the mapped segments (no copy; a batch keeps its maps alive past ``close()``
-        and past the deletion of the files); ``"binary"``: the bodies copied into one buffer per
-        batch. A batch holds at most ``max_records`` records and ``max_bytes`` of bodies (at
-        least one record). Every record is checked (header and body CRC) as by :meth:`scan`.
+        ``"body"``, ``"segment"`` (int64, the start of the record's segment), ``"key"``
+        (binary, null for a record without a key; an empty key is ``b""``), ``"headers"``
+        (``list<struct<name: string, value: binary>>``, in order, an empty list for a record
+        without headers), in the order given (default: offset, timestamp, body; keys and headers
+        are copied into the batch, and read only when asked for). ``body="view"``: a binary_view
+        column whose data buffers are the mapped segments (no copy; a batch keeps its maps alive
+        past ``close()`` and past the deletion of the files); ``"binary"``: the bodies copied
+        into one buffer per batch. A batch holds at most ``max_records`` records and
+        ``max_bytes`` of bodies and encoded keys and headers (at least one record; they count
+        whatever the columns, so a range gives the same batches for any ``columns``). Every
+        record is checked (header and body CRC) as by :meth:`scan`.
         ``threads``: worker threads that check and build batches at once, handed out in order
         (default ``None``: one per core, at most 8; ``1``: one thread, one batch ahead); the
         batches are the same whatever the number. A following scan builds on the caller's

@@ -39,7 +39,7 @@ pub fn chunk_bodies<'a>(chunks: impl IntoIterator<Item = &'a dyn Array>) -> Resu
     Ok(out)
 }
 
-fn one_chunk(array: &dyn Array) -> Result<Vec<&[u8]>> {
+pub(super) fn one_chunk(array: &dyn Array) -> Result<Vec<&[u8]>> {
     let any = array.as_any();
     let got = match array.data_type() {
         DataType::Binary => any.downcast_ref::<BinaryArray>().map(bytes),
@@ -58,8 +58,9 @@ fn one_chunk(array: &dyn Array) -> Result<Vec<&[u8]>> {
         DataType::Struct(fields) => {
             let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
             return Err(Error::InvalidArgument(format!(
-                "a table or record batch (columns {names:?}) cannot be appended: pass the one \
-                 binary column that holds the bodies, e.g. table[\"body\"]"
+                "a struct array (fields {names:?}) holds records, not bodies: append it whole \
+                 (a \"body\" field, optional \"key\" and \"headers\"), or pass the one binary \
+                 column that holds the bodies, e.g. table[\"body\"]"
             )));
         }
         other => {

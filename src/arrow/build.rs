@@ -6,21 +6,26 @@ use std::sync::Arc;
 
 use arrow_array::builder::make_view;
 use arrow_array::{
-    ArrayRef, BinaryArray, BinaryViewArray, Int64Array, RecordBatch, RecordBatchOptions,
-    TimestampMillisecondArray,
+    ArrayRef, BinaryArray, BinaryViewArray, Int64Array, ListArray, RecordBatch, RecordBatchOptions,
+    StringArray, StructArray, TimestampMillisecondArray,
 };
-use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
+use arrow_buffer::{Buffer, NullBufferBuilder, OffsetBuffer, ScalarBuffer};
 use arrow_schema::SchemaRef;
 
-use super::columns::{BatchOptions, BodyLayout, Column};
+use super::columns::{
+    header_fields, header_item, weight, BatchOptions, BodyLayout, Column, Limits,
+};
 use crate::error::{Error, Result};
 use crate::read::reader::Found;
+use crate::storage::props;
 use crate::storage::segment::Mapping;
 
 /// The columns of one batch, filled a record at a time.
 pub(super) struct BatchBuilder<'a> {
     opts: &'a BatchOptions,
+    limits: Limits,
     rows: usize,
+    /// What the records weigh against `max_bytes`: their bodies and properties.
     body_bytes: usize,
     offsets: Vec<i64>,
     timestamps: Vec<i64>,
@@ -28,11 +33,13 @@ pub(super) struct BatchBuilder<'a> {
     views: Views,
     data: Vec<u8>,
     value_offsets: Vec<i32>,
+    /// The `key` and `headers` columns, `None` when neither is asked for.
+    props: Option<Box<PropsColumns>>,
 }
 
 impl<'a> BatchBuilder<'a> {
-    /// `body_bytes`: the bodies' size this batch expects (the last batch's, or what a planner
-    /// counted), reserved at once for a copied body column.
+    /// `body_bytes`: what this batch is expected to weigh (the last batch's, or what a planner
+    /// counted: bodies, keys and headers), reserved at once for a copied body column.
     pub(super) fn new(opts: &'a BatchOptions, body_bytes: usize) -> Self {
         let cap = |c| {
             if opts.wants(c) {
@@ -44,6 +51,7 @@ impl<'a> BatchBuilder<'a> {
         let binary = opts.wants(Column::Body) && opts.body == BodyLayout::Binary;
         BatchBuilder {
             opts,
+            limits: opts.limits(),
             rows: 0,
             body_bytes: 0,
             offsets: Vec::with_capacity(cap(Column::Offset)),
@@ -55,6 +63,13 @@ impl<'a> BatchBuilder<'a> {
                 false => Vec::new(),
             },
             value_offsets: if binary { vec![0] } else { Vec::new() },
+            props: opts.wants_props().then(|| {
+                Box::new(PropsColumns::new(
+                    opts.wants(Column::Key),
+                    opts.wants(Column::Headers),
+                    opts.max_records.clamp(1, 1 << 16),
+                ))
+            }),
         }
     }
 
@@ -68,16 +83,26 @@ impl<'a> BatchBuilder<'a> {
 
     /// Whether `rec` still fits this batch (a first record always does).
     pub(super) fn fits(&self, rec: &Found) -> bool {
-        self.opts.fits(self.rows, self.body_bytes, rec.body_len)
+        let w = weight(rec.body_len, rec.props_len);
+        self.limits.fits(self.rows, self.body_bytes, w)
     }
 
     /// Adds `rec` (the caller checked [`BatchBuilder::fits`]).
     pub(super) fn push(&mut self, rec: &Found, map: &Arc<Mapping>) -> Result<()> {
-        // The one push that can fail comes first: a refused record leaves every column as it was.
+        // The pushes that can fail come first: a refused record leaves every column as it was.
+        if let Some(props) = &mut self.props {
+            props.push(rec, map)?;
+        }
         if self.opts.wants(Column::Body) {
-            match self.opts.body {
-                BodyLayout::View => self.views.push(rec, map)?,
-                BodyLayout::Binary => self.push_copy(rec, map)?,
+            let pushed = match self.opts.body {
+                BodyLayout::View => self.views.push(rec, map),
+                BodyLayout::Binary => self.push_copy(rec, map),
+            };
+            if let Err(e) = pushed {
+                if let Some(props) = &mut self.props {
+                    props.pop();
+                }
+                return Err(e);
             }
         }
         // Columns not asked for were given no capacity: each test is one predictable branch.
@@ -92,7 +117,7 @@ impl<'a> BatchBuilder<'a> {
             self.segments.push(rec.segment_start as i64);
         }
         self.rows += 1;
-        self.body_bytes += rec.body_len;
+        self.body_bytes += weight(rec.body_len, rec.props_len);
         Ok(())
     }
 
@@ -119,6 +144,7 @@ impl<'a> BatchBuilder<'a> {
             Some(self.segments),
         );
         let (mut views, mut data) = (Some(self.views), Some((self.data, self.value_offsets)));
+        let mut props = self.props.map(|p| *p).unwrap_or_default();
         for &c in &self.opts.columns {
             let array: ArrayRef = match c {
                 Column::Offset => Arc::new(Int64Array::from(offsets.take().unwrap_or_default())),
@@ -143,11 +169,242 @@ impl<'a> BatchBuilder<'a> {
                         )
                     }
                 },
+                Column::Key => Arc::new(props.keys.take().unwrap_or_default().finish()?),
+                Column::Headers => Arc::new(props.headers.take().unwrap_or_default().finish()?),
             };
             arrays.push(array);
         }
         let rows = RecordBatchOptions::new().with_row_count(Some(self.rows));
         RecordBatch::try_new_with_options(Arc::clone(schema), arrays, &rows).map_err(arrow_bug)
+    }
+}
+
+/// The `key` and `headers` columns: each record's properties copied (they are small).
+#[derive(Default)]
+struct PropsColumns {
+    keys: Option<Keys>,
+    headers: Option<Headers>,
+}
+
+impl PropsColumns {
+    fn new(key: bool, headers: bool, rows: usize) -> Self {
+        PropsColumns {
+            keys: key.then(|| Keys::with_capacity(rows)),
+            headers: headers.then(|| Headers::with_capacity(rows)),
+        }
+    }
+
+    /// Adds the properties of `rec`; on an error, nothing.
+    fn push(&mut self, rec: &Found, map: &Mapping) -> Result<()> {
+        let range = rec.props_range();
+        let block = map.bytes(range.start, range.end);
+        if let Some(keys) = &mut self.keys {
+            keys.push(block, rec.offset)?;
+        }
+        if let Some(headers) = &mut self.headers {
+            if let Err(e) = headers.push(block, rec.offset) {
+                if let Some(keys) = &mut self.keys {
+                    keys.pop();
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes back the last record pushed.
+    fn pop(&mut self) {
+        if let Some(keys) = &mut self.keys {
+            keys.pop();
+        }
+        if let Some(headers) = &mut self.headers {
+            headers.pop();
+        }
+    }
+}
+
+/// A record's properties that do not parse: a checked read refuses such a record before (its
+/// check parses them), so this is a bug or a block changed under the map.
+fn unparsed(offset: u64) -> Error {
+    Error::corruption(
+        None,
+        Some(offset),
+        "record properties (key, headers) that do not parse, under a valid CRC",
+    )
+}
+
+/// The end of a copied column's values as an Arrow `i32` offset.
+fn end_of(len: usize, offset: u64, what: &str) -> Result<i32> {
+    i32::try_from(len).map_err(|_| {
+        Error::InvalidArgument(format!(
+            "the {what} of the batch reach {len} bytes at the record at offset {offset}: more \
+             than an Arrow {what} column holds (< 2 GiB per batch); read with a lower max_bytes"
+        ))
+    })
+}
+
+/// The `key` column: `binary`, null for a record without a key.
+struct Keys {
+    data: Vec<u8>,
+    ends: Vec<i32>,
+    nulls: NullBufferBuilder,
+}
+
+impl Default for Keys {
+    fn default() -> Self {
+        Keys::with_capacity(0)
+    }
+}
+
+impl Keys {
+    fn with_capacity(rows: usize) -> Self {
+        let mut ends = Vec::with_capacity(rows + 1);
+        ends.push(0);
+        Keys {
+            data: Vec::new(),
+            ends,
+            nulls: NullBufferBuilder::new(rows),
+        }
+    }
+
+    fn push(&mut self, block: &[u8], offset: u64) -> Result<()> {
+        match props::key_of(block).ok_or_else(|| unparsed(offset))? {
+            Some(key) => {
+                let end = end_of(self.data.len() + key.len(), offset, "keys")?;
+                self.data.extend_from_slice(key);
+                self.ends.push(end);
+                self.nulls.append_non_null();
+            }
+            None => {
+                self.ends.push(self.ends.last().copied().unwrap_or(0));
+                self.nulls.append_null();
+            }
+        }
+        Ok(())
+    }
+
+    fn pop(&mut self) {
+        if self.ends.len() > 1 {
+            self.ends.pop();
+            let end = self.ends.last().copied().unwrap_or(0);
+            self.data.truncate(end as usize);
+            self.nulls.truncate(self.ends.len() - 1);
+        }
+    }
+
+    fn finish(mut self) -> Result<BinaryArray> {
+        let ends = OffsetBuffer::new(ScalarBuffer::from(self.ends));
+        BinaryArray::try_new(ends, Buffer::from_vec(self.data), self.nulls.finish())
+            .map_err(arrow_bug)
+    }
+}
+
+/// The `headers` column: `list<struct<name: utf8, value: binary>>`, empty lists for records
+/// without headers.
+struct Headers {
+    /// Where each record's headers end, counted in headers.
+    lists: Vec<i32>,
+    names: Vec<u8>,
+    name_ends: Vec<i32>,
+    values: Vec<u8>,
+    value_ends: Vec<i32>,
+}
+
+impl Default for Headers {
+    fn default() -> Self {
+        Headers::with_capacity(0)
+    }
+}
+
+impl Headers {
+    fn with_capacity(rows: usize) -> Self {
+        let mut lists = Vec::with_capacity(rows + 1);
+        lists.push(0);
+        Headers {
+            lists,
+            names: Vec::new(),
+            name_ends: vec![0],
+            values: Vec::new(),
+            value_ends: vec![0],
+        }
+    }
+
+    fn push(&mut self, block: &[u8], offset: u64) -> Result<()> {
+        let (names, values) = (self.name_ends.len(), self.value_ends.len());
+        let mut failed = None;
+        let parsed = props::find_header(block, |name, value| {
+            let ends = (
+                end_of(self.names.len() + name.len(), offset, "header names"),
+                end_of(self.values.len() + value.len(), offset, "header values"),
+            );
+            match ends {
+                (Ok(n), Ok(v)) => {
+                    self.names.extend_from_slice(name);
+                    self.name_ends.push(n);
+                    self.values.extend_from_slice(value);
+                    self.value_ends.push(v);
+                    false
+                }
+                (Err(e), _) | (_, Err(e)) => {
+                    failed = Some(e);
+                    true
+                }
+            }
+        });
+        let failed = match parsed {
+            None => Some(unparsed(offset)),
+            Some(_) => failed,
+        };
+        let count = self.name_ends.len() - 1;
+        let end = i32::try_from(count).map_err(|_| Error::Internal("2^31 headers".into()));
+        match (failed, end) {
+            (None, Ok(end)) => {
+                self.lists.push(end);
+                Ok(())
+            }
+            (Some(e), _) | (None, Err(e)) => {
+                self.truncate_to(names, values);
+                Err(e)
+            }
+        }
+    }
+
+    /// Drops the headers past the first `names - 1` (and values).
+    fn truncate_to(&mut self, names: usize, values: usize) {
+        self.name_ends.truncate(names);
+        self.value_ends.truncate(values);
+        let (n, v) = (
+            self.name_ends.last().copied().unwrap_or(0),
+            self.value_ends.last().copied().unwrap_or(0),
+        );
+        self.names.truncate(n as usize);
+        self.values.truncate(v as usize);
+    }
+
+    fn pop(&mut self) {
+        if self.lists.len() > 1 {
+            self.lists.pop();
+            let headers = self.lists.last().copied().unwrap_or(0) as usize;
+            self.truncate_to(headers + 1, headers + 1);
+        }
+    }
+
+    fn finish(self) -> Result<ListArray> {
+        let ends = |v: Vec<i32>| OffsetBuffer::new(ScalarBuffer::from(v));
+        // Names are UTF-8: a checked read parsed them as such (checked again here).
+        let names = StringArray::try_new(ends(self.name_ends), Buffer::from_vec(self.names), None)
+            .map_err(arrow_bug)?;
+        let values =
+            BinaryArray::try_new(ends(self.value_ends), Buffer::from_vec(self.values), None)
+                .map_err(arrow_bug)?;
+        let headers = StructArray::try_new(
+            header_fields(),
+            vec![Arc::new(names) as ArrayRef, Arc::new(values)],
+            None,
+        )
+        .map_err(arrow_bug)?;
+        ListArray::try_new(header_item(), ends(self.lists), Arc::new(headers), None)
+            .map_err(arrow_bug)
     }
 }
 

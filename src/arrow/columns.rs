@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 
 use crate::error::{Error, Result};
 
@@ -17,15 +17,23 @@ pub enum Column {
     Body,
     /// `segment`: the start offset of the record's segment, `int64`.
     Segment,
+    /// `key`: the record's key, `binary`, null for a record without one (an empty key is an
+    /// empty value). Copied into the batch.
+    Key,
+    /// `headers`: the record's headers in order, `list<struct<name: utf8, value: binary>>`, an
+    /// empty list for a record without any (never null). Copied into the batch.
+    Headers,
 }
 
 impl Column {
-    /// Every column, in the default order of a full read.
-    pub const ALL: [Column; 4] = [
+    /// Every column, in the order of a full read.
+    pub const ALL: [Column; 6] = [
         Column::Offset,
         Column::Timestamp,
         Column::Body,
         Column::Segment,
+        Column::Key,
+        Column::Headers,
     ];
 
     /// The column's name in a schema.
@@ -35,6 +43,8 @@ impl Column {
             Column::Timestamp => "timestamp",
             Column::Body => "body",
             Column::Segment => "segment",
+            Column::Key => "key",
+            Column::Headers => "headers",
         }
     }
 
@@ -91,8 +101,11 @@ pub struct BatchOptions {
     pub body: BodyLayout,
     /// At most this many records per batch (at least 1).
     pub max_records: usize,
-    /// A batch ends before the record that would take its bodies past this many bytes (a batch
-    /// holds at least one record). With [`BodyLayout::Binary`] at most `i32::MAX`.
+    /// A batch ends before the record that would take its bodies, keys and headers past this
+    /// many bytes (a batch holds at least one record). They count whether or not their columns
+    /// are read, so a range gives the same batches for any columns. With
+    /// [`BodyLayout::Binary`], a `key` or a `headers` column (copied columns), at most
+    /// `i32::MAX`.
     pub max_bytes: usize,
 }
 
@@ -128,14 +141,16 @@ impl BatchOptions {
         Ok(())
     }
 
-    /// Whether a body of `body_len` bytes still fits a batch of `rows` records with `body_bytes`
-    /// of bodies (a first record always does).
-    pub(crate) fn fits(&self, rows: usize, body_bytes: usize, body_len: usize) -> bool {
-        let max_bytes = match self.body {
-            BodyLayout::Binary => self.max_bytes.min(i32::MAX as usize),
-            BodyLayout::View => self.max_bytes,
-        };
-        rows == 0 || (rows < self.max_records && body_bytes + body_len <= max_bytes)
+    /// The limits a batch is cut by, worked out once per batch.
+    pub(crate) fn limits(&self) -> Limits {
+        let copied = self.body == BodyLayout::Binary || self.wants_props();
+        Limits {
+            max_records: self.max_records,
+            max_bytes: match copied {
+                true => self.max_bytes.min(i32::MAX as usize),
+                false => self.max_bytes,
+            },
+        }
     }
 
     /// The Arrow schema of the batches.
@@ -143,7 +158,7 @@ impl BatchOptions {
         let fields: Vec<Field> = self
             .columns
             .iter()
-            .map(|&c| Field::new(c.name(), self.data_type(c), false))
+            .map(|&c| Field::new(c.name(), self.data_type(c), c == Column::Key))
             .collect();
         Arc::new(Schema::new(fields))
     }
@@ -156,11 +171,55 @@ impl BatchOptions {
             }
             (Column::Body, BodyLayout::View) => DataType::BinaryView,
             (Column::Body, BodyLayout::Binary) => DataType::Binary,
+            (Column::Key, _) => DataType::Binary,
+            (Column::Headers, _) => DataType::List(header_item()),
         }
     }
 
     /// Whether the batches need the bodies at all.
     pub(crate) fn wants(&self, column: Column) -> bool {
         self.columns.contains(&column)
+    }
+
+    /// Whether the batches read the records' properties (the `key` or `headers` column).
+    pub(crate) fn wants_props(&self) -> bool {
+        self.wants(Column::Key) || self.wants(Column::Headers)
+    }
+}
+
+/// The fields of one header in the `headers` column: `name` (utf8) and `value` (binary).
+pub(crate) fn header_fields() -> Fields {
+    Fields::from(vec![
+        Field::new("name", DataType::Utf8, false),
+        Field::new("value", DataType::Binary, false),
+    ])
+}
+
+/// The item of the `headers` list: a header, never null.
+pub(crate) fn header_item() -> FieldRef {
+    Arc::new(Field::new_list_field(
+        DataType::Struct(header_fields()),
+        false,
+    ))
+}
+
+/// What ends a batch: its records, and the bytes they weigh (see [`BatchOptions::max_bytes`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    max_records: usize,
+    max_bytes: usize,
+}
+
+/// What a record with a body of `body_len` bytes and properties (key, headers) of `props_len`
+/// weighs against `max_bytes`.
+pub(crate) fn weight(body_len: usize, props_len: usize) -> usize {
+    body_len + props_len
+}
+
+impl Limits {
+    /// Whether a record of `weight` still fits a batch of `rows` records weighing `bytes` (a
+    /// first record always does).
+    pub(crate) fn fits(&self, rows: usize, bytes: usize, weight: usize) -> bool {
+        rows == 0 || (rows < self.max_records && bytes + weight <= self.max_bytes)
     }
 }

@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use arrow_array::{RecordBatch, RecordBatchReader};
 use arrow_schema::{ArrowError, SchemaRef};
 
-use super::columns::BatchOptions;
+use super::columns::{weight, BatchOptions};
 use super::reader::BatchReader;
 use crate::error::{Error, Result};
 use crate::read::reader::{Check, Found, Scan};
@@ -142,33 +142,38 @@ impl Plan {
 }
 
 impl Walk {
-    /// The range of the batch the serial reader would build next, and its bodies' size. A header
+    /// The range of the batch the serial reader would build next, and what it weighs. A header
     /// the walk cannot read ends the plan: the rest of the range is one cut, whose reader meets
     /// it after the records before it (as the serial reader does).
     fn cut(&mut self) -> Option<(u64, u64, usize)> {
         if self.done {
             return None;
         }
-        let opts = self.reader.options();
+        let limits = self.reader.options().limits();
+        // What the batch weighs against its limits (bodies, keys and headers).
         let (start, mut rows, mut bytes) = match self.pending.take() {
-            Some(f) => (f.offset, 1, f.body_len),
+            Some(f) => (f.offset, 1, weight(f.body_len, f.props_len)),
             None => (self.headers.position(), 0, 0),
         };
-        // Takes a body into the batch when it fits (the serial reader's rule).
-        let mut take = |len: usize| {
-            let fits = opts.fits(rows, bytes, len);
+        // Takes a record into the batch when it fits (the serial reader's rule).
+        let mut take = |body_len: usize, props_len: usize| {
+            let w = weight(body_len, props_len);
+            let fits = limits.fits(rows, bytes, w);
             if fits {
                 rows += 1;
-                bytes += len;
+                bytes += w;
             }
             fits
         };
         loop {
-            if let Some(end) = self.headers.skim(|h| take(h.body_len())) {
+            if let Some(end) = self
+                .headers
+                .skim(|h| take(h.body_len(), h.props_len as usize))
+            {
                 return Some((start, end, bytes));
             }
             match self.headers.next_found_now() {
-                Some(Ok((f, _))) if take(f.body_len) => {}
+                Some(Ok((f, _))) if take(f.body_len, f.props_len) => {}
                 Some(Ok((f, _))) => {
                     self.pending = Some(f);
                     return Some((start, f.offset, bytes));

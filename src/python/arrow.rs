@@ -5,6 +5,7 @@ use std::ffi::CStr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use arrow_array::cast::AsArray;
 use arrow_array::ffi::{from_ffi, to_ffi, FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_array::ffi_stream::{ArrayStreamReader, FFI_ArrowArrayStream};
 use arrow_array::{
@@ -18,6 +19,7 @@ use pyo3::types::{PyCapsule, PyCapsuleMethods};
 
 use super::args;
 use super::log::PyCommitLog;
+use super::props;
 use super::wait;
 use crate::arrow::{BatchOptions, BatchReader, ParallelReader};
 use crate::read::wait::Waited;
@@ -173,7 +175,7 @@ pub struct PyBatchScan {
 /// one on the caller's thread (it waits between batches, where Ctrl-C must reach it).
 enum Reader {
     Ahead(ParallelReader),
-    Follow(BatchReader),
+    Follow(Box<BatchReader>),
 }
 
 impl Reader {
@@ -203,7 +205,7 @@ impl Reader {
 impl PyBatchScan {
     pub(super) fn new(log: Py<PyCommitLog>, reader: BatchReader, threads: usize) -> Self {
         let reader = match reader.follow() {
-            Some(_) => Reader::Follow(reader),
+            Some(_) => Reader::Follow(Box::new(reader)),
             None => Reader::Ahead(reader.parallel(threads)),
         };
         PyBatchScan {
@@ -349,7 +351,7 @@ pub(super) fn batch_options(
         let names: Vec<String> = cols.extract().map_err(|_| {
             PyTypeError::new_err(
                 "columns must be a sequence of column names (\"offset\", \"timestamp\", \
-                 \"body\", \"segment\")",
+                 \"body\", \"segment\", \"key\", \"headers\")",
             )
         })?;
         opts.columns = names
@@ -387,12 +389,16 @@ pub(super) fn batch_threads(threads: Option<&Bound<'_, PyAny>>) -> PyResult<usiz
     })
 }
 
-/// Appends the bodies of an Arrow object (see [`import_arrays`]) in one batch.
+/// Appends the records of an Arrow object (see [`import_arrays`]) in one batch: bodies, or a
+/// struct's rows with their keys and headers ([`crate::arrow::chunk_rows`]). `keys` and
+/// `headers`: `append_batch`'s, for an array of bodies.
 pub(super) fn append_arrow<'py>(
     slf: &PyCommitLog,
     py: Python<'py>,
     obj: &Bound<'py, PyAny>,
     want_offsets: bool,
+    keys: Option<&Bound<'py, PyAny>>,
+    headers: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
     if want_offsets {
         let what = "append_batch of an Arrow array (its offsets are a pyarrow array; or pass \
@@ -400,9 +406,28 @@ pub(super) fn append_arrow<'py>(
         pyarrow(py, what)?;
     }
     let arrays = import_arrays(obj)?;
+    let given = keys.is_some_and(|k| !k.is_none()) || headers.is_some_and(|h| !h.is_none());
+    let kwargs = match given {
+        true if arrays.iter().any(|a| a.as_struct_opt().is_some()) => {
+            return Err(PyTypeError::new_err(
+                "append_batch of an Arrow table takes its keys and headers from its \"key\" and \
+                 \"headers\" fields, not from keys= or headers=",
+            ));
+        }
+        true => {
+            let rows: usize = arrays.iter().map(|a| a.len()).sum();
+            props::encode_batch(rows, keys, headers)?
+        }
+        false => Vec::new(),
+    };
     let offsets = super::interrupt::detach(py, || -> Result<Vec<u64>, Error> {
-        let bodies = crate::arrow::chunk_bodies(arrays.iter().map(|a| a.as_ref()))?;
-        slf.log.append_batch(&bodies)
+        let rows = crate::arrow::chunk_rows(arrays.iter().map(|a| a.as_ref()))?;
+        let props = if kwargs.is_empty() {
+            &rows.props
+        } else {
+            &kwargs
+        };
+        slf.log.append_encoded(&rows.bodies, props)
     })?;
     want_offsets.then(|| offsets_array(py, offsets)).transpose()
 }

@@ -399,7 +399,7 @@ impl PyCommitLog {
         }
         let sequence = bodies.is_instance_of::<PyList>() || bodies.is_instance_of::<PyTuple>();
         if !sequence && arrow::is_arrow(bodies)? {
-            return arrow::append_arrow(self, py, bodies, offsets);
+            return arrow::append_arrow(self, py, bodies, offsets, keys, headers);
         }
         if body::is_bytes_like(bodies) {
             // Iterating a bytearray gives ints, a 1-D array its items: never what was meant.

@@ -225,7 +225,8 @@ pub fn decode(block: &[u8]) -> Option<Props<'_>> {
 
 #[allow(dead_code)] // the filters' (next)
 /// Calls `f(name, value)` for each header in `block` until it returns true; `None` when the block
-/// does not parse as far as that. Allocates nothing (filters use it per record).
+/// does not parse as far as that. Allocates nothing (the `headers` column uses it per record).
+#[cfg_attr(not(feature = "arrow"), allow(dead_code))]
 pub fn find_header<'a>(
     block: &'a [u8],
     mut f: impl FnMut(&'a [u8], &'a [u8]) -> bool,

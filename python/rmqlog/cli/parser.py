@@ -228,8 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
         "dump",
         help="print records (offset, timestamp, size, body)",
         description="Prints one line per record: offset, timestamp (ms and ISO UTC), body size, "
-        "next offset, and the body on request. With stdout a file or a pipe and stderr a "
-        "terminal, a progress bar shows on stderr.",
+        "next offset, the key and headers of a record that has them, and the body on request. "
+        "With stdout a file or a pipe and stderr a terminal, a progress bar shows on stderr.",
     )
     paths_arg(sp)
     sp.add_argument(

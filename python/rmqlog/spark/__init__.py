@@ -3,7 +3,7 @@
     from rmqlog.spark import register, body_udf
 
     register(spark)                 # or: spark = local_session() (this machine, source registered)
-    df = spark.read.format("rmqlog").load("/d0/store:/d1/store")  # offset timestamp body segment
+    df = spark.read.format("rmqlog").load("/d0/store:/d1/store")  # offset ... key, headers
     meta = spark.read.format("rmqlog").schema("offset long, timestamp timestamp").load(...)
     stream = spark.readStream.format("rmqlog").load("/d0/store:/d1/store")
     remote = spark.read.format("rmqlog").option("tier.region", "eu-west-1").load("s3://bucket/log")

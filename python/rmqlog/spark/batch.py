@@ -15,7 +15,7 @@ from rmqlog import SPLIT_EVERY, CommitLog, OffsetOutOfRangeError, Segment, Store
 from rmqlog.spark.errors import _data_loss, store_gone
 from rmqlog.spark.options import Options
 from rmqlog.spark.pushdown import Interval, Pushed, intersect, push
-from rmqlog.spark.schema import _TIMESTAMP, FULL, STORE, Projection
+from rmqlog.spark.schema import _ARROW_HEADERS, _TIMESTAMP, FULL, STORE, Projection
 from rmqlog.spark.store import Store
 
 if sys.byteorder != "little":  # pragma: no cover
@@ -132,14 +132,18 @@ def _resolve_range(log: CommitLog, opts: Options) -> tuple[int, int]:
 
 def _spark_batch(proj: Projection, batch: pa.RecordBatch, store: str | None) -> pa.RecordBatch:
     """A batch of ``scan_batches`` as Spark takes it: microsecond timestamps (one vectorized
-    cast of the millisecond column), a fleet's ``store`` column, and the query's names for the
-    columns."""
+    cast of the millisecond column), headers typed as Spark spells them, a fleet's ``store``
+    column, and the query's names for the columns."""
 
     def column(name: str) -> pa.Array:
         if name == STORE:
             return pa.repeat(pa.scalar(store, pa.string()), batch.num_rows)
         col = batch.column(name)
-        return col.cast(_TIMESTAMP) if name == "timestamp" else col
+        if name == "timestamp":
+            return col.cast(_TIMESTAMP)
+        if name == "headers":  # Spark's names for the list's item (buffers kept, no copy)
+            return col.cast(_ARROW_HEADERS)
+        return col
 
     return pa.RecordBatch.from_arrays([column(n) for n in proj.columns], schema=proj.arrow)
 
@@ -166,7 +170,8 @@ def _read_span(
     log: CommitLog, opts: Options, proj: Projection, lo: int, hi: int, store: str | None = None
 ) -> Iterator[pa.RecordBatch]:
     """The records that start in ``[lo, hi)``, as batches of the query's columns built in Rust
-    (only those columns: without ``body``, no body is read)."""
+    (only those columns: without ``body``, no body is read; without ``key`` and ``headers``, no
+    record's properties)."""
     pos = _start_at(log, opts, lo, hi)
     while pos is not None and pos < hi:
         scan = None

@@ -128,7 +128,9 @@ class Pushed:
         column = attr[0].lower() if len(attr) == 1 else None
         if column not in _COLUMNS:
             return False
-        if isinstance(f, IsNotNull):  # no column of this source is ever null
+        if column == "key" and isinstance(f, IsNull | IsNotNull):
+            return False  # the one nullable column (a record without a key): Spark decides
+        if isinstance(f, IsNotNull):  # no other column of this source is ever null
             sel: tuple[Interval, ...] | None = _ALL
             column = "offset"
         elif isinstance(f, IsNull):

@@ -5,7 +5,9 @@ A fleet (many stores read as one) has one more column, ``store``: the store's ti
 from dataclasses import dataclass
 
 import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     DataType,
     LongType,
@@ -15,22 +17,35 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-SCHEMA_DDL = "offset BIGINT, timestamp TIMESTAMP, body BINARY, segment BIGINT"
+HEADERS_DDL = "ARRAY<STRUCT<name: STRING, value: BINARY>>"
+SCHEMA_DDL = (
+    f"offset BIGINT, timestamp TIMESTAMP, body BINARY, segment BIGINT, key BINARY, "
+    f"headers {HEADERS_DDL}"
+)
+_HEADERS = ArrayType(
+    StructType([StructField("name", StringType()), StructField("value", BinaryType())])
+)
 SCHEMA = StructType(
     [
         StructField("offset", LongType()),
         StructField("timestamp", TimestampType()),
         StructField("body", BinaryType()),
         StructField("segment", LongType()),
+        StructField("key", BinaryType()),  # null: a record without a key
+        StructField("headers", _HEADERS),  # an empty array: a record without headers
     ]
 )
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
+# As Spark checks a batch's schema: its own spelling of the nested fields (names, nullable).
+_ARROW_HEADERS = to_arrow_type(_HEADERS)
 ARROW_SCHEMA = pa.schema(
     [
         pa.field("offset", pa.int64()),
         pa.field("timestamp", _TIMESTAMP),
         pa.field("body", pa.binary()),
         pa.field("segment", pa.int64()),
+        pa.field("key", pa.binary()),
+        pa.field("headers", _ARROW_HEADERS),
     ]
 )
 STORE = "store"
@@ -56,6 +71,11 @@ class Projection:
     @property
     def body(self) -> bool:
         return "body" in self.columns
+
+    @property
+    def props(self) -> bool:
+        """Whether the query reads the records' keys or headers."""
+        return "key" in self.columns or "headers" in self.columns
 
     @property
     def own(self) -> tuple[str, ...]:
