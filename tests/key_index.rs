@@ -95,10 +95,10 @@ fn deleted_garbled_or_damaged_indexes_are_walked_past_and_rebuilt_by_a_writer() 
     let t = tempfile::tempdir().unwrap();
     let log = CommitLog::open(&[t.path()], opts()).unwrap();
     let mut model = BTreeMap::new();
-    fill(&log, 0, 500, &mut model);
+    fill(&log, 0, 700, &mut model);
     log.close().unwrap();
     let files = index_files(t.path());
-    assert!(files.len() > 3);
+    assert!(files.len() > 4);
     std::fs::remove_file(&files[0]).unwrap();
     std::fs::write(&files[1], b"not an index").unwrap();
     // A flipped bit in an entry of the third (past the 64-byte header and the slots).
@@ -106,6 +106,12 @@ fn deleted_garbled_or_damaged_indexes_are_walked_past_and_rebuilt_by_a_writer() 
     let at = bytes.len() - 1 - bytes.iter().rev().position(|&b| b != 0).unwrap();
     bytes[at] ^= 0x40;
     std::fs::write(&files[2], &bytes).unwrap();
+    // A flipped bit in a used slot of the fourth: its chain starts in another slot's.
+    let mut bytes = std::fs::read(&files[3]).unwrap();
+    let slots = u32::from_le_bytes(bytes[16..20].try_into().unwrap()) as usize;
+    let used = (0..slots).map(|i| 64 + 4 * i).find(|&at| bytes[at..at + 4] != [0; 4]).unwrap();
+    bytes[used] ^= 0x01;
+    std::fs::write(&files[3], &bytes).unwrap();
     // A reader walks the segments whose index it cannot use.
     let ro = CommitLog::open(&[t.path()], opts().read_only(true)).unwrap();
     check(&ro, &model);
@@ -116,7 +122,7 @@ fn deleted_garbled_or_damaged_indexes_are_walked_past_and_rebuilt_by_a_writer() 
     check(&log, &model);
     assert!(files[0].exists());
     assert_ne!(std::fs::read(&files[1]).unwrap(), b"not an index");
-    fill(&log, 500, 50, &mut model);
+    fill(&log, 700, 50, &mut model);
     check(&log, &model);
 }
 
@@ -287,4 +293,48 @@ fn a_tiered_segment_keeps_its_index_and_loses_it_with_the_segment() {
         offsets.retain(|&o| o >= cut);
     }
     check(&log, &model);
+}
+
+const CUT_ENV: &str = "RMQLOG_KEY_INDEX_CUT_DIR";
+
+/// A writer that dies without closing, after two keyed records: prints the second's offset and
+/// the end.
+#[test]
+fn dying_writer() {
+    let Ok(dir) = std::env::var(CUT_ENV) else {
+        return; // run by the test below
+    };
+    let log = CommitLog::open(&[PathBuf::from(dir)], opts()).unwrap();
+    log.append_message(&Message::new(&[b'x'; 20]).key(b"a")).unwrap();
+    let b = log.append_message(&Message::new(&[b'y'; 20]).key(b"b")).unwrap();
+    println!("\ncut {b} {}", log.max_offset().unwrap());
+    std::process::abort();
+}
+
+/// The last record's page never reached the disk but the index's did: recovery cuts the record,
+/// and the records appended in its place (shorter, as long, longer) are all found, and the cut
+/// one is not.
+#[test]
+fn records_appended_where_recovery_cut_indexed_ones_are_found() {
+    for (c_len, d_len) in [(20usize, 60usize), (30, 60), (10, 5)] {
+        let t = tempfile::tempdir().unwrap();
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "dying_writer", "--nocapture", "--test-threads=1"])
+            .env(CUT_ENV, t.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().find_map(|l| l.strip_prefix("cut ")).unwrap();
+        let v: Vec<u64> = line.split(' ').map(|x| x.parse().unwrap()).collect();
+        let (b, end) = (v[0], v[1]);
+        common::write_at(&t.path().join(format!("{:020}", 0)), b, &vec![0u8; (end - b) as usize]);
+        let log = CommitLog::open(&[t.path()], opts()).unwrap();
+        assert_eq!(log.max_offset().unwrap(), b, "recovery cut the zeroed record");
+        let c = log.append_message(&Message::new(&vec![b'w'; c_len]).key(b"c")).unwrap();
+        let d = log.append_message(&Message::new(&vec![b'v'; d_len]).key(b"d")).unwrap();
+        assert_eq!(log.lookup(b"a", None, None).unwrap(), vec![0]);
+        assert!(log.lookup(b"b", None, None).unwrap().is_empty());
+        assert_eq!(log.lookup(b"c", None, None).unwrap(), vec![c], "c of {c_len}");
+        assert_eq!(log.lookup(b"d", None, None).unwrap(), vec![d], "d after c of {c_len}");
+    }
 }

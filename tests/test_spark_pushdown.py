@@ -418,3 +418,67 @@ def test_the_pushdown_option_is_checked(options, mode, message):
         rs.parse_options({"path": "/d0", **options}, mode)
     assert rs.parse_options({"path": "/d0", "pushdown": "TRUE"}, "batch").pushdown
     assert not rs.parse_options({"path": "/d0"}, "batch").pushdown
+
+
+# ---------------------------------------------------------------------------------------------
+# key = x, key IN (...): through the key indexes (docs/messages.md)
+
+
+class Keyed:
+    """A closed log of records with keys ``k0``..``k49`` (every ninth record without one)."""
+
+    def __init__(self, root):
+        self.paths = str(root / "d0")
+        with CommitLog(self.paths, segment_size=SEG) as log:
+            for i in range(4000):
+                key = None if i % 9 == 0 else b"k%d" % (i % 50)
+                log.append(b"r%05d-" % i * (1 + i % 13), key=key)
+            self.rows = [(off, log.read_record(off).key) for off, _ in log.scan()]
+            self.starts = [s.start_offset for s in log.segments()]
+
+    def with_keys(self, *keys):
+        return [off for off, k in self.rows if k in keys]
+
+    def segments_of(self, offsets):
+        return {max(s for s in self.starts if s <= o) for o in offsets}
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory):
+    k = Keyed(tmp_path_factory.mktemp("keyed"))
+    assert len(k.starts) > 8
+    return k
+
+
+def test_key_filters_plan_only_the_segments_the_index_names(keyed):
+    want = keyed.with_keys(b"k7")
+    parts, got, kept = planned(keyed, [EqualTo(("key",), b"k7")])
+    assert kept == [] and got == want
+    assert len(parts) == len(keyed.segments_of(want)) < len(keyed.starts)
+    want = keyed.with_keys(b"k7", b"k8")
+    parts, got, kept = planned(keyed, [In(("key",), [bytearray(b"k7"), "k8", b"absent", None])])
+    assert kept == [] and got == want
+    # With an offset range: both apply.
+    cut = want[len(want) // 2]
+    _, got, _ = planned(keyed, [In(("key",), [b"k7", b"k8"]), GreaterThanOrEqual(("offset",), cut)])
+    assert got == [o for o in want if o >= cut]
+    # IS NULL / IS NOT NULL / <=> NULL on key: the records without one exist; Spark decides.
+    for f in (IsNull(("key",)), IsNotNull(("key",)), EqualNullSafe(("key",), None)):
+        _, got, kept = planned(keyed, [f])
+        assert kept == [f] and len(got) == len(keyed.rows)
+
+
+def test_key_filters_on_spark_equal_what_spark_computes_unpushed(spark, keyed):
+    key = F.col("key")
+    for condition, want in [
+        (key == F.lit(bytearray(b"k3")), keyed.with_keys(b"k3")),
+        (key.isin(bytearray(b"k3"), bytearray(b"k49")), keyed.with_keys(b"k3", b"k49")),
+        (key.isNull(), keyed.with_keys(None)),
+    ]:
+        pushed = load(spark, keyed).filter(condition).select("offset")
+        assert [r.offset for r in pushed.orderBy("offset").collect()] == want
+        with unpushed(spark):
+            df = load(spark, keyed).filter(condition).select("offset")
+            assert [r.offset for r in df.orderBy("offset").collect()] == want
+    n = load(spark, keyed).filter(key == F.lit(bytearray(b"k3"))).rdd.getNumPartitions()
+    assert n == len(keyed.segments_of(keyed.with_keys(b"k3"))) < len(keyed.starts)

@@ -170,13 +170,23 @@ pub fn encode_batch<'py>(
         .collect()
 }
 
-/// A key argument (of `lookup`, filters): bytes-like or str, copied.
+/// A key argument (of `lookup`, filters): bytes-like or str, copied; longer than a key can be
+/// is refused.
 pub fn key_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     let key = bytes_of(obj, &|| "key".to_string())?;
-    Ok(key.as_ref().to_vec())
+    let key = key.as_ref();
+    if key.len() > props::MAX_KEY_LEN {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "a key is at most {} bytes, this one has {}: no record has it",
+            props::MAX_KEY_LEN,
+            key.len()
+        )));
+    }
+    Ok(key.to_vec())
 }
 
-/// A time bound: milliseconds since the epoch (an int) or a `datetime` (naive: local time).
+/// A time bound: milliseconds since the epoch (an int) or an aware `datetime` (a naive one is
+/// refused, as `consumer(start=)` refuses it); a bound inside a millisecond moves to the next.
 pub fn time_arg(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<u64>> {
     let Some(obj) = obj.filter(|o| !o.is_none()) else {
         return Ok(None);
@@ -186,11 +196,12 @@ pub fn time_arg(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<u
         return Ok(Some(ms.clamp(0, u64::MAX as i128) as u64));
     }
     if obj.is_instance_of::<pyo3::types::PyDateTime>() {
-        let secs: f64 = obj.call_method0("timestamp")?.extract()?;
-        return Ok(Some((secs * 1000.0).max(0.0) as u64));
+        if let crate::Start::Timestamp(ms) = super::consumer::start(obj, what)? {
+            return Ok(Some(ms));
+        }
     }
     Err(PyTypeError::new_err(format!(
-        "{what} must be milliseconds since the epoch (an int) or a datetime, got {}",
+        "{what} must be milliseconds since the epoch (an int) or an aware datetime, got {}",
         args::type_of(obj)
     )))
 }

@@ -25,7 +25,11 @@ use crate::sync::locked;
 /// The key indexes this open has mapped, by segment start (with the path they belong to: a moved
 /// segment's index is opened again).
 #[derive(Debug, Default)]
-pub(crate) struct Indexes(Mutex<HashMap<u64, (PathBuf, Arc<KeyIndex>)>>);
+pub(crate) struct Indexes {
+    mapped: Mutex<HashMap<u64, (PathBuf, Arc<KeyIndex>)>>,
+    /// The segments whose damaged index was reported (once each).
+    damaged: Mutex<std::collections::HashSet<u64>>,
+}
 
 /// Where the index of `seg` is: beside its file; for a remote-only segment, where its local file
 /// was (the shipper leaves the index when it deletes the local copy).
@@ -44,13 +48,24 @@ fn index_path(state: &State, seg: &Segment) -> PathBuf {
 }
 
 impl Indexes {
+    /// Says once per segment that its index is damaged (every lookup walks it).
+    fn damaged(&self, seg: &Segment) {
+        if locked(&self.damaged).insert(seg.start()) {
+            log::warn!(
+                "the key index of {} is damaged: lookups walk the segment (a writer's lookup \
+                 builds it again once the segment is sealed)",
+                seg.path().display()
+            );
+        }
+    }
+
     fn get(
         &self,
         state: &State,
         seg: &Segment,
         map: &mut impl FnMut() -> Result<Arc<Mapping>>,
     ) -> Result<Option<Arc<KeyIndex>>> {
-        let mut cached = locked(&self.0);
+        let mut cached = locked(&self.mapped);
         if let Some((path, ix)) = cached.get(&seg.start()) {
             if path == seg.path() {
                 return Ok(Some(Arc::clone(ix)));
@@ -151,10 +166,7 @@ pub(crate) fn lookup(
                 match ix.probe(hash, to) {
                     Ok(named) => (named, to),
                     Err(key_index::Damaged) => {
-                        log::warn!(
-                            "the key index of {} is damaged: the segment is walked",
-                            seg.path().display()
-                        );
+                        indexes.damaged(seg);
                         (Vec::new(), 0)
                     }
                 }
@@ -170,22 +182,41 @@ pub(crate) fn lookup(
                 Err(e) => return Err(e),
             };
             let bytes = map.bytes(0, limit as usize);
-            let stop = key_index::walk_keys(bytes, seg.start(), from, limit, |pos, k| {
-                if k == key {
-                    walked.push(pos);
-                }
-                true
-            });
-            if stop < limit {
-                let end = decode(
-                    &bytes[stop as usize..],
-                    seg.start() + stop,
-                    u32::MAX as usize,
-                );
-                if end != Slot::EndOfSegment || limit != seg.size() {
-                    // Damage where a record should start: the error a read gives there.
-                    reader::read(state, seg.start() + stop)?;
-                }
+            let readable = |at: u64| {
+                at >= limit
+                    || decode(&bytes[at as usize..], seg.start() + at, u32::MAX as usize)
+                        == Slot::EndOfSegment
+            };
+            let walk = |from: u64, walked: &mut Vec<u64>| {
+                walked.clear();
+                key_index::walk_keys(bytes, seg.start(), from, limit, |pos, k| {
+                    if k == key {
+                        walked.push(pos);
+                    }
+                    true
+                })
+            };
+            let mut stop = walk(from, &mut walked);
+            if stop == from && from > 0 && !readable(stop) {
+                // No record where the index says its records end: the index is not to be
+                // trusted (damaged, or another segment's); the whole segment is walked.
+                indexes.damaged(seg);
+                named.clear();
+                stop = walk(0, &mut walked);
+            }
+            if stop < limit && !(readable(stop) && limit == seg.size()) {
+                // Damage where a record should start (as a scan reports it).
+                let at = seg.start() + stop;
+                let why = match reader::read(state, at) {
+                    Err(Error::InvalidOffset { reason, .. }) => reason,
+                    Err(e) => return Err(e),
+                    Ok(_) => "a record whose header the walk could not read".into(),
+                };
+                return Err(Error::corruption(
+                    Some(seg.path().to_path_buf()),
+                    Some(at),
+                    format!("no valid record where the lookup's walk expected one: {why}"),
+                ));
             }
         }
         named.reverse(); // oldest first

@@ -110,6 +110,8 @@ pub struct KeyIndex {
     capacity: u32,
     /// Bytes of the file allocated so far (the writer's view).
     allocated: u64,
+    /// Growing it failed once (said once, not at every append).
+    stopped: bool,
 }
 
 impl KeyIndex {
@@ -146,6 +148,7 @@ impl KeyIndex {
             slots,
             capacity,
             allocated: HEADER as u64,
+            stopped: false,
         })
     }
 
@@ -182,6 +185,7 @@ impl KeyIndex {
             slots,
             capacity,
             allocated: HEADER as u64,
+            stopped: false,
         };
         // Allocated at least up to the last entry (the next insert allocates on from there;
         // allocating an allocated range again changes nothing).
@@ -259,6 +263,9 @@ impl KeyIndex {
             if packed >> POS_BITS != KeyIndex::check(h, link, pos, n) {
                 return Err(Damaged);
             }
+            if h & (self.slots - 1) != slot {
+                return Err(Damaged); // a link into another slot's chain
+            }
             if h == hash && pos < limit {
                 found.push(pos);
             }
@@ -309,7 +316,10 @@ impl KeyIndex {
             let Some(file) = &self.file else { return false };
             let to = (end.div_ceil(CHUNK) * CHUNK).min(self.map.len() as u64);
             if let Err(e) = allocate(file, self.allocated, to - self.allocated, &self.path) {
-                log::warn!("key index {} stops growing: {e}", self.path.display());
+                if !self.stopped {
+                    log::warn!("key index {} stops growing: {e}", self.path.display());
+                    self.stopped = true;
+                }
                 return false;
             }
             self.allocated = to;
@@ -331,16 +341,18 @@ impl KeyIndex {
     }
 
     /// Indexes the records of `segment` (the segment's bytes, from its start) in
-    /// `[indexed_to, to)`: walked by their headers, `to` a record boundary the caller published.
-    /// The caller holds the append lock. Returns false when the index could not take them all
-    /// (full, or a header it could not read): it then stays at the first one it missed.
-    pub fn catch_up(&mut self, segment: &[u8], start: u64, to: u64) -> bool {
+    /// `[indexed_to, to)`: walked by their headers. `[fresh, to)` are records just published
+    /// (record boundaries both); the caller holds the append lock. Returns false when the index
+    /// could not take them all (full, or a header it could not read): it then stays at the first
+    /// one it missed.
+    pub fn catch_up(&mut self, segment: &[u8], start: u64, fresh: u64, to: u64) -> bool {
         let mut at = self.indexed_to();
-        if at > to {
-            // Ahead of the records: recovery cut what it had indexed. Entries past `to` stay in
-            // their chains (lookups compare every candidate's key); new ones go on top.
-            self.set_indexed_to(to);
-            at = to;
+        if at > fresh {
+            // Past records just written: recovery cut records it had indexed, and these took
+            // their place. Their entries stay in the chains (lookups compare every candidate's
+            // key); the new ones go on top.
+            self.set_indexed_to(fresh);
+            at = fresh;
         }
         let mut ok = true;
         let indexed = walk_keys(segment, start, at, to, |pos, key| {
@@ -396,7 +408,7 @@ pub fn make(path: &Path, start: u64, segment_size: u64) -> Result<KeyIndex> {
 /// Builds the complete index of a sealed segment (`segment`: its bytes) at `path`, synced.
 pub fn build(path: &Path, start: u64, segment_size: u64, segment: &[u8]) -> Result<KeyIndex> {
     replace(path, start, segment_size, |ix| {
-        ix.catch_up(segment, start, segment.len() as u64);
+        ix.catch_up(segment, start, 0, segment.len() as u64);
         ix.complete()
     })
 }

@@ -20,18 +20,20 @@ pub(crate) struct Indexer {
 }
 
 impl Indexer {
-    /// After a publication: `sealed` are the segments the append sealed (with the end of their
-    /// records), `active` the segment appended to and `pos` the end of its records.
+    /// After a publication: `sealed` are the segments the append sealed (with where its records
+    /// began and ended in each), `active` the segment appended to, and `[from, pos)` its records
+    /// there.
     pub fn published(
         &mut self,
-        sealed: &[(Arc<Segment>, u64)],
+        sealed: &[(Arc<Segment>, u64, u64)],
         active: Option<(&Arc<Segment>, &Arc<Mapping>)>,
+        from: u64,
         pos: u64,
     ) {
-        for (seg, end) in sealed {
+        for (seg, from, end) in sealed {
             let Ok(map) = seg.map() else { continue };
             if let Some(ix) = self.index_for(seg) {
-                ix.catch_up(map.bytes(0, *end as usize), seg.start(), *end);
+                ix.catch_up(map.bytes(0, *end as usize), seg.start(), *from, *end);
                 if let Err(e) = ix.complete() {
                     log::warn!("key index of {}: {e}", seg.path().display());
                 }
@@ -39,7 +41,7 @@ impl Indexer {
         }
         if let Some((seg, map)) = active {
             if let Some(ix) = self.index_for(seg) {
-                ix.catch_up(map.bytes(0, pos as usize), seg.start(), pos);
+                ix.catch_up(map.bytes(0, pos as usize), seg.start(), from, pos);
             }
         }
     }

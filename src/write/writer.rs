@@ -572,12 +572,12 @@ fn write_batch<B: AsRef<[u8]>>(
     }
     fail_point!("append::published");
     // Indexed once published, as counted: neither runs ahead of the published end.
-    let sealed_ends: Vec<(Arc<Segment>, u64)> = sealed
+    let sealed_ends: Vec<(Arc<Segment>, u64, u64)> = sealed
         .iter()
-        .map(|(s, _, to, _)| (Arc::clone(s), *to))
+        .map(|(s, from, to, _)| (Arc::clone(s), *from, *to))
         .collect();
     let active = c.active.as_ref().map(|(s, m)| (s, m));
-    c.keys.published(&sealed_ends, active, c.pos);
+    c.keys.published(&sealed_ends, active, from, c.pos);
     fail_point!("append::indexed");
     // Counted once readers may see them: a count never runs ahead of the published end.
     let rolled = !sealed.is_empty();
