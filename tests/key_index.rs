@@ -109,7 +109,10 @@ fn deleted_garbled_or_damaged_indexes_are_walked_past_and_rebuilt_by_a_writer() 
     // A flipped bit in a used slot of the fourth: its chain starts in another slot's.
     let mut bytes = std::fs::read(&files[3]).unwrap();
     let slots = u32::from_le_bytes(bytes[16..20].try_into().unwrap()) as usize;
-    let used = (0..slots).map(|i| 64 + 4 * i).find(|&at| bytes[at..at + 4] != [0; 4]).unwrap();
+    let used = (0..slots)
+        .map(|i| 64 + 4 * i)
+        .find(|&at| bytes[at..at + 4] != [0; 4])
+        .unwrap();
     bytes[used] ^= 0x01;
     std::fs::write(&files[3], &bytes).unwrap();
     // A reader walks the segments whose index it cannot use.
@@ -305,8 +308,11 @@ fn dying_writer() {
         return; // run by the test below
     };
     let log = CommitLog::open(&[PathBuf::from(dir)], opts()).unwrap();
-    log.append_message(&Message::new(&[b'x'; 20]).key(b"a")).unwrap();
-    let b = log.append_message(&Message::new(&[b'y'; 20]).key(b"b")).unwrap();
+    log.append_message(&Message::new(&[b'x'; 20]).key(b"a"))
+        .unwrap();
+    let b = log
+        .append_message(&Message::new(&[b'y'; 20]).key(b"b"))
+        .unwrap();
     println!("\ncut {b} {}", log.max_offset().unwrap());
     std::process::abort();
 }
@@ -327,14 +333,34 @@ fn records_appended_where_recovery_cut_indexed_ones_are_found() {
         let line = text.lines().find_map(|l| l.strip_prefix("cut ")).unwrap();
         let v: Vec<u64> = line.split(' ').map(|x| x.parse().unwrap()).collect();
         let (b, end) = (v[0], v[1]);
-        common::write_at(&t.path().join(format!("{:020}", 0)), b, &vec![0u8; (end - b) as usize]);
+        common::write_at(
+            &t.path().join(format!("{:020}", 0)),
+            b,
+            &vec![0u8; (end - b) as usize],
+        );
         let log = CommitLog::open(&[t.path()], opts()).unwrap();
-        assert_eq!(log.max_offset().unwrap(), b, "recovery cut the zeroed record");
-        let c = log.append_message(&Message::new(&vec![b'w'; c_len]).key(b"c")).unwrap();
-        let d = log.append_message(&Message::new(&vec![b'v'; d_len]).key(b"d")).unwrap();
+        assert_eq!(
+            log.max_offset().unwrap(),
+            b,
+            "recovery cut the zeroed record"
+        );
+        let c = log
+            .append_message(&Message::new(&vec![b'w'; c_len]).key(b"c"))
+            .unwrap();
+        let d = log
+            .append_message(&Message::new(&vec![b'v'; d_len]).key(b"d"))
+            .unwrap();
         assert_eq!(log.lookup(b"a", None, None).unwrap(), vec![0]);
         assert!(log.lookup(b"b", None, None).unwrap().is_empty());
-        assert_eq!(log.lookup(b"c", None, None).unwrap(), vec![c], "c of {c_len}");
-        assert_eq!(log.lookup(b"d", None, None).unwrap(), vec![d], "d after c of {c_len}");
+        assert_eq!(
+            log.lookup(b"c", None, None).unwrap(),
+            vec![c],
+            "c of {c_len}"
+        );
+        assert_eq!(
+            log.lookup(b"d", None, None).unwrap(),
+            vec![d],
+            "d after c of {c_len}"
+        );
     }
 }

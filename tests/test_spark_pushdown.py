@@ -430,7 +430,7 @@ class Keyed:
     def __init__(self, root):
         self.paths = str(root / "d0")
         with CommitLog(self.paths, segment_size=SEG) as log:
-            for i in range(4000):
+            for i in range(8000):
                 key = None if i % 9 == 0 else b"k%d" % (i % 50)
                 log.append(b"r%05d-" % i * (1 + i % 13), key=key)
             self.rows = [(off, log.read_record(off).key) for off, _ in log.scan()]

@@ -80,7 +80,7 @@ impl Indexes {
             // may have left short is rebuilt (a writer) or walked past.
             Ok(Opened::Index(ix)) if ix.is_complete() || !sealed => ix,
             Ok(_) if state.read_only || !sealed || !seg.is_local() => return Ok(None),
-            Ok(_) => match rebuild(seg, &*map()?) {
+            Ok(_) => match rebuild(seg, &*map()?, state.opts.file_mode) {
                 Some(ix) => ix,
                 None => return Ok(None),
             },
@@ -97,14 +97,10 @@ impl Indexes {
 
 /// A writer builds the index of a sealed local segment that has none (or a damaged or
 /// incomplete one); a reader, or a segment still written to, walks instead.
-fn rebuild(seg: &Segment, map: &Mapping) -> Option<KeyIndex> {
+fn rebuild(seg: &Segment, map: &Mapping, mode: u32) -> Option<KeyIndex> {
     let path = key_index::path_of(seg.path());
-    match key_index::build(
-        &path,
-        seg.start(),
-        seg.size(),
-        map.bytes(0, seg.size() as usize),
-    ) {
+    let bytes = map.bytes(0, seg.size() as usize);
+    match key_index::build(&path, seg.start(), seg.size(), mode, bytes) {
         Ok(ix) => {
             log::info!("built the key index {}", path.display());
             Some(ix)

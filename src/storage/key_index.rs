@@ -1,6 +1,7 @@
 //! A segment's key index, `NAME.keys` beside the segment `NAME` (RocketMQ's IndexFile, per
 //! segment): a hash table of the keys of the records in the segment, mapped, written by whichever
-//! process appends (under the append lock) and read by every process without a lock.
+//! process appends (under the append lock) and read by every process without a lock. Made with
+//! the segment's first keyed record: a store without keys has none.
 //!
 //! ```text
 //! 0       8        16      20       24      28       32        40          48        64
@@ -117,7 +118,7 @@ pub struct KeyIndex {
 impl KeyIndex {
     /// Makes the index of the segment starting at `start` at `path` (an existing file is
     /// truncated: only for a path no other process maps).
-    fn create(path: &Path, start: u64, segment_size: u64) -> Result<KeyIndex> {
+    fn create(path: &Path, start: u64, segment_size: u64, mode: u32) -> Result<KeyIndex> {
         let (slots, capacity) = shape(segment_size);
         let len = file_len(slots, capacity);
         let file = OpenOptions::new()
@@ -125,7 +126,7 @@ impl KeyIndex {
             .write(true)
             .create(true)
             .truncate(true)
-            .mode(0o644)
+            .mode(mode)
             .open(path)
             .ctx("creating", path)?;
         file.set_len(len).ctx("sizing", path)?;
@@ -381,13 +382,14 @@ fn replace(
     path: &Path,
     start: u64,
     segment_size: u64,
+    mode: u32,
     fill: impl FnOnce(&mut KeyIndex) -> Result<()>,
 ) -> Result<KeyIndex> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".{}.tmp", std::process::id()));
     let tmp = PathBuf::from(tmp);
     let made = (|| {
-        let mut ix = KeyIndex::create(&tmp, start, segment_size)?;
+        let mut ix = KeyIndex::create(&tmp, start, segment_size, mode)?;
         fill(&mut ix)?;
         std::fs::rename(&tmp, path).ctx("renaming", &tmp)?;
         ix.path = path.to_path_buf();
@@ -401,13 +403,19 @@ fn replace(
 
 /// A new, empty index at `path` for the segment at `start` (a writer's, for the segment it
 /// appends to), in place of a missing or damaged one.
-pub fn make(path: &Path, start: u64, segment_size: u64) -> Result<KeyIndex> {
-    replace(path, start, segment_size, |_| Ok(()))
+pub fn make(path: &Path, start: u64, segment_size: u64, mode: u32) -> Result<KeyIndex> {
+    replace(path, start, segment_size, mode, |_| Ok(()))
 }
 
 /// Builds the complete index of a sealed segment (`segment`: its bytes) at `path`, synced.
-pub fn build(path: &Path, start: u64, segment_size: u64, segment: &[u8]) -> Result<KeyIndex> {
-    replace(path, start, segment_size, |ix| {
+pub fn build(
+    path: &Path,
+    start: u64,
+    segment_size: u64,
+    mode: u32,
+    segment: &[u8],
+) -> Result<KeyIndex> {
+    replace(path, start, segment_size, mode, |ix| {
         ix.catch_up(segment, start, 0, segment.len() as u64);
         ix.complete()
     })
@@ -460,7 +468,7 @@ mod tests {
     fn entries_chain_by_hash_and_a_flipped_bit_is_damage() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("00000000000000000000.keys");
-        let mut ix = KeyIndex::create(&path, 0, 1 << 20).unwrap();
+        let mut ix = KeyIndex::create(&path, 0, 1 << 20, 0o640).unwrap();
         for pos in 0..1000u64 {
             assert!(ix.insert((pos % 37) as u32, pos * 40));
         }
@@ -497,7 +505,7 @@ mod tests {
     fn a_full_index_stops_taking_entries() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.keys");
-        let mut ix = KeyIndex::create(&path, 0, 4096).unwrap();
+        let mut ix = KeyIndex::create(&path, 0, 4096, 0o640).unwrap();
         let cap = shape(4096).1;
         for pos in 0..cap {
             assert!(ix.insert(pos, u64::from(pos)));

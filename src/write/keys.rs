@@ -4,35 +4,49 @@
 //! lock (the writer's cursor; for shared writers the store's lock too), so one process at a
 //! time writes an index.
 //!
-//! An index is a cache: nothing here fails an append. A file that cannot be made or grown is
-//! logged once per segment and lookups walk the records it lacks.
+//! A segment gets its index with its first keyed record (an append whose batch has one, by any
+//! process): a store without keys has no index files. An index is a cache: nothing here fails
+//! an append. A file that cannot be made or grown is logged once per segment and lookups walk
+//! the records it lacks.
 
 use std::sync::Arc;
 
 use crate::storage::key_index::{self, KeyIndex, Opened};
 use crate::storage::segment::{Mapping, Segment};
 
+/// What this writer knows of a segment's index.
+#[derive(Debug)]
+enum Known {
+    Index(KeyIndex),
+    /// No file yet (no keyed record seen): looked for again when one comes, and at the seal.
+    Absent,
+    /// It could not be had: not tried again for this segment.
+    Failed,
+}
+
 /// The index of the segment this writer appends to.
 #[derive(Debug, Default)]
 pub(crate) struct Indexer {
-    /// The segment's start and its index (`None`: it could not be had, not tried again).
-    at: Option<(u64, Option<KeyIndex>)>,
+    at: Option<(u64, Known)>,
 }
 
 impl Indexer {
     /// After a publication: `sealed` are the segments the append sealed (with where its records
-    /// began and ended in each), `active` the segment appended to, and `[from, pos)` its records
-    /// there.
+    /// began and ended in each), `active` the segment appended to, `[from, pos)` its records
+    /// there, and `keyed` whether any record of the append has a key.
     pub fn published(
         &mut self,
         sealed: &[(Arc<Segment>, u64, u64)],
         active: Option<(&Arc<Segment>, &Arc<Mapping>)>,
         from: u64,
         pos: u64,
+        keyed: bool,
+        mode: u32,
     ) {
         for (seg, from, end) in sealed {
             let Ok(map) = seg.map() else { continue };
-            if let Some(ix) = self.index_for(seg) {
+            // Another process may have made it since this one last looked.
+            if let Some(ix) = self.index_for(seg, false, true, mode) {
                 ix.catch_up(map.bytes(0, *end as usize), seg.start(), *from, *end);
                 if let Err(e) = ix.complete() {
                     log::warn!("key index of {}: {e}", seg.path().display());
@@ -40,18 +54,31 @@ impl Indexer {
             }
         }
         if let Some((seg, map)) = active {
-            if let Some(ix) = self.index_for(seg) {
+            if let Some(ix) = self.index_for(seg, keyed, keyed, mode) {
                 ix.catch_up(map.bytes(0, pos as usize), seg.start(), from, pos);
             }
         }
     }
 
-    /// The index of `seg`, opened (checked whole when taken over) or made.
-    fn index_for(&mut self, seg: &Segment) -> Option<&mut KeyIndex> {
-        if self.at.as_ref().map(|a| a.0) != Some(seg.start()) {
-            self.at = Some((seg.start(), take(seg)));
+    /// The index of `seg`: opened (checked whole when taken over), or made when `make`. `look`:
+    /// look for a file again where there was none.
+    fn index_for(
+        &mut self,
+        seg: &Segment,
+        make: bool,
+        look: bool,
+        mode: u32,
+    ) -> Option<&mut KeyIndex> {
+        let known = match self.at.take() {
+            Some((start, Known::Absent)) if start == seg.start() && look => take(seg, make, mode),
+            Some((start, known)) if start == seg.start() => known,
+            _ => take(seg, make, mode),
+        };
+        self.at = Some((seg.start(), known));
+        match self.at.as_mut() {
+            Some((_, Known::Index(ix))) => Some(ix),
+            _ => None,
         }
-        self.at.as_mut().and_then(|a| a.1.as_mut())
     }
 
     /// Forgets the index (the log closes).
@@ -60,27 +87,34 @@ impl Indexer {
     }
 }
 
-fn take(seg: &Segment) -> Option<KeyIndex> {
+fn take(seg: &Segment, make: bool, mode: u32) -> Known {
     if !seg.is_local() || !seg.is_writable() {
-        return None;
+        return Known::Failed;
     }
     let path = key_index::path_of(seg.path());
-    let opened = KeyIndex::open(&path, seg.start(), true).map(|o| match o {
-        Opened::Index(ix) if ix.is_sound() => {
+    let opened = match KeyIndex::open(&path, seg.start(), true) {
+        Ok(Opened::Index(ix)) if ix.is_sound() => {
             ix.relink();
-            Some(ix)
+            return Known::Index(ix);
         }
-        Opened::Index(_) | Opened::Damaged => {
+        Ok(Opened::Index(_) | Opened::Damaged) => {
             log::warn!("rebuilding the damaged key index {}", path.display());
-            None
+            true
         }
-        Opened::Missing => None,
-    });
-    let made = match opened {
-        Ok(Some(ix)) => return Some(ix),
-        Ok(None) => key_index::make(&path, seg.start(), seg.size()),
-        Err(e) => Err(e),
+        Ok(Opened::Missing) => false,
+        Err(e) => {
+            log::warn!("no key index for {}: {e}", seg.path().display());
+            return Known::Failed;
+        }
     };
-    made.map_err(|e| log::warn!("no key index for {}: {e}", seg.path().display()))
-        .ok()
+    if !opened && !make {
+        return Known::Absent;
+    }
+    match key_index::make(&path, seg.start(), seg.size(), mode) {
+        Ok(ix) => Known::Index(ix),
+        Err(e) => {
+            log::warn!("no key index for {}: {e}", seg.path().display());
+            Known::Failed
+        }
+    }
 }

@@ -19,6 +19,7 @@ use crate::options::Strategy;
 use crate::shared::control::{Control, PageGuard};
 use crate::state::stats::Stats;
 use crate::state::State;
+use crate::storage::props;
 use crate::storage::record::{self, crc32_of, filler, Format, FILLER_LEN, HEADER_LEN};
 use crate::storage::segment::{Mapping, Segment};
 use crate::storage::tail_hint::TailHints;
@@ -490,6 +491,11 @@ fn write_batch<B: AsRef<[u8]>>(
     mut sink: impl FnMut(u64),
 ) -> Result<u64> {
     let (starts, planned_end) = c.plan(&batch, state.opts.segment_size)?;
+    // A keyed record makes its segment's index (`write/keys.rs`); a plain one only updates one.
+    let batch_keyed = batch
+        .props
+        .iter()
+        .any(|p| matches!(props::key_of(p), Some(Some(_))));
     let Batch { bodies, crcs, .. } = batch;
     let new_segments = if starts.is_empty() {
         Vec::new()
@@ -577,7 +583,14 @@ fn write_batch<B: AsRef<[u8]>>(
         .map(|(s, from, to, _)| (Arc::clone(s), *from, *to))
         .collect();
     let active = c.active.as_ref().map(|(s, m)| (s, m));
-    c.keys.published(&sealed_ends, active, from, c.pos);
+    c.keys.published(
+        &sealed_ends,
+        active,
+        from,
+        c.pos,
+        batch_keyed,
+        state.opts.file_mode,
+    );
     fail_point!("append::indexed");
     // Counted once readers may see them: a count never runs ahead of the published end.
     let rolled = !sealed.is_empty();
