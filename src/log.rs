@@ -209,6 +209,7 @@ impl CommitLog {
     }
 
     /// Appends bodies with their encoded properties (`props`: one block per body, or empty).
+    #[cfg(feature = "python")] // the bindings' appends
     pub(crate) fn append_encoded<B: AsRef<[u8]>>(
         &self,
         bodies: &[B],
@@ -221,6 +222,7 @@ impl CommitLog {
     }
 
     /// [`CommitLog::try_append`] of a body with its encoded properties (one block, or empty).
+    #[cfg(feature = "python")] // the bindings' appends
     pub(crate) fn try_append_encoded(&self, body: &[u8], props: &[Vec<u8>]) -> Result<Option<u64>> {
         self.writer("append")?.try_append(&self.state, body, props)
     }

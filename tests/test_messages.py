@@ -4,6 +4,7 @@ stores of record format 1 and older rmqlogs do with them (docs/messages.md)."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -30,9 +31,15 @@ def test_keys_and_headers_round_trip_through_append_and_append_batch(tmp_path):
             keys=[b"ka", None, bytearray(b"kc")],
             headers=[None, [("h", b"1")], [("h", memoryview(b"3"))]],
         )
-        recs = {o: log.read_record(o, body="bytes") for o in [plain, keyed, empty, text, large, *batch]}
+        recs = {
+            o: log.read_record(o, body="bytes") for o in [plain, keyed, empty, text, large, *batch]
+        }
     assert (recs[plain].key, recs[plain].headers, recs[plain].body) == (None, [], b"plain")
-    assert (recs[keyed].key, recs[keyed].headers, recs[keyed].body) == (b"order-4711", HEADERS, b"body")
+    assert (recs[keyed].key, recs[keyed].headers, recs[keyed].body) == (
+        b"order-4711",
+        HEADERS,
+        b"body",
+    )
     assert (recs[empty].key, recs[empty].headers, recs[empty].body) == (b"", [], b"")
     assert recs[text].key == "clé".encode()
     assert recs[text].headers == [("kind", "über".encode()), ("n", b"1")]
@@ -58,11 +65,13 @@ def test_keys_and_headers_round_trip_through_append_and_append_batch(tmp_path):
         ({"headers": {"n": None}}, TypeError, "headers[0]'s value"),
     ],
 )
-def test_bad_keys_and_headers_are_refused_before_anything_is_written(tmp_path, kwargs, error, words):
+def test_bad_keys_and_headers_are_refused_before_anything_is_written(
+    tmp_path, kwargs, error, words
+):
     with CommitLog(str(tmp_path)) as log:
         log.append(b"before")
         end = log.max_offset
-        with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
+        with pytest.raises(error, match=re.escape(words)):
             log.append(b"body", **kwargs)
         assert log.max_offset == end
 
@@ -113,7 +122,10 @@ def test_random_messages_read_back_as_written(tmp_path):
     with CommitLog(str(tmp_path), segment_size=1 << 16) as log:
         for _ in range(400):
             key = rng.choice([None, b"", rng.randbytes(rng.randrange(1, 40))])
-            headers = [(rng.choice(["a", "b", "é"]), rng.randbytes(rng.randrange(0, 30))) for _ in range(rng.randrange(0, 4))]
+            headers = [
+                (rng.choice(["a", "b", "é"]), rng.randbytes(rng.randrange(0, 30)))
+                for _ in range(rng.randrange(0, 4))
+            ]
             body = rng.randbytes(rng.randrange(0, 300))
             want.append((log.append(body, key=key, headers=headers), key, headers, body))
     with CommitLog(str(tmp_path), read_only=True) as ro:
