@@ -335,7 +335,7 @@ fn a_corrupt_record_ends_the_reader_after_the_records_before_it() {
 
 /// A plain reader or the same on worker threads.
 enum Either {
-    Plain(BatchReader),
+    Plain(Box<BatchReader>),
     Ahead(ParallelReader),
 }
 
@@ -343,7 +343,7 @@ impl Either {
     /// `threads` 0: the plain reader.
     fn new(reader: BatchReader, threads: usize) -> Either {
         match threads {
-            0 => Either::Plain(reader),
+            0 => Either::Plain(Box::new(reader)),
             n => Either::Ahead(reader.parallel(n)),
         }
     }
