@@ -60,7 +60,10 @@ mod log;
 #[cfg(feature = "python")]
 mod python;
 
-pub use crate::consumers::consumer::{Consumer, ConsumerOptions, Lag, OnLoss, Start};
+pub use crate::consumers::consumer::{
+    Consumer, ConsumerOptions, Lag, OnLoss, Start, FILTER_SKIP_BYTES, FILTER_SKIP_RECORDS,
+    LAG_WALK_BYTES,
+};
 pub use crate::consumers::dead_letter::{parse as parse_dead_letter, Origin as DeadLetterOrigin};
 pub use crate::consumers::{ConsumerInfo, MAX_NAME_LEN, POSITIONS_FILE};
 pub use crate::error::{ClaimNow, Error, LostClaim, Result};
@@ -71,6 +74,7 @@ pub use crate::options::{
     EventFn, FlushMode, Options, PerDir, PlaceFn, StoreSetting, Strategy, TierOptions,
     SEGMENT_ALIGN,
 };
+pub use crate::read::filter::Filter;
 pub use crate::read::reader::{Follow, RecordRef, Scan};
 pub use crate::state::dirs::{DirEvent, DirInfo, DirState};
 pub use crate::state::stats::StatsSnapshot;

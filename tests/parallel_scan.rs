@@ -227,3 +227,162 @@ fn a_following_reader_builds_on_the_callers_thread() {
     );
     drop(reader);
 }
+
+/// `n` records over 64 KiB segments, every `every`-th carrying the header `t: hit` (the others
+/// `t: miss`, or a key alone, or nothing); their offsets, and those of the hits.
+fn tagged_log(
+    n: u64,
+    every: u64,
+) -> (
+    tempfile::TempDir,
+    Vec<std::path::PathBuf>,
+    CommitLog,
+    Vec<u64>,
+    Vec<u64>,
+) {
+    let (root, d) = dirs(2);
+    let log = CommitLog::open(&d, quiet().segment_size(64 << 10)).unwrap();
+    let (mut all, mut hits) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let b = body(i, [8, 40, 100, 900][(i % 4) as usize]);
+        let key = format!("k{}", i % 7);
+        let m = rmqlog::Message::new(&b);
+        let o = match (i % every == 0, i % 3) {
+            (true, _) => log.append_message(&m.headers(&[("t", b"hit")])).unwrap(),
+            (false, 0) => log.append_message(&m.headers(&[("t", b"miss")])).unwrap(),
+            (false, 1) => log.append_message(&m.key(key.as_bytes())).unwrap(),
+            (false, _) => log.append(&b).unwrap(),
+        };
+        all.push(o);
+        if i % every == 0 {
+            hits.push(o);
+        }
+    }
+    (root, d, log, all, hits)
+}
+
+/// Filtered: the workers build the batches the plain reader builds (the planner's walk skips
+/// the records the filter refuses as the reader does), and end at the end of the range, a last
+/// stretch of refused records included.
+#[test]
+fn filtered_many_workers_same_batches_as_one_reader() {
+    let _one = serial();
+    let (_root, _d, log, all, hits) = tagged_log(3000, 10);
+    let hit = rmqlog::Filter::new().header("t", b"hit");
+    let nothing = rmqlog::Filter::new().header("t", b"none");
+    let keyed_hit = rmqlog::Filter::new().header("t", b"hit").key_prefix(b""); // hits have no key
+    for (filter, want) in [
+        (&hit, hits.clone()),
+        (&nothing, Vec::new()),
+        (&keyed_hit, Vec::new()),
+    ] {
+        for (max_records, max_bytes) in [(7, 1 << 20), (500, 2_000), (1 << 16, 64 << 20)] {
+            let o = opts(max_records, max_bytes);
+            let plain_reader = log
+                .scan_batches(None, None, o.clone())
+                .unwrap()
+                .filtered(filter.clone());
+            let mut plain_reader = plain_reader;
+            let mut plain = Vec::new();
+            while let Some(b) = plain_reader.next_batch().unwrap() {
+                plain.push(b);
+            }
+            assert_eq!(plain_reader.next_offset(), log.max_offset().unwrap());
+            let got: Vec<u64> = plain.iter().flat_map(offsets_of).collect();
+            assert_eq!(got, want);
+            for threads in [1, 2, 3] {
+                let mut reader = log
+                    .scan_batches(None, None, o.clone())
+                    .unwrap()
+                    .filtered(filter.clone())
+                    .parallel(threads);
+                let mut batches = Vec::new();
+                while let Some(b) = reader.next_batch().unwrap() {
+                    batches.push(b);
+                }
+                assert_eq!(
+                    batches, plain,
+                    "threads {threads}, max_records {max_records}"
+                );
+                assert_eq!(reader.next_offset(), log.max_offset().unwrap());
+            }
+        }
+    }
+    // A range that starts and ends inside: the records of the range only.
+    let (from, to) = (all[100], all[2500]);
+    let want: Vec<u64> = hits
+        .iter()
+        .copied()
+        .filter(|&o| o >= from && o < to)
+        .collect();
+    let got: Vec<u64> = log
+        .scan_batches(Some(from), Some(to), opts(13, 1 << 20))
+        .unwrap()
+        .filtered(hit.clone())
+        .parallel(3)
+        .flat_map(|b| offsets_of(&b.unwrap()))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(scan_threads_are(0), 0, "a worker outlived its reader");
+}
+
+/// A damaged record the filter refuses is still checked: every filtered reader, one worker or
+/// several, ends with the CRC error there, as the plain reader does.
+#[test]
+fn a_damaged_record_the_filter_refuses_still_ends_the_scan() {
+    let _one = serial();
+    let (_root, d, log, all, hits) = tagged_log(2000, 10);
+    let victim = all[1233]; // not a hit: 1233 % 10 != 0
+    assert!(!hits.contains(&victim));
+    let (path, pos) = common::segment_of(&log, victim);
+    log.close().unwrap();
+    drop(log);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[pos as usize + HEADER_LEN + 20] ^= 0x40; // the properties or the body: under the CRC
+    std::fs::write(&path, &bytes).unwrap();
+    let log = CommitLog::open(&d, quiet().segment_size(64 << 10).read_only(true)).unwrap();
+    let nothing = rmqlog::Filter::new().header("t", b"none");
+    for filter in [rmqlog::Filter::new().header("t", b"hit"), nothing] {
+        for threads in [0, 1, 2, 3] {
+            let reader = log
+                .scan_batches(None, None, opts(50, 1 << 20))
+                .unwrap()
+                .filtered(filter.clone());
+            let mut parallel = (threads > 0).then(|| {
+                log.scan_batches(None, None, opts(50, 1 << 20))
+                    .unwrap()
+                    .filtered(filter.clone())
+                    .parallel(threads)
+            });
+            let mut reader = reader;
+            let mut seen = Vec::new();
+            let err = loop {
+                let next = match &mut parallel {
+                    Some(p) => p.next_batch(),
+                    None => reader.next_batch(),
+                };
+                match next {
+                    Ok(Some(b)) => seen.extend(offsets_of(&b)),
+                    Ok(None) => panic!("threads {threads}: the damage was not reported"),
+                    Err(e) => break e,
+                }
+            };
+            assert!(matches!(err, Error::Corruption { .. }), "{err:?}");
+            assert!(err.to_string().contains(&victim.to_string()), "{err}");
+            let accepted = |o: u64| {
+                let rec = log.read(o).unwrap();
+                filter.matches(rec.props_block().unwrap_or_default())
+            };
+            assert!(seen.iter().all(|&o| o < victim && accepted(o)), "{seen:?}");
+        }
+        // The record scan too.
+        let err = log
+            .scan(None, None)
+            .unwrap()
+            .filtered(filter.clone())
+            .find_map(|r| r.err())
+            .expect("the damage was reported");
+        assert!(matches!(err, Error::Corruption { .. }), "{err:?}");
+    }
+    assert_eq!(scan_threads_are(0), 0, "a worker outlived its reader");
+}

@@ -144,6 +144,11 @@ async def poll_async(
             left = _left(deadline)
             if records or left == 0:
                 return records
+            if consumer._has_more_now():
+                # A filtered poll stepped over as many refused records as one may, and more are
+                # there: on through them, letting the loop run in between.
+                await asyncio.sleep(0)
+                continue
             if relook is not None:
                 left = relook if left is None else min(left, relook)
             await sub.change(left)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import unquote
 
@@ -152,8 +152,11 @@ def scan_fleet(
     body: Literal["view", "binary"],
     threads: int | None,
     tier_options: Mapping[str, str] | None,
+    filt: Mapping[str, object] | None = None,
 ) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
-    """The fleet of stores ``urls`` (found already): the batches' schema, and the batches."""
+    """The fleet of stores ``urls`` (found already): the batches' schema, and the batches
+    (``filt``: the filter keywords of ``scan_batches``)."""
+    filt = dict(filt or {})
     import pyarrow as pa
 
     start, end = _bound("start", start), _bound("end", end)
@@ -162,8 +165,9 @@ def scan_fleet(
     kw = {"tier_options": dict(tier_options)} if tier_options else {}
     with CommitLog(urls[0], read_only=True, **kw) as log:
         # The core's types (and names checked) for the store's own columns.
+        # (The filter too: a bad one is refused here, before any store is read.)
         empty = log.scan_batches(
-            log.max_offset, log.max_offset, columns=own or ["offset"], body=body
+            log.max_offset, log.max_offset, columns=own or ["offset"], body=body, **filt
         )
         types = empty.schema
     fields = {f.name: f for f in types}
@@ -180,7 +184,7 @@ def scan_fleet(
                     continue
                 first = log._record_start_at_or_after(first)
                 scan = log.scan_batches(
-                    first, end, columns=own or ["offset"], body=body, threads=threads
+                    first, end, columns=own or ["offset"], body=body, threads=threads, **filt
                 )
                 for batch in scan:
                     tag = pa.repeat(name, batch.num_rows)  # one C call, not a list of refs
@@ -199,20 +203,27 @@ def scan_batches(
     body: Literal["view", "binary"] = "view",
     threads: int | None = None,
     tier_options: Mapping[str, str] | None = None,
+    key: bytes | str | Collection[bytes | str] | None = None,
+    key_prefix: bytes | str | None = None,
+    headers: Mapping[str, bytes | str | Collection[bytes | str]] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The records starting in ``[start, end)`` of each store ``source`` names, as Arrow record
     batches, store after store (in the order of their URLs).
 
     ``source``: as :func:`rmqlog.to_arrow`'s. A fleet's batches have a ``store`` column (string,
     the store's tier URL), last unless ``columns`` places it; one store's batches are those of
-    :meth:`CommitLog.scan_batches`. ``columns``, ``body`` and ``threads`` are that method's;
-    ``tier_options`` are the object store's settings (endpoint, region, keys)."""
+    :meth:`CommitLog.scan_batches`. ``columns``, ``body``, ``threads`` and the filter (``key``,
+    ``key_prefix``, ``headers``) are that method's; ``tier_options`` are the object store's
+    settings (endpoint, region, keys)."""
     urls = fleet_urls(source, tier_options)
+    filt = {"key": key, "key_prefix": key_prefix, "headers": headers}
     if urls is None:
         with _opened(source, tier_options) as log:
-            yield from log.scan_batches(start, end, columns=columns, body=body, threads=threads)
+            yield from log.scan_batches(
+                start, end, columns=columns, body=body, threads=threads, **filt
+            )
         return
-    _, batches = scan_fleet(urls, start, end, columns, body, threads, tier_options)
+    _, batches = scan_fleet(urls, start, end, columns, body, threads, tier_options, filt)
     yield from batches
 
 

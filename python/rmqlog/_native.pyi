@@ -94,6 +94,18 @@ _StrPath = str | os.PathLike[str]
 _Body = TypeVar("_Body", memoryview, bytes, default=memoryview)
 # A record's headers as append takes them: (name, value) pairs in order, or a dict.
 _Headers = Sequence[tuple[str, Buffer | str]] | Mapping[str, Buffer | str]
+# A filter's accepted key or header value (docs/producers-consumers.md, "Filters"): one, or a
+# collection of them (any one accepted).
+_Accepted = (
+    Buffer
+    | str
+    | list[Buffer | str]
+    | tuple[Buffer | str, ...]
+    | set[bytes | str]
+    | frozenset[bytes | str]
+)
+# A filter on headers: each name's accepted value(s); every name must match.
+_HeaderFilter = dict[str, _Accepted]
 """What a read hands a body out as: ``memoryview`` (``body="view"``, the default) or ``bytes``
 (``body="bytes"``)."""
 
@@ -319,7 +331,12 @@ class Consumer:
     def lag(self) -> dict[str, int]:
         """``{"records": n, "bytes": n}`` between the committed position and the log's end;
         the records are counted from the segments' counts (at most a walk of part of the
-        segment holding the position)."""
+        segment holding the position).
+
+        An open with a filter adds ``"exact"`` (a bool): ``True`` when ``records`` counts only
+        the records the filter accepts (a walk of their headers, done when the lag is at most
+        8 MiB), ``False`` when it counts every record, an upper bound of what the open will
+        receive. ``bytes`` is the distance to the end either way."""
     @overload
     def poll(
         self,
@@ -328,12 +345,19 @@ class Consumer:
         timeout: float | None = None,
         body: Literal["view"] = "view",
         with_deliveries: Literal[False] = False,
+        key: _Accepted | None = None,
+        key_prefix: Buffer | str | None = None,
+        headers: _HeaderFilter | None = None,
     ) -> list[tuple[int, memoryview]]:
         """Up to ``max_records`` (default 500) records as ``(offset, body)``, waiting up to
         ``timeout`` seconds (None: as long as it takes) for the first; ``[]`` if none came.
         Waits release the GIL; Ctrl-C interrupts them. ``body``: as :meth:`CommitLog.read`'s.
         ``with_deliveries=True``: ``(offset, body, deliveries)``, how many times the name has
-        delivered the record (this one included)."""
+        delivered the record (this one included).
+
+        ``key``, ``key_prefix``, ``headers``: a filter for this poll, on top of the open's
+        (:meth:`CommitLog.consumer`): both must accept a record. What it refuses is moved over as
+        what the open's filter refuses is: a later poll does not see it."""
     @overload
     def poll(
         self,
@@ -342,6 +366,9 @@ class Consumer:
         timeout: float | None = None,
         body: Literal["bytes"],
         with_deliveries: Literal[False] = False,
+        key: _Accepted | None = None,
+        key_prefix: Buffer | str | None = None,
+        headers: _HeaderFilter | None = None,
     ) -> list[tuple[int, bytes]]: ...
     @overload
     def poll(
@@ -351,6 +378,9 @@ class Consumer:
         timeout: float | None = None,
         body: Literal["view"] = "view",
         with_deliveries: Literal[True],
+        key: _Accepted | None = None,
+        key_prefix: Buffer | str | None = None,
+        headers: _HeaderFilter | None = None,
     ) -> list[tuple[int, memoryview, int]]: ...
     @overload
     def poll(
@@ -360,6 +390,9 @@ class Consumer:
         timeout: float | None = None,
         body: Literal["bytes"],
         with_deliveries: Literal[True],
+        key: _Accepted | None = None,
+        key_prefix: Buffer | str | None = None,
+        headers: _HeaderFilter | None = None,
     ) -> list[tuple[int, bytes, int]]: ...
     @overload
     def poll_async(
@@ -369,6 +402,9 @@ class Consumer:
         timeout: float | None = None,
         body: Literal["view"] = "view",
         with_deliveries: Literal[False] = False,
+        key: _Accepted | None = None,
+        key_prefix: Buffer | str | None = None,
+        headers: _HeaderFilter | None = None,
     ) -> Coroutine[Any, Any, list[tuple[int, memoryview]]]:
         """:meth:`poll` awaited: the event loop runs while it waits for the first record (no
         thread per waiter: one thread per log sleeps on the store's futex for every coroutine).
@@ -384,6 +420,9 @@ class Consumer:
         timeout: float | None = None,
         body: Literal["bytes"],
         with_deliveries: Literal[False] = False,
+        key: _Accepted | None = None,
+        key_prefix: Buffer | str | None = None,
+        headers: _HeaderFilter | None = None,
     ) -> Coroutine[Any, Any, list[tuple[int, bytes]]]: ...
     @overload
     def poll_async(
@@ -393,6 +432,9 @@ class Consumer:
         timeout: float | None = None,
         body: Literal["view"] = "view",
         with_deliveries: Literal[True],
+        key: _Accepted | None = None,
+        key_prefix: Buffer | str | None = None,
+        headers: _HeaderFilter | None = None,
     ) -> Coroutine[Any, Any, list[tuple[int, memoryview, int]]]: ...
     @overload
     def poll_async(
@@ -402,17 +444,32 @@ class Consumer:
         timeout: float | None = None,
         body: Literal["bytes"],
         with_deliveries: Literal[True],
+        key: _Accepted | None = None,
+        key_prefix: Buffer | str | None = None,
+        headers: _HeaderFilter | None = None,
     ) -> Coroutine[Any, Any, list[tuple[int, bytes, int]]]: ...
     @overload
     def stream(
-        self, max_records: int | None = None, *, body: Literal["view"] = "view"
+        self,
+        max_records: int | None = None,
+        *,
+        body: Literal["view"] = "view",
+        key: _Accepted | None = None,
+        key_prefix: Buffer | str | None = None,
+        headers: _HeaderFilter | None = None,
     ) -> AsyncIterator[list[tuple[int, memoryview]]]:
         """``async for batch in consumer.stream(...)``: each non-empty list :meth:`poll_async`
         returns, until the consumer or its log closes. A batch is what :meth:`commit` covers:
         commit after handling the whole batch."""
     @overload
     def stream(
-        self, max_records: int | None = None, *, body: Literal["bytes"]
+        self,
+        max_records: int | None = None,
+        *,
+        body: Literal["bytes"],
+        key: _Accepted | None = None,
+        key_prefix: Buffer | str | None = None,
+        headers: _HeaderFilter | None = None,
     ) -> AsyncIterator[list[tuple[int, bytes]]]: ...
     def __aiter__(self) -> AsyncIterator[list[tuple[int, memoryview]]]:
         """``async for batch in consumer``: :meth:`stream` with its defaults."""
@@ -425,10 +482,16 @@ class Consumer:
         body: Literal["view", "binary"] | None = None,
         max_bytes: int | None = None,
         with_deliveries: bool = False,
+        key: _Accepted | None = None,
+        key_prefix: Buffer | str | None = None,
+        headers: _HeaderFilter | None = None,
     ) -> list[pa.RecordBatch]:
         """As :meth:`poll`, one Arrow batch in a list (``[]`` if none came); the options are
         :meth:`CommitLog.scan_batches`'. ``with_deliveries=True`` adds a ``deliveries`` column
-        (uint32)."""
+        (uint32). ``key``, ``key_prefix``, ``headers``: as :meth:`poll`'s."""
+    def _has_more_now(self) -> bool:
+        """Whether the last poll stopped after stepping over as many records its filter refused
+        as one poll may (262,144, or 64 MiB of them), with more there now (``rmqlog._aio``)."""
     @property
     def max_deliveries(self) -> int | None:
         """The name's ``max_deliveries``, as recorded with it as of this open's last poll or
@@ -602,6 +665,9 @@ class CommitLog:
         timeout: float | None = None,
         durable: bool | None = False,
         threads: int | None = None,
+        key: _Accepted | None = None,
+        key_prefix: Buffer | str | None = None,
+        headers: _HeaderFilter | None = None,
     ) -> BatchScan:
         """Records starting in ``[start, end)`` (up to ``max_offset`` now) as Arrow batches.
 
@@ -625,6 +691,9 @@ class CommitLog:
         (default ``None``: one per core, at most 8; ``1``: one thread, one batch ahead); the
         batches are the same whatever the number. A following scan builds on the caller's
         thread. ``None`` for an option means its default. See docs/arrow.md.
+
+        ``key``, ``key_prefix``, ``headers``: a filter, as :meth:`scan`'s: the batches hold only
+        the records it accepts (every record is still checked).
         """
     @overload
     def read(self, offset: int, /, *, body: Literal["view"] = "view") -> memoryview:
@@ -651,6 +720,9 @@ class CommitLog:
         timeout: float | None = None,
         durable: bool = False,
         body: Literal["view"] = "view",
+        key: _Accepted | None = None,
+        key_prefix: Buffer | str | None = None,
+        headers: _HeaderFilter | None = None,
     ) -> ScanIterator[memoryview]:
         """``(offset, body)`` for records starting in ``[start, end)``, up to ``max_offset`` now.
 
@@ -659,6 +731,16 @@ class CommitLog:
         flushed records only. Waits release the GIL; Ctrl-C interrupts them. ``body``: as
         :meth:`read`'s (``"bytes"``: each body a ``bytes`` copy). ``async for`` iterates it too,
         its waits awaited in the event loop.
+
+        A filter, evaluated in Rust (docs/producers-consumers.md, "Filters"): only the records it
+        accepts are yielded; every condition given must hold. ``key``: the record's key is this
+        (bytes-like, or a str as UTF-8) or, given a list, tuple, set or frozenset, one of these;
+        ``key_prefix``: the key starts with this (with ``key`` too: both hold); ``headers``: a
+        dict ``{name: value}`` (a value, or a collection of accepted values): some header of
+        each name has an accepted value. A record without a key meets no key condition. The
+        records it refuses are still read and checked: a damaged one raises
+        ``CorruptionError`` as in a plain scan. A wrong type is a ``TypeError``, an empty
+        collection (nothing would match) a ``ValueError``, before anything is read.
         """
     @overload
     def scan(
@@ -670,6 +752,9 @@ class CommitLog:
         timeout: float | None = None,
         durable: bool = False,
         body: Literal["bytes"],
+        key: _Accepted | None = None,
+        key_prefix: Buffer | str | None = None,
+        headers: _HeaderFilter | None = None,
     ) -> ScanIterator[bytes]: ...
     def wait(self, offset: int, /, timeout: float | None = None, *, durable: bool = False) -> int:
         """Blocks until ``max_offset`` (``durable``: ``flushed_offset``) passes ``offset``, or
@@ -701,6 +786,9 @@ class CommitLog:
         redelivery_timeout: float | None = None,
         max_deliveries: int | None = None,
         dead_letter: _StrPath | Sequence[_StrPath] | None = None,
+        key: _Accepted | None = None,
+        key_prefix: Buffer | str | None = None,
+        headers: _HeaderFilter | None = None,
     ) -> Consumer:
         """The named consumer ``name``: at its committed position if the store knows the name,
         otherwise created (durably) at ``start`` (default ``"earliest"``).
@@ -715,6 +803,13 @@ class CommitLog:
         delivered that often without a commit is appended, with its origin, to the store at
         ``dead_letter`` (opened as a shared writer; read it with ``rmqlog.dead_letter_origin``),
         or skipped with a warning without one. See docs/producers-consumers.md, "Work queues".
+
+        ``key``, ``key_prefix``, ``headers``: a filter, as :meth:`scan`'s: this open's polls
+        deliver only the records it accepts, and move over the others (an exclusive consumer's
+        position passes them, the committed one at the next commit; a shared open commits a
+        poll's worth of refused records alone at once). ``lag`` then says whether it counts
+        exactly. The filter is this open's, not recorded with the name: give every open of a
+        shared name the same one. See docs/producers-consumers.md, "Filters".
         """
     def consumers(self) -> list[dict[str, object]]:
         """Every consumer name the store keeps, by name: ``name``, ``position`` (committed),

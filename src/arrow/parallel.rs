@@ -44,6 +44,7 @@ pub struct ParallelReader {
     end: u64,
     next_offset: u64,
     stage: Stage,
+    filter: Option<Arc<crate::Filter>>,
 }
 
 #[derive(Debug)]
@@ -184,7 +185,11 @@ impl Walk {
                 }
                 None => {
                     self.done = true;
-                    return (rows > 0).then_some((start, self.headers.end(), bytes));
+                    // Records a filter refused are still checked: a stretch of them at the end
+                    // is a cut of its own, which builds no batch.
+                    let unchecked =
+                        self.headers.record_filter().is_some() && start < self.headers.end();
+                    return (rows > 0 || unchecked).then_some((start, self.headers.end(), bytes));
                 }
             }
         }
@@ -202,6 +207,7 @@ impl ParallelReader {
             reader.schema(),
         );
         let (end, next_offset) = (reader.end(), reader.next_offset());
+        let filter = reader.record_filter().cloned();
         let stage = |plan| Stage::Idle { plan, threads };
         let stage = if reader.follow().is_some() {
             Stage::Inline(Box::new(reader))
@@ -224,7 +230,13 @@ impl ParallelReader {
             end,
             next_offset,
             stage,
+            filter,
         }
+    }
+
+    /// The filter the reader applies, if any.
+    pub fn record_filter(&self) -> Option<&Arc<crate::Filter>> {
+        self.filter.as_ref()
     }
 
     /// Where the next batch starts (the end of the range once done).
@@ -287,6 +299,10 @@ impl ParallelReader {
                 Err(e)
             }
             None => {
+                // The end of the range (a last cut of records a filter refused builds no batch).
+                if matches!(self.stage, Stage::Running { .. }) {
+                    self.next_offset = self.next_offset.max(self.end);
+                }
                 self.stop();
                 Ok(None)
             }

@@ -43,6 +43,24 @@ impl BatchReader {
         }
     }
 
+    /// This reader, building its batches of only the records `filter` accepts (see
+    /// [`crate::Filter`]; the others are checked and stepped over, as [`Scan::filtered`] does).
+    /// It applies to the records read from then on: give it before the first batch.
+    pub fn filtered(mut self, filter: impl Into<Arc<crate::Filter>>) -> BatchReader {
+        self.scan = self.scan.filtered(filter);
+        self
+    }
+
+    /// The filter the reader applies, if any.
+    pub fn record_filter(&self) -> Option<&Arc<crate::Filter>> {
+        self.scan.record_filter()
+    }
+
+    /// Whether the reader's scan ended on its filter's skip budget (a consumer's poll).
+    pub(crate) fn stopped_skipping(&self) -> bool {
+        self.scan.skip_budget_spent()
+    }
+
     /// This reader, expecting its first batch to hold `body_bytes` of bodies.
     pub(super) fn expecting(mut self, body_bytes: usize) -> BatchReader {
         self.expect_bytes = body_bytes;

@@ -22,6 +22,7 @@ use crate::consumers::slot::{check_name, Slot};
 use crate::error::{Error, Result};
 use crate::failpoint::fail_point;
 use crate::open::lock::{ByteLocks, NamesLock};
+use crate::read::filter::Filter;
 use crate::read::follow;
 use crate::read::reader::{self, RecordRef, Scan};
 use crate::read::wait::{self, Waited};
@@ -73,6 +74,10 @@ pub struct ConsumerOptions {
     pub max_deliveries: Option<u32>,
     /// The directories of the store dead letters go to (opened as a shared writer).
     pub dead_letter: Option<Vec<std::path::PathBuf>>,
+    /// This open's polls deliver only the records the filter accepts; they move over the others
+    /// (see [`Consumer::take`]). Per open, not recorded with the name: every open of a shared
+    /// name should give the same one (docs/producers-consumers.md, "Filters").
+    pub filter: Option<Filter>,
 }
 
 impl ConsumerOptions {
@@ -85,6 +90,9 @@ impl ConsumerOptions {
                  shared name's records; an exclusive consumer's are its own to count (open it \
                  with exclusive=False for a work queue)"
             )));
+        }
+        if let Some(f) = &self.filter {
+            f.check(&format!("consumer {name:?}'s filter"))?;
         }
         Ok(())
     }
@@ -99,15 +107,42 @@ impl Default for ConsumerOptions {
             redelivery_timeout: Duration::from_secs(30),
             max_deliveries: None,
             dead_letter: None,
+            filter: None,
         }
     }
 }
 
+/// A filtered take steps over at most this many records its filter refuses, or bytes of them,
+/// and returns what it found by then: a poll's work stays bounded however few records match.
+pub const FILTER_SKIP_RECORDS: u64 = 1 << 18;
+/// See [`FILTER_SKIP_RECORDS`].
+pub const FILTER_SKIP_BYTES: u64 = 64 << 20;
+/// A filtered open's [`Consumer::lag`] counts the records it will receive exactly (walking their
+/// headers) when the lag is at most this many bytes; above, every record (an upper bound).
+pub const LAG_WALK_BYTES: u64 = 8 << 20;
+
 /// How far a consumer's committed position is behind the log's end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lag {
+    /// Records between the committed position and the end: for an open with a filter, those it
+    /// accepts when `exact`, otherwise every record (an upper bound of what it will receive).
     pub records: u64,
+    /// Bytes between the committed position and the end (every record's, filtered or not).
     pub bytes: u64,
+    /// Whether `records` counts exactly the records the open will receive: always without a
+    /// filter; with one, when the lag is at most [`LAG_WALK_BYTES`] (walked and counted).
+    pub exact: bool,
+}
+
+/// What a poll's read of a scan found.
+pub(super) struct Read<R> {
+    /// The records (`None`: none).
+    pub got: Option<R>,
+    /// Where the scan stopped: after the last record read, or the records a filter refused.
+    pub end: u64,
+    /// The scan stopped on its filter's skip budget ([`FILTER_SKIP_RECORDS`]): more records
+    /// are there to look at now.
+    pub more: bool,
 }
 
 /// A consumer name held open by this process (see the module doc). One thread polls it.
@@ -142,6 +177,10 @@ pub struct Consumer {
     pub(super) dead_letter: Option<Box<dyn Sink>>,
     /// The source store as dead letters name it: its identity, its directories.
     pub(super) origin: (String, Vec<String>),
+    /// Only the records this accepts are delivered (see [`ConsumerOptions::filter`]).
+    pub(super) filter: Option<Arc<Filter>>,
+    /// The last take stopped on its filter's skip budget: records are there to look at now.
+    pub(super) more: bool,
 }
 
 /// An open sharing its name with others.
@@ -274,6 +313,8 @@ impl Consumer {
             not_before: None,
             dead_letter,
             origin: (store, paths.collect()),
+            filter: opts.filter.clone().filter(|f| !f.is_empty()).map(Arc::new),
+            more: false,
         };
         if let Some(n) = opts.max_deliveries.filter(|&n| n != c.slot.max_deliveries) {
             c.record_max_deliveries(n)?;
@@ -371,7 +412,8 @@ impl Consumer {
     }
 
     /// Up to `max_records` records from the position, waiting until `deadline` (forever if
-    /// `None`) for the first one; empty if none came in time.
+    /// `None`) for the first one; empty if none came in time. A filtered open goes on through
+    /// the records its filter refuses until one matches or `deadline` passes.
     pub fn poll(
         &mut self,
         max_records: usize,
@@ -379,8 +421,11 @@ impl Consumer {
     ) -> Result<Vec<RecordRef>> {
         loop {
             let records = self.take(max_records)?;
-            if !records.is_empty() {
+            if !records.is_empty() || self.gives_up(deadline) {
                 return Ok(records);
+            }
+            if self.more {
+                continue;
             }
             if let Waited::TimedOut(_) = self.wait(deadline, false)? {
                 return Ok(records);
@@ -388,16 +433,51 @@ impl Consumer {
         }
     }
 
+    /// Whether a poll that took nothing ends now, rather than going on: its filter's last take
+    /// stopped on its skip budget after `deadline` (a poll's work stays bounded by its time).
+    pub fn gives_up(&self, deadline: Option<Instant>) -> bool {
+        self.more && deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Whether the last take stopped early, after stepping over as many records its filter
+    /// refused as one take may ([`FILTER_SKIP_RECORDS`], [`FILTER_SKIP_BYTES`]): more records
+    /// are there now, and the next take goes on from where it stopped, without waiting.
+    pub fn has_more_now(&self) -> bool {
+        self.more
+    }
+
+    /// The filter of this open, if it has one.
+    pub fn filter(&self) -> Option<&Filter> {
+        self.filter.as_deref()
+    }
+
+    /// Replaces the open's filter (`None`: every record), returning the one it had: the records
+    /// read from then on are filtered by the new one.
+    pub fn replace_filter(&mut self, filter: Option<Arc<Filter>>) -> Option<Arc<Filter>> {
+        std::mem::replace(&mut self.filter, filter.filter(|f| !f.is_empty()))
+    }
+
     /// Up to `max_records` records from the position, without waiting. A shared open claims
-    /// them, or the first part of a claim that lapsed.
+    /// them, or the first part of a claim that lapsed. A filtered open delivers only the records
+    /// its filter accepts, and moves over the others: an exclusive open's position passes them
+    /// (the committed one at the next commit); a shared open holds them in its claim with the
+    /// records it received, and a claim of refused records alone is done at once. It steps over
+    /// at most [`FILTER_SKIP_RECORDS`] of them per take (then [`Consumer::has_more_now`]).
     pub fn take(&mut self, max_records: usize) -> Result<Vec<RecordRef>> {
-        let read = |scan: Scan, limit: Option<usize>| -> Result<Option<(Vec<RecordRef>, u64)>> {
+        let read = |mut scan: Scan, limit: Option<usize>| -> Result<Read<Vec<RecordRef>>> {
             let max = limit.unwrap_or(max_records);
             let mut out = Vec::with_capacity(max_records.min(1024));
-            for r in scan.take(max) {
-                out.push(r?);
+            while out.len() < max {
+                match scan.next() {
+                    Some(r) => out.push(r?),
+                    None => break,
+                }
             }
-            Ok(out.last().map(RecordRef::next_offset).map(|end| (out, end)))
+            Ok(Read {
+                got: (!out.is_empty()).then_some(out),
+                end: scan.position(),
+                more: scan.skip_budget_spent(),
+            })
         };
         Ok(self.next_records(read)?.unwrap_or_default())
     }
@@ -413,6 +493,12 @@ impl Consumer {
         loop {
             if let Some(batch) = self.take_batch(opts)? {
                 return Ok(Some(batch));
+            }
+            if self.gives_up(deadline) {
+                return Ok(None);
+            }
+            if self.more {
+                continue;
             }
             if let Waited::TimedOut(_) = self.wait(deadline, false)? {
                 return Ok(None);
@@ -438,17 +524,35 @@ impl Consumer {
             }
             let mut reader = crate::arrow::BatchReader::new(scan, opts);
             let batch = reader.next_batch()?;
-            Ok(batch.map(|b| (b, reader.next_offset())))
+            Ok(Read {
+                got: batch,
+                end: reader.next_offset(),
+                more: reader.stopped_skipping(),
+            })
         })
     }
 
-    /// The next records for this open, read by `read` from a scan (what it read and the offset
-    /// after its last record; `None` if it read none): as many as the poll asks, or as `read`'s
-    /// limit says when the claim decides (its last try, or no room to split it).
+    /// A scan of `[from, to)` (`to`: the end) for this open: filtered by its filter, and, for
+    /// a new read (`bounded`), stepping over at most the skip budget of refused records.
+    pub(super) fn scan(&self, from: u64, to: Option<u64>, bounded: bool) -> Result<Scan> {
+        let scan = Scan::new(Arc::clone(&self.state), Some(from), to)?;
+        Ok(match (&self.filter, bounded) {
+            (Some(f), true) => scan
+                .filtered(Arc::clone(f))
+                .skipping_at_most(FILTER_SKIP_RECORDS, FILTER_SKIP_BYTES),
+            (f, _) => scan.filtered_by(f.as_ref()),
+        })
+    }
+
+    /// The next records for this open, read by `read` from a scan (what it read, where it
+    /// stopped): as many as the poll asks, or as `read`'s limit says when the claim decides
+    /// (its last try, or no room to split it). `None` when it read none (a filtered open may
+    /// still have moved over records its filter refused).
     fn next_records<R>(
         &mut self,
-        read: impl Fn(Scan, Option<usize>) -> Result<Option<(R, u64)>>,
+        read: impl Fn(Scan, Option<usize>) -> Result<Read<R>>,
     ) -> Result<Option<R>> {
+        self.more = false;
         self.state.check_open()?;
         shared::catch_up(&self.state)?;
         if let Some(m) = &mut self.member {
@@ -467,17 +571,22 @@ impl Consumer {
             .flat_map(|&(a, b)| [a, b])
             .filter(|&o| o > p)
             .min();
-        let scan = match Scan::new(Arc::clone(&self.state), Some(p), stop) {
+        let scan = match self.scan(p, stop, true) {
             Err(Error::OffsetOutOfRange { .. }) => {
                 self.check_loss()?; // deleted since the check
-                Scan::new(Arc::clone(&self.state), Some(self.position), stop)?
+                self.scan(self.position, stop, true)?
             }
             other => other?,
         };
-        let Some((r, end)) = read(scan, None)? else {
+        let read = read(scan, None)?;
+        self.more = read.more;
+        let p = self.position;
+        let Some(r) = read.got else {
+            // Records the filter refused, if any: the position moves over them.
+            self.position = self.position.max(read.end);
             return Ok(None);
         };
-        let p = self.position;
+        let end = read.end;
         self.deliveries = 1 + self
             .rewinds
             .iter()
@@ -657,15 +766,30 @@ impl Consumer {
     }
 
     /// How far the committed position is behind the log's end. The records are counted from
-    /// the segments' counts: at most a walk of part of the segment holding the position.
+    /// the segments' counts: at most a walk of part of the segment holding the position. With
+    /// a filter, the records it accepts are counted by a walk of their headers when the lag is
+    /// at most [`LAG_WALK_BYTES`] (`exact`); above, every record is (an upper bound).
     pub fn lag(&self) -> Result<Lag> {
         self.state.check_open()?;
         shared::catch_up(&self.state)?;
         let end = self.state.max_offset();
-        let records = crate::read::count::records_between(&self.state, self.slot.position, end)?;
+        let from = self.slot.position;
+        let bytes = end.saturating_sub(from);
+        let records = match &self.filter {
+            Some(f) if bytes <= LAG_WALK_BYTES => {
+                let n = reader::count_matching(&self.state, from, end, f)?;
+                return Ok(Lag {
+                    records: n,
+                    bytes,
+                    exact: true,
+                });
+            }
+            _ => crate::read::count::records_between(&self.state, from, end)?,
+        };
         Ok(Lag {
             records,
-            bytes: end.saturating_sub(self.slot.position),
+            bytes,
+            exact: self.filter.is_none(),
         })
     }
 

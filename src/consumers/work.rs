@@ -23,7 +23,7 @@
 use std::sync::Arc;
 
 use crate::consumers::claims::{self, member_byte, Claim, Table, NOBODY};
-use crate::consumers::consumer::{Consumer, Held};
+use crate::consumers::consumer::{Consumer, Held, Read};
 use crate::consumers::dead_letter::{already_there, envelope, Origin};
 use crate::consumers::names::lease_now_ms;
 use crate::error::{ClaimNow, Error, LostClaim, Result};
@@ -61,7 +61,7 @@ impl Consumer {
     pub(super) fn claim<R>(
         &mut self,
         t: &mut Table,
-        read: &impl Fn(Scan, Option<usize>) -> Result<Option<(R, u64)>>,
+        read: &impl Fn(Scan, Option<usize>) -> Result<Read<R>>,
     ) -> Result<(bool, Result<Option<R>>)> {
         let (me, redelivery) = self.me()?;
         let mut changed = false;
@@ -116,7 +116,8 @@ impl Consumer {
                 changed = true;
                 continue;
             }
-            let scan = Scan::new(Arc::clone(&self.state), Some(c.from), Some(c.to))?;
+            // A claim is read whole, whatever its filter refuses (its claimer's read was bounded).
+            let scan = self.scan(c.from, Some(c.to), false)?;
             // Its last try before it is dead-lettered goes one record at a time, so that only
             // the records that fail it are; with no room left to split it, the claim is
             // delivered whole (past max_records).
@@ -127,11 +128,25 @@ impl Consumer {
             } else {
                 None
             };
-            let Some((r, end)) = read(scan, limit)? else {
-                return Err(Error::Internal(format!(
-                    "claimed records [{}, {}) of consumer {:?} read as none",
-                    c.from, c.to, self.slot.name
-                )));
+            let Read { got, end, .. } = read(scan, limit)?;
+            let Some(r) = got else {
+                if self.filter.is_none() {
+                    return Err(Error::Internal(format!(
+                        "claimed records [{}, {}) of consumer {:?} read as none",
+                        c.from, c.to, self.slot.name
+                    )));
+                }
+                // None of its records is for this open: the rest of a claim split after its
+                // last match, or one claimed by an open whose filter differs (docs: every open
+                // of a name should give the same). Done, as a claim of refused records is.
+                let t_i = &mut t.claims[i];
+                t_i.done = true;
+                t_i.member = me;
+                if t.advance() {
+                    self.write_slot(t.base, 0)?;
+                }
+                changed = true;
+                continue;
             };
             if end < c.to {
                 // Only the first part fits this poll: the rest waits for the next one (room
@@ -159,9 +174,27 @@ impl Consumer {
             return Ok((changed, Ok(None)));
         }
         self.check_room(t)?;
-        let scan = Scan::new(Arc::clone(&self.state), Some(t.next), None)?;
-        let Some((r, end)) = read(scan, None)? else {
-            return Ok((changed, Ok(None)));
+        let scan = self.scan(t.next, None, true)?;
+        let Read { got, end, more } = read(scan, None)?;
+        self.more = more;
+        let Some(r) = got else {
+            if end <= t.next {
+                return Ok((changed, Ok(None)));
+            }
+            // Records the filter refused, and none it accepts: done at once (no open is to
+            // receive them), so the committed position moves over them now if they are at the
+            // front, later with the claims before them otherwise.
+            let mut skipped = Claim::new(t.next, end, me, 0);
+            skipped.done = true;
+            t.claims.push(skipped);
+            t.next = end;
+            self.unclaimed = end;
+            self.position = self.position.max(end);
+            t.merge_done();
+            if t.advance() {
+                self.write_slot(t.base, 0)?;
+            }
+            return Ok((true, Ok(None)));
         };
         t.claims
             .push(Claim::new(t.next, end, me, now.saturating_add(redelivery)));
@@ -206,7 +239,12 @@ impl Consumer {
     /// then the claim is done.
     fn dead_letter(&mut self, t: &mut Table, i: usize, me: u16) -> Result<()> {
         let c = t.claims[i];
-        let scan = || Scan::new(Arc::clone(&self.state), Some(c.from), Some(c.to));
+        // The records this open's filter accepts: those the claim delivered.
+        let filter = self.filter.clone();
+        let scan = || {
+            Scan::new(Arc::clone(&self.state), Some(c.from), Some(c.to))
+                .map(|s| s.filtered_by(filter.as_ref()))
+        };
         let mut records = 0u32;
         if let Some(sink) = self.dead_letter.as_mut() {
             if !c.dead_lettering {

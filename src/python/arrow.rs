@@ -200,6 +200,13 @@ impl Reader {
             Reader::Follow(r) => r.options(),
         }
     }
+
+    fn filter(&self) -> Option<Arc<crate::Filter>> {
+        match self {
+            Reader::Ahead(r) => r.record_filter().cloned(),
+            Reader::Follow(r) => r.record_filter().cloned(),
+        }
+    }
 }
 
 impl PyBatchScan {
@@ -293,24 +300,35 @@ impl PyBatchScan {
         requested_schema: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
         let _ = requested_schema; // the protocol lets a producer keep its own schema
-        let (start, end, opts, follow) = self.with_reader(|r| {
+        let (start, end, opts, follow, filter) = self.with_reader(|r| {
             let follow = match r {
                 Reader::Follow(r) => r.follow().map(|(f, _)| f),
                 Reader::Ahead(_) => None,
             };
-            (r.next_offset(), r.end(), r.options().clone(), follow)
+            (
+                r.next_offset(),
+                r.end(),
+                r.options().clone(),
+                follow,
+                r.filter(),
+            )
         })?;
+        let filtered = |reader: BatchReader| match &filter {
+            Some(f) => reader.filtered(Arc::clone(f)),
+            None => reader,
+        };
         let log = self.log.get();
         // A following stream waits in the consumer's thread for each batch.
         let stream = match follow {
             Some(f) => {
                 let reader =
                     py.detach(|| log.log.follow_batches(Some(start), Some(end), f, opts))?;
+                let reader = filtered(reader);
                 FFI_ArrowArrayStream::new(Box::new(OneConsumer(Mutex::new(reader))))
             }
             None => {
                 let reader = py.detach(|| log.log.scan_batches(Some(start), Some(end), opts))?;
-                let reader = reader.parallel(self.threads);
+                let reader = filtered(reader).parallel(self.threads);
                 FFI_ArrowArrayStream::new(Box::new(OneConsumer(Mutex::new(reader))))
             }
         };

@@ -12,12 +12,13 @@ use super::args;
 use super::arrow;
 use super::body::{self, BodyOut};
 use super::buffer::SegmentBuffer;
+use super::filter::FilterArgs;
 use super::ints;
 use super::log::PyCommitLog;
 use super::wait;
 use crate::read::wait::Waited;
 use crate::sync::try_locked;
-use crate::{Consumer, ConsumerInfo, Error, OnLoss, Start};
+use crate::{Consumer, ConsumerInfo, Error, Filter, OnLoss, Start};
 
 /// Records a `poll()` returns at most by default.
 const POLL_RECORDS: usize = 500;
@@ -54,6 +55,28 @@ impl PyConsumer {
             None => Err(Error::Unsupported(format!("consumer {:?} is closed", self.name)).into()),
         }
     }
+
+    /// [`PyConsumer::with`], with the open's filter narrowed by `narrow` (a poll's own filter)
+    /// for the call.
+    fn with_narrowed<T>(
+        &self,
+        narrow: Option<Arc<Filter>>,
+        f: impl FnOnce(&mut Consumer) -> PyResult<T>,
+    ) -> PyResult<T> {
+        self.with(|c| {
+            let Some(narrow) = narrow else {
+                return f(c);
+            };
+            let both = match c.filter() {
+                Some(own) => own.clone().and(&narrow),
+                None => (*narrow).clone(),
+            };
+            let own = c.replace_filter(Some(Arc::new(both)));
+            let out = f(c);
+            c.replace_filter(own);
+            out
+        })
+    }
 }
 
 #[pymethods]
@@ -61,11 +84,17 @@ impl PyConsumer {
     /// Up to `max_records` records from the position as `(offset, memoryview)` pairs
     /// (`body="bytes"`: `(offset, bytes)`; `with_deliveries=True`: `(offset, body, deliveries)`
     /// triples), waiting up to `timeout` seconds (None: as long as it takes) for the first; `[]`
-    /// if none came.
+    /// if none came. `key`, `key_prefix`, `headers`: a filter for this poll, on top of the
+    /// open's (the records it refuses are moved over as the open's filter's are).
     #[pyo3(
-        signature = (max_records = None, *, timeout = None, body = None, with_deliveries = false),
-        text_signature = "($self, max_records=None, *, timeout=None, body='view', with_deliveries=False)"
+        signature = (
+            max_records = None, *, timeout = None, body = None, with_deliveries = false,
+            key = None, key_prefix = None, headers = None
+        ),
+        text_signature = "($self, max_records=None, *, timeout=None, body='view', \
+                          with_deliveries=False, key=None, key_prefix=None, headers=None)"
     )]
+    #[allow(clippy::too_many_arguments)] // one per keyword of the Python signature
     fn poll<'py>(
         &self,
         py: Python<'py>,
@@ -73,19 +102,34 @@ impl PyConsumer {
         timeout: Option<&Bound<'py, PyAny>>,
         body: Option<&Bound<'py, PyAny>>,
         with_deliveries: bool,
+        key: Option<&Bound<'py, PyAny>>,
+        key_prefix: Option<&Bound<'py, PyAny>>,
+        headers: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
         let max = max_records.map_or(Ok(POLL_RECORDS), |m| count(m, "max_records"))?;
         let bodies = BodyOut::of(body)?;
         let deadline = wait::deadline(timeout)?;
+        let narrow = FilterArgs {
+            key,
+            key_prefix,
+            headers,
+        }
+        .filter("poll")?;
         let log = self.log.get();
-        let (records, deliveries) = self.with(|c| loop {
+        let (records, deliveries) = self.with_narrowed(narrow, |c| loop {
             let records = py.detach(|| c.take(max))?;
             if !records.is_empty() {
                 return Ok((records, c.deliveries()));
             }
+            if c.gives_up(deadline) {
+                return Ok((records, 1));
+            }
             // A signal that came while no wait was under way (a shared open's look between
-            // two waits) is taken here: Ctrl-C ends the poll.
+            // two waits, a filtered take between two) is taken here: Ctrl-C ends the poll.
             py.check_signals()?;
+            if c.has_more_now() {
+                continue; // records its filter refused, and more there: on through them
+            }
             let c = &*c;
             log.release_views();
             if let Waited::TimedOut(_) = wait::until(py, || c.wait(deadline, true))? {
@@ -126,10 +170,10 @@ impl PyConsumer {
 
     /// As `poll`, one `pyarrow.RecordBatch` of up to `max_records` records (and `max_bytes` of
     /// bodies) in a list; `[]` if none came within `timeout`. `with_deliveries=True` adds a
-    /// `deliveries` column (uint32).
+    /// `deliveries` column (uint32). `key`, `key_prefix`, `headers`: as `poll`'s.
     #[pyo3(signature = (
         max_records = None, *, timeout = None, columns = None, body = None, max_bytes = None,
-        with_deliveries = false,
+        with_deliveries = false, key = None, key_prefix = None, headers = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn poll_batches<'py>(
@@ -141,11 +185,20 @@ impl PyConsumer {
         body: Option<&Bound<'py, PyAny>>,
         max_bytes: Option<&Bound<'py, PyAny>>,
         with_deliveries: bool,
+        key: Option<&Bound<'py, PyAny>>,
+        key_prefix: Option<&Bound<'py, PyAny>>,
+        headers: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
         arrow::pyarrow(py, "poll_batches")?;
         let opts = arrow::batch_options(columns, body, max_records, max_bytes)?;
         let deadline = wait::deadline(timeout)?;
-        let batch = self.with(|c| loop {
+        let narrow = FilterArgs {
+            key,
+            key_prefix,
+            headers,
+        }
+        .filter("poll_batches")?;
+        let batch = self.with_narrowed(narrow, |c| loop {
             if let Some(b) = py.detach(|| c.take_batch(&opts))? {
                 return Ok(Some(if with_deliveries {
                     with_deliveries_column(b, c.deliveries())?
@@ -153,7 +206,13 @@ impl PyConsumer {
                     b
                 }));
             }
+            if c.gives_up(deadline) {
+                return Ok(None);
+            }
             py.check_signals()?;
+            if c.has_more_now() {
+                continue;
+            }
             let c = &*c;
             self.log.get().release_views();
             if let Waited::TimedOut(_) = wait::until(py, || c.wait(deadline, true))? {
@@ -222,15 +281,25 @@ impl PyConsumer {
         self.with(|c| Ok(py.detach(|| c.seek(to))?))
     }
 
-    /// `{"records": n, "bytes": n}` between the committed position and the log's end. Counting
-    /// the records scans them.
+    /// `{"records": n, "bytes": n}` between the committed position and the log's end. With a
+    /// filter, `"exact"` too: whether `records` counts only the records it accepts (a walk of
+    /// their headers, done when the lag is at most 8 MiB) or every record (an upper bound).
     #[getter]
     fn lag<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let lag = self.with(|c| Ok(py.detach(|| c.lag())?))?;
+        let (lag, filtered) = self.with(|c| Ok((py.detach(|| c.lag())?, c.filter().is_some())))?;
         let d = PyDict::new(py);
         d.set_item("records", lag.records)?;
         d.set_item("bytes", lag.bytes)?;
+        if filtered {
+            d.set_item("exact", lag.exact)?;
+        }
         Ok(d)
+    }
+
+    /// Whether the last poll stopped after stepping over as many records its filter refused as
+    /// one poll may, with more there to look at now (asyncio's poll goes on without waiting).
+    fn _has_more_now(&self) -> PyResult<bool> {
+        self.with(|c| Ok(c.has_more_now()))
     }
 
     #[getter]

@@ -16,6 +16,7 @@ use super::buffer::SegmentBuffer;
 use super::consumer::{self, PyConsumer};
 use super::dirs::PyDirInfo;
 use super::errors;
+use super::filter::FilterArgs;
 use super::interrupt;
 use super::ints;
 use super::options;
@@ -428,11 +429,12 @@ impl PyCommitLog {
     #[pyo3(
         signature = (
             start = None, end = None, *, columns = None, body = None, max_records = None,
-            max_bytes = None, follow = None, timeout = None, durable = None, threads = None
+            max_bytes = None, follow = None, timeout = None, durable = None, threads = None,
+            key = None, key_prefix = None, headers = None
         ),
         text_signature = "($self, start=None, end=None, *, columns=None, body='view', \
                           max_records=65536, max_bytes=67108864, follow=False, timeout=None, \
-                          durable=False, threads=None)"
+                          durable=False, threads=None, key=None, key_prefix=None, headers=None)"
     )]
     #[allow(clippy::too_many_arguments)] // one per keyword of the Python signature
     fn scan_batches(
@@ -447,9 +449,18 @@ impl PyCommitLog {
         timeout: Option<&Bound<'_, PyAny>>,
         durable: Option<bool>,
         threads: Option<&Bound<'_, PyAny>>,
+        key: Option<&Bound<'_, PyAny>>,
+        key_prefix: Option<&Bound<'_, PyAny>>,
+        headers: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<arrow::PyBatchScan> {
         let opts = arrow::batch_options(columns, body, max_records, max_bytes)?;
         let threads = arrow::batch_threads(threads)?;
+        let filter = FilterArgs {
+            key,
+            key_prefix,
+            headers,
+        }
+        .filter("scan_batches")?;
         let this = slf.get();
         let (start, end) = this.range_args(start, end)?;
         let durable = durable.unwrap_or(false);
@@ -458,6 +469,10 @@ impl PyCommitLog {
             Some(f) => this.log.follow_batches(start, end, f, opts),
             None => this.log.scan_batches(start, end, opts),
         })?;
+        let reader = match filter {
+            Some(f) => reader.filtered(f),
+            None => reader,
+        };
         Ok(arrow::PyBatchScan::new(
             slf.clone().unbind(),
             reader,
@@ -496,10 +511,14 @@ impl PyCommitLog {
     /// `[start, end)`, up to `max_offset` as of the call; with `follow`, on past it as records
     /// come (see `wait`).
     #[pyo3(
-        signature = (start = None, end = None, *, follow = false, timeout = None, durable = false, body = None),
+        signature = (
+            start = None, end = None, *, follow = false, timeout = None, durable = false,
+            body = None, key = None, key_prefix = None, headers = None
+        ),
         text_signature = "($self, start=None, end=None, *, follow=False, timeout=None, \
-                          durable=False, body='view')"
+                          durable=False, body='view', key=None, key_prefix=None, headers=None)"
     )]
+    #[allow(clippy::too_many_arguments)] // one per keyword of the Python signature
     fn scan(
         slf: &Bound<'_, Self>,
         start: Option<&Bound<'_, PyAny>>,
@@ -508,8 +527,17 @@ impl PyCommitLog {
         timeout: Option<&Bound<'_, PyAny>>,
         durable: bool,
         body: Option<&Bound<'_, PyAny>>,
+        key: Option<&Bound<'_, PyAny>>,
+        key_prefix: Option<&Bound<'_, PyAny>>,
+        headers: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyScan> {
         let out = BodyOut::of(body)?;
+        let filter = FilterArgs {
+            key,
+            key_prefix,
+            headers,
+        }
+        .filter("scan")?;
         let this = slf.get();
         let (start, end) = this.range_args(start, end)?;
         let follow = follow_args(follow, timeout, durable)?;
@@ -518,6 +546,10 @@ impl PyCommitLog {
             Some(f) => this.log.follow(start, end, f),
             None => this.log.scan(start, end),
         })?;
+        let scan = match filter {
+            Some(f) => scan.filtered(f),
+            None => scan,
+        };
         Ok(PyScan {
             log: slf.clone().unbind(),
             state: Mutex::new(ScanState {
@@ -580,7 +612,7 @@ impl PyCommitLog {
     /// created at `start` ("earliest", "latest", an offset or an aware datetime).
     #[pyo3(signature = (
         name, /, *, start = None, on_loss = None, exclusive = false, redelivery_timeout = None,
-        max_deliveries = None, dead_letter = None,
+        max_deliveries = None, dead_letter = None, key = None, key_prefix = None, headers = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn consumer(
@@ -592,8 +624,17 @@ impl PyCommitLog {
         redelivery_timeout: Option<&Bound<'_, PyAny>>,
         max_deliveries: Option<&Bound<'_, PyAny>>,
         dead_letter: Option<&Bound<'_, PyAny>>,
+        key: Option<&Bound<'_, PyAny>>,
+        key_prefix: Option<&Bound<'_, PyAny>>,
+        headers: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyConsumer> {
         let name = args::string(name, "name")?;
+        let filter = FilterArgs {
+            key,
+            key_prefix,
+            headers,
+        }
+        .filter(&format!("consumer {name:?}"))?;
         let mut opts = crate::ConsumerOptions {
             start: start
                 .map(|s| consumer::start(s, "start"))
@@ -612,6 +653,7 @@ impl PyCommitLog {
                 })
                 .transpose()?,
             dead_letter: dead_letter.map(args::paths).transpose()?,
+            filter: filter.map(|f| (*f).clone()),
             ..Default::default()
         };
         if let Some(t) = redelivery_timeout {
@@ -641,7 +683,7 @@ impl PyCommitLog {
     }
 
     fn __iter__(slf: &Bound<'_, Self>) -> PyResult<PyScan> {
-        Self::scan(slf, None, None, false, None, false, None)
+        Self::scan(slf, None, None, false, None, false, None, None, None, None)
     }
 
     /// The offsets of the records whose key is `key`, in append order; `start`/`end`: only

@@ -11,6 +11,7 @@ mod buffer;
 mod consumer;
 mod dirs;
 mod errors;
+mod filter;
 mod fleet;
 mod interrupt;
 mod ints;

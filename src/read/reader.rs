@@ -13,11 +13,13 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 pub(crate) use crate::open::recovery::next_boundary;
+use crate::read::filter::Filter;
 use crate::read::follow;
 use crate::state::State;
 use crate::storage::props::{self, Props};
 use crate::storage::record::{
     crc_defect, decode, has_record_magic, validate, Format, Header, Slot, FILLER_LEN, FILLER_MAGIC,
+    HEADER_LEN,
 };
 use crate::storage::segment::{Mapping, Segment};
 use crate::storage::segments::SegmentList;
@@ -508,6 +510,27 @@ pub(crate) fn record_start_at_or_after(state: &State, offset: u64) -> Result<u64
     Ok(at.min(max))
 }
 
+/// How many records of `[from, to)` `filter` accepts, walking their headers (no CRC: a count,
+/// not a read; a block that does not parse is not counted).
+pub(crate) fn count_matching(
+    state: &Arc<State>,
+    from: u64,
+    to: u64,
+    filter: &Arc<Filter>,
+) -> Result<u64> {
+    if from >= to {
+        return Ok(0);
+    }
+    let mut scan = Scan::new(Arc::clone(state), Some(from), Some(to))?.filtered(Arc::clone(filter));
+    scan.check = Check::Header;
+    let mut n = 0;
+    while let Some(r) = scan.next_found() {
+        r?;
+        n += 1;
+    }
+    Ok(n)
+}
+
 /// How a scan goes on past the end of the log as of its start: it waits for records appended
 /// later (by any process), until its range ends, the log closes, or no record came for
 /// `idle_timeout`.
@@ -540,6 +563,19 @@ pub struct Scan {
     /// A start not checked yet (it lay past the end when the scan began): no record there is
     /// the caller's bad offset, not damage.
     unchecked_start: Option<u64>,
+    /// A filtered scan's filter (boxed: a plain scan carries one word for it).
+    filtering: Option<Box<Filtering>>,
+}
+
+/// What a filtered scan steps over.
+#[derive(Debug, Clone)]
+struct Filtering {
+    /// Records this refuses are stepped over: read and checked as any other (a damaged one ends
+    /// the scan with its error), not yielded.
+    filter: Arc<Filter>,
+    /// A bounded scan ends once it has stepped over this many more refused records, or bytes of
+    /// them (a consumer's poll: bounded work however few records match).
+    budget: Option<(u64, u64)>,
 }
 
 impl Scan {
@@ -612,7 +648,52 @@ impl Scan {
             done: start >= end,
             follow: None,
             unchecked_start: None,
+            filtering: None,
         }
+    }
+
+    /// This scan, yielding only the records `filter` accepts (see [`Filter`]). The others are
+    /// read and checked as by any scan (a damaged one ends it with its error, as it would end
+    /// a plain scan), and stepped over without a copy or a reference to their map. A filter
+    /// with no condition changes nothing.
+    pub fn filtered(mut self, filter: impl Into<Arc<Filter>>) -> Scan {
+        let filter = filter.into();
+        self.filtering = (!filter.is_empty()).then(|| {
+            Box::new(Filtering {
+                filter,
+                budget: None,
+            })
+        });
+        self
+    }
+
+    /// [`Scan::filtered`] by a filter that may be absent.
+    pub(crate) fn filtered_by(self, filter: Option<&Arc<Filter>>) -> Scan {
+        match filter {
+            Some(f) => self.filtered(Arc::clone(f)),
+            None => self,
+        }
+    }
+
+    /// The filter the scan applies, if any.
+    pub fn record_filter(&self) -> Option<&Arc<Filter>> {
+        self.filtering.as_ref().map(|f| &f.filter)
+    }
+
+    /// A filtered scan that ends once it has stepped over `records` refused records or `bytes`
+    /// of them (its [`Scan::position`] then says how far it went): a poll's bounded work.
+    pub(crate) fn skipping_at_most(mut self, records: u64, bytes: u64) -> Scan {
+        if let Some(f) = &mut self.filtering {
+            f.budget = Some((records, bytes));
+        }
+        self
+    }
+
+    /// Whether the scan ended on its skip budget (rather than at the end of its range).
+    pub(crate) fn skip_budget_spent(&self) -> bool {
+        (self.filtering.as_ref())
+            .and_then(|f| f.budget)
+            .is_some_and(|(r, b)| r == 0 || b == 0)
     }
 
     /// How the scan follows the log, if it does, and the end of the range it follows to.
@@ -689,6 +770,12 @@ impl Scan {
             self.max,
         );
         part.check = check;
+        part.filtering = self.filtering.as_ref().map(|f| {
+            Box::new(Filtering {
+                filter: Arc::clone(&f.filter),
+                budget: None,
+            })
+        });
         part
     }
 
@@ -713,6 +800,13 @@ impl Scan {
             let Slot::Record(h) = decode(&bytes[pos..], self.next, MAX_BODY) else {
                 return None;
             };
+            // A record the filter refuses is no part of a batch (its bytes are not checked
+            // here: the walk plans, the reader of the part checks every record).
+            let props = &bytes[pos + HEADER_LEN..pos + h.body_from()];
+            if (self.filtering.as_ref()).is_some_and(|f| !f.filter.matches(props)) {
+                self.next += u64::from(h.len);
+                continue;
+            }
             if !take(&h) {
                 return Some(self.next);
             }
@@ -756,6 +850,20 @@ impl Scan {
             match record_checked(seg, map, self.next, self.max, self.check) {
                 At::Record(r) => {
                     self.next = r.next_offset;
+                    if let Some(f) = &mut self.filtering {
+                        let props = r.props_range();
+                        if !f.filter.matches(map.bytes(props.start, props.end)) {
+                            if let Some((records, bytes)) = &mut f.budget {
+                                let len = r.next_offset - r.offset;
+                                *records = records.saturating_sub(1);
+                                *bytes = bytes.saturating_sub(len);
+                                if *records == 0 || *bytes == 0 {
+                                    return Ok(None);
+                                }
+                            }
+                            continue;
+                        }
+                    }
                     return Ok(Some(r));
                 }
                 At::EndOfSegment => self.next = seg.end(),
