@@ -1,4 +1,8 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is the failure report
+#![cfg_attr(
+    not(all(feature = "failpoints", feature = "tier")),
+    allow(unused, dead_code)
+)]
 //! The key index (docs/messages.md): `lookup` gives every record with a key, in append order,
 //! and never another key's record: across segments and time ranges, under forced hash
 //! collisions, after a writer was killed between publishing records and indexing them, and with
@@ -258,7 +262,7 @@ fn records_published_but_not_indexed_by_a_killed_writer_are_found() {
 fn a_tiered_segment_keeps_its_index_and_loses_it_with_the_segment() {
     let local = tempfile::tempdir().unwrap();
     let remote = tempfile::tempdir().unwrap();
-    let mut tier = rmqlog::TierOptions::new(&format!("file://{}", remote.path().display()));
+    let mut tier = rmqlog::TierOptions::new(format!("file://{}", remote.path().display()));
     tier.local_retention_bytes = Some(2 * SEGMENT);
     let tiered = Options::default().segment_size(SEGMENT).tier(Some(tier));
     let log = CommitLog::open(&[local.path()], tiered).unwrap();

@@ -58,7 +58,12 @@ def first_report(proc: subprocess.Popen) -> str:
 def kill_and_collect(proc: subprocess.Popen, first: str = "") -> list[tuple[int, int, int]]:
     """SIGKILL, then the records the writer reported (complete lines only)."""
     proc.send_signal(signal.SIGKILL)
-    out, _ = proc.communicate(timeout=30)
+    # Read through the text wrapper that `first_report` read from: `communicate()` with a
+    # timeout reads the pipe's fd directly and would lose the lines the wrapper buffered (and
+    # could start mid-line, where a line's tail can parse as another record).
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
     return parse((first + out).split("\n")[:-1])  # the last piece may be cut mid-line
 

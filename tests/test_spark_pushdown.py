@@ -425,13 +425,14 @@ def test_the_pushdown_option_is_checked(options, mode, message):
 
 
 class Keyed:
-    """A closed log of records with keys ``k0``..``k49`` (every ninth record without one)."""
+    """A closed log of records with keys ``k0``..``k19``, each on a run of 400 records (every
+    ninth record without one)."""
 
     def __init__(self, root):
         self.paths = str(root / "d0")
         with CommitLog(self.paths, segment_size=SEG) as log:
             for i in range(8000):
-                key = None if i % 9 == 0 else b"k%d" % (i % 50)
+                key = None if i % 9 == 0 else b"k%d" % (i // 400)
                 log.append(b"r%05d-" % i * (1 + i % 13), key=key)
             self.rows = [(off, log.read_record(off).key) for off, _ in log.scan()]
             self.starts = [s.start_offset for s in log.segments()]
@@ -472,7 +473,7 @@ def test_key_filters_on_spark_equal_what_spark_computes_unpushed(spark, keyed):
     key = F.col("key")
     for condition, want in [
         (key == F.lit(bytearray(b"k3")), keyed.with_keys(b"k3")),
-        (key.isin(bytearray(b"k3"), bytearray(b"k49")), keyed.with_keys(b"k3", b"k49")),
+        (key.isin(bytearray(b"k3"), bytearray(b"k19")), keyed.with_keys(b"k3", b"k19")),
         (key.isNull(), keyed.with_keys(None)),
     ]:
         pushed = load(spark, keyed).filter(condition).select("offset")

@@ -12,35 +12,39 @@ use super::args;
 use super::body::{self, Body};
 use crate::storage::props::{self, Props};
 
-/// A key or a header value, held for the encoding.
-enum Bytes<'py> {
-    Str(Bound<'py, PyString>),
-    Buf(Body<'py>),
-}
-
-impl AsRef<[u8]> for Bytes<'_> {
-    fn as_ref(&self) -> &[u8] {
-        match self {
-            // Checked UTF-8 when taken (`bytes_of`).
-            Bytes::Str(s) => s.to_str().map(str::as_bytes).unwrap_or_default(),
-            Bytes::Buf(b) => b.as_slice(),
-        }
+/// Calls `f` with the bytes of a key or header value: `bytes` and `str` read in place, any
+/// other bytes-like object copied first (as `append` takes a body). `what` names it in errors
+/// (made only then).
+fn with_bytes<T>(
+    obj: &Bound<'_, PyAny>,
+    what: &dyn Fn() -> String,
+    f: impl FnOnce(&[u8]) -> PyResult<T>,
+) -> PyResult<T> {
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return f(b.as_bytes());
     }
-}
-
-fn bytes_of<'py>(obj: &Bound<'py, PyAny>, what: &dyn Fn() -> String) -> PyResult<Bytes<'py>> {
     if let Ok(s) = obj.cast::<PyString>() {
-        s.to_str()?;
-        return Ok(Bytes::Str(s.clone()));
+        return f(s.to_str()?.as_bytes());
     }
     if body::is_bytes_like(obj) {
-        return Ok(Bytes::Buf(Body::of(obj, &what(), usize::MAX)?));
+        return f(Body::of(obj, &what(), usize::MAX)?.as_slice());
     }
     Err(PyTypeError::new_err(format!(
         "{} must be bytes-like or a str, got {}",
         what(),
         args::type_of(obj)
     )))
+}
+
+/// A header name: a `str`.
+fn name_of<'a>(n: &'a Bound<'_, PyAny>, which: &str, i: usize) -> PyResult<&'a str> {
+    let s = n.cast::<PyString>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "header names are str; headers{which}[{i}] has a name of type {}",
+            args::type_of(n)
+        ))
+    })?;
+    s.to_str()
 }
 
 /// The encoded properties of `key` and `headers` (empty for neither). `which` names the record
@@ -50,69 +54,57 @@ pub fn encode<'py>(
     headers: Option<&Bound<'py, PyAny>>,
     which: &str,
 ) -> PyResult<Vec<u8>> {
-    let key = key
-        .filter(|k| !k.is_none())
-        .map(|k| bytes_of(k, &|| format!("key{which}")))
-        .transpose()?;
-    let mut pairs: Vec<(Bound<'py, PyString>, Bytes<'py>)> = Vec::new();
-    if let Some(h) = headers.filter(|h| !h.is_none()) {
-        let name_of = |n: &Bound<'py, PyAny>, i: usize| -> PyResult<Bound<'py, PyString>> {
-            let s = n.cast::<PyString>().map_err(|_| {
-                PyTypeError::new_err(format!(
-                    "header names are str; headers{which}[{i}] has a name of type {}",
-                    args::type_of(n)
-                ))
-            })?;
-            s.to_str()?;
-            Ok(s.clone())
-        };
-        if let Ok(d) = h.cast::<PyDict>() {
-            for (i, (n, v)) in d.iter().enumerate() {
-                let name = name_of(&n, i)?;
-                pairs.push((
-                    name,
-                    bytes_of(&v, &|| format!("headers{which}[{i}]'s value"))?,
-                ));
+    let mut out = Vec::with_capacity(64);
+    let key = key.filter(|k| !k.is_none());
+    let headers = headers.filter(|h| !h.is_none());
+    let in_record = match which.is_empty() {
+        true => String::new(),
+        false => format!(" (record {which})"),
+    };
+    let count = match headers {
+        None => 0,
+        Some(h) if h.is_instance_of::<PyList>() || h.is_instance_of::<PyTuple>() => h.len()?,
+        Some(h) if h.is_instance_of::<PyDict>() => h.len()?,
+        Some(h) => {
+            return Err(PyTypeError::new_err(format!(
+                "headers{which} must be a list of (name, value) tuples or a dict, got {}",
+                args::type_of(h)
+            )))
+        }
+    };
+    let write = |key: Option<&[u8]>, out: &mut Vec<u8>| -> PyResult<()> {
+        let mut e = props::Encoder::new(out, key, count, &in_record)?;
+        let value_what = |i: usize| move || format!("headers{which}[{i}]'s value");
+        match headers {
+            Some(h) if h.is_instance_of::<PyDict>() => {
+                let d = h.cast::<PyDict>()?;
+                for (i, (n, v)) in d.iter().enumerate() {
+                    let name = name_of(&n, which, i)?;
+                    with_bytes(&v, &value_what(i), |v| Ok(e.header(name, v)?))?;
+                }
             }
-        } else if h.is_instance_of::<PyList>() || h.is_instance_of::<PyTuple>() {
-            for (i, pair) in h.try_iter()?.enumerate() {
-                let pair = pair?;
-                let (n, v) = pair
-                    .cast::<PyTuple>()
-                    .ok()
-                    .filter(|t| t.len() == 2)
-                    .map(|t| (t.get_item(0), t.get_item(1)))
-                    .ok_or_else(|| {
+            Some(h) => {
+                for (i, pair) in h.try_iter()?.enumerate() {
+                    let pair = pair?;
+                    let t = pair.cast::<PyTuple>().ok().filter(|t| t.len() == 2).ok_or_else(|| {
                         PyTypeError::new_err(format!(
                             "headers{which}[{i}] must be a (name, value) tuple, got {}",
                             args::type_of(&pair)
                         ))
                     })?;
-                let (n, v) = (n?, v?);
-                let name = name_of(&n, i)?;
-                pairs.push((
-                    name,
-                    bytes_of(&v, &|| format!("headers{which}[{i}]'s value"))?,
-                ));
+                    let (n, v) = (t.get_item(0)?, t.get_item(1)?);
+                    let name = name_of(&n, which, i)?;
+                    with_bytes(&v, &value_what(i), |v| Ok(e.header(name, v)?))?;
+                }
             }
-        } else {
-            return Err(PyTypeError::new_err(format!(
-                "headers{which} must be a list of (name, value) tuples or a dict, got {}",
-                args::type_of(h)
-            )));
+            None => {}
         }
-    }
-    let named: Vec<(&str, &[u8])> = pairs
-        .iter()
-        .map(|(n, v)| (n.to_str().unwrap_or_default(), v.as_ref()))
-        .collect();
-    let mut out = Vec::new();
-    let which = if which.is_empty() {
-        String::new()
-    } else {
-        format!(" (record {which})")
+        Ok(e.finish()?)
     };
-    props::encode(key.as_ref().map(AsRef::as_ref), &named, &which, &mut out)?;
+    match key {
+        Some(k) => with_bytes(k, &|| format!("key{which}"), |k| write(Some(k), &mut out))?,
+        None => write(None, &mut out)?,
+    }
     Ok(out)
 }
 
@@ -173,16 +165,16 @@ pub fn encode_batch<'py>(
 /// A key argument (of `lookup`, filters): bytes-like or str, copied; longer than a key can be
 /// is refused.
 pub fn key_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
-    let key = bytes_of(obj, &|| "key".to_string())?;
-    let key = key.as_ref();
-    if key.len() > props::MAX_KEY_LEN {
-        return Err(pyo3::exceptions::PyValueError::new_err(format!(
-            "a key is at most {} bytes, this one has {}: no record has it",
-            props::MAX_KEY_LEN,
-            key.len()
-        )));
-    }
-    Ok(key.to_vec())
+    with_bytes(obj, &|| "key".to_string(), |key| {
+        if key.len() > props::MAX_KEY_LEN {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "a key is at most {} bytes, this one has {}: no record has it",
+                props::MAX_KEY_LEN,
+                key.len()
+            )));
+        }
+        Ok(key.to_vec())
+    })
 }
 
 /// A time bound: milliseconds since the epoch (an int) or an aware `datetime` (a naive one is

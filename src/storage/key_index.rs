@@ -197,14 +197,14 @@ impl KeyIndex {
     }
 
     fn word(&self, at: usize) -> &AtomicU32 {
-        debug_assert!(at % 4 == 0 && at + 4 <= self.map.len());
+        debug_assert!(at.is_multiple_of(4) && at + 4 <= self.map.len());
         // SAFETY: `at` is 4-aligned (the map is page-aligned) and inside the map, which lives as
         // long as `self`; every process touches these words only through atomics.
         unsafe { AtomicU32::from_ptr(self.map.as_ptr().add(at) as *mut u32) }
     }
 
     fn dword(&self, at: usize) -> &AtomicU64 {
-        debug_assert!(at % 8 == 0 && at + 8 <= self.map.len());
+        debug_assert!(at.is_multiple_of(8) && at + 8 <= self.map.len());
         // SAFETY: as for `word`, 8-aligned.
         unsafe { AtomicU64::from_ptr(self.map.as_ptr().add(at) as *mut u64) }
     }

@@ -106,55 +106,107 @@ pub fn encode<N: AsRef<str>, V: AsRef<[u8]>>(
     which: &str,
     out: &mut Vec<u8>,
 ) -> Result<()> {
-    if key.is_none() && headers.is_empty() {
-        return Ok(());
+    let mut e = Encoder::new(out, key, headers.len(), which)?;
+    for (name, value) in headers {
+        e.header(name.as_ref(), value.as_ref())?;
     }
-    let bad = |why: String| Error::InvalidArgument(format!("{why}{which}"));
-    let start = out.len();
-    let flags =
-        if key.is_some() { HAS_KEY } else { 0 } | if headers.is_empty() { 0 } else { HAS_HEADERS };
-    out.push(flags);
-    if let Some(key) = key {
-        if key.len() > MAX_KEY_LEN {
-            return Err(bad(format!(
-                "a key is at most {MAX_KEY_LEN} bytes, this one has {}",
-                key.len()
+    e.finish()
+}
+
+/// Writes a properties block piece by piece, straight from the caller's values (the bindings
+/// encode from Python objects without gathering them first). Writes nothing for a record
+/// without a key and headers.
+pub struct Encoder<'a> {
+    out: &'a mut Vec<u8>,
+    start: usize,
+    /// Headers announced, and written so far.
+    headers: usize,
+    written: usize,
+    which: &'a str,
+}
+
+impl<'a> Encoder<'a> {
+    /// Starts the block of a record with `key` and `headers` headers (which [`Encoder::header`]
+    /// then writes, in order).
+    pub fn new(
+        out: &'a mut Vec<u8>,
+        key: Option<&[u8]>,
+        headers: usize,
+        which: &'a str,
+    ) -> Result<Encoder<'a>> {
+        let start = out.len();
+        let e = Encoder {
+            out,
+            start,
+            headers,
+            written: 0,
+            which,
+        };
+        if key.is_none() && headers == 0 {
+            return Ok(e);
+        }
+        if headers > MAX_HEADERS {
+            return Err(e.bad(format!(
+                "a record carries at most {MAX_HEADERS} headers, not {headers}"
             )));
         }
-        out.extend_from_slice(&(key.len() as u16).to_le_bytes());
-        out.extend_from_slice(key);
-    }
-    if !headers.is_empty() {
-        if headers.len() > MAX_HEADERS {
-            return Err(bad(format!(
-                "a record carries at most {MAX_HEADERS} headers, not {}",
-                headers.len()
-            )));
-        }
-        out.extend_from_slice(&(headers.len() as u16).to_le_bytes());
-        for (name, value) in headers {
-            let (name, value) = (name.as_ref().as_bytes(), value.as_ref());
-            if name.len() > MAX_NAME_LEN {
-                return Err(bad(format!(
-                    "a header name is at most {MAX_NAME_LEN} bytes, this one has {}",
-                    name.len()
+        let flags = if key.is_some() { HAS_KEY } else { 0 } | if headers == 0 { 0 } else { HAS_HEADERS };
+        e.out.push(flags);
+        if let Some(key) = key {
+            if key.len() > MAX_KEY_LEN {
+                return Err(e.bad(format!(
+                    "a key is at most {MAX_KEY_LEN} bytes, this one has {}",
+                    key.len()
                 )));
             }
-            let value_len = u32::try_from(value.len())
-                .map_err(|_| bad("a header value is over 4 GiB".into()))?;
-            out.extend_from_slice(&(name.len() as u16).to_le_bytes());
-            out.extend_from_slice(name);
-            out.extend_from_slice(&value_len.to_le_bytes());
-            out.extend_from_slice(value);
+            e.out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            e.out.extend_from_slice(key);
         }
+        if headers > 0 {
+            e.out.extend_from_slice(&(headers as u16).to_le_bytes());
+        }
+        Ok(e)
     }
-    if out.len() - start > MAX_PROPS_LEN {
-        return Err(bad(format!(
-            "a record's key and headers take at most {MAX_PROPS_LEN} bytes, these take {}",
-            out.len() - start
-        )));
+
+    fn bad(&self, why: String) -> Error {
+        Error::InvalidArgument(format!("{why}{}", self.which))
     }
-    Ok(())
+
+    /// Writes the next header.
+    pub fn header(&mut self, name: &str, value: &[u8]) -> Result<()> {
+        if self.written == self.headers {
+            return Err(Error::Internal("more headers than announced".into()));
+        }
+        let name = name.as_bytes();
+        if name.len() > MAX_NAME_LEN {
+            return Err(self.bad(format!(
+                "a header name is at most {MAX_NAME_LEN} bytes, this one has {}",
+                name.len()
+            )));
+        }
+        let value_len = u32::try_from(value.len())
+            .map_err(|_| self.bad("a header value is over 4 GiB".into()))?;
+        self.out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        self.out.extend_from_slice(name);
+        self.out.extend_from_slice(&value_len.to_le_bytes());
+        self.out.extend_from_slice(value);
+        self.written += 1;
+        Ok(())
+    }
+
+    /// Ends the block: every announced header written, the whole within [`MAX_PROPS_LEN`].
+    pub fn finish(self) -> Result<()> {
+        if self.written != self.headers {
+            return Err(Error::Internal("fewer headers than announced".into()));
+        }
+        let len = self.out.len() - self.start;
+        if len > MAX_PROPS_LEN {
+            return Err(self.bad(format!(
+                "a record's key and headers take at most {MAX_PROPS_LEN} bytes, these take {len}"
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// Reads `n` bytes at `*at`, moving it on.
@@ -223,10 +275,9 @@ pub fn decode(block: &[u8]) -> Option<Props<'_>> {
     (at == block.len()).then_some(props)
 }
 
-#[allow(dead_code)] // the filters' (next)
 /// Calls `f(name, value)` for each header in `block` until it returns true; `None` when the block
-/// does not parse as far as that. Allocates nothing (the `headers` column uses it per record).
-#[cfg_attr(not(feature = "arrow"), allow(dead_code))]
+/// does not parse as far as that. Allocates nothing (filters and the `headers` column use it
+/// per record).
 pub fn find_header<'a>(
     block: &'a [u8],
     mut f: impl FnMut(&'a [u8], &'a [u8]) -> bool,
