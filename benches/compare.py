@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rows_append
 import rows_arrow
 import rows_consumers
+import rows_messages
 import rows_mp
 import rows_peers
 import rows_read
@@ -72,6 +73,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "wait": rows_wait.NAMES,
     "mp": rows_mp.NAMES,
     "consumers": rows_consumers.NAMES,
+    "messages": rows_messages.NAMES,
 }
 
 
@@ -98,6 +100,7 @@ def one_pass(s: Sizes, wd: Workdir, rust: rows_rust.RustRows, want: Callable[[st
         "wait": lambda: rows_wait.run(s, wd),
         "mp": lambda: rows_mp.run(s, wd),
         "consumers": lambda: rows_consumers.run(s, wd),
+        "messages": lambda: rows_messages.run(s, wd),
     }
     rows: list[Row] = []
     for group, runner in runners.items():

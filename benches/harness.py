@@ -69,6 +69,10 @@ TARGETS: dict[str, tuple[str, float | None]] = {
     "consumer_commit_sync": (">=", 0.7),
     # p99 of nack() in one process -> the poll waiting in another returning, over its bound (1 ms).
     "consumer_nack_redeliver": ("<=", 1),
+    # Keys and headers (docs/messages.md): keyed appends over plain ones; lookups per second.
+    "append_key_headers_100_vs_plain": (">=", 0.8),
+    "lookup_key_vs_sqlite_index": (">=", 3),
+    "lookup_key_vs_scan": (">=", 10_000),
 }
 
 BODY_100 = bytes(range(100))
