@@ -58,7 +58,10 @@ def test_lookup_matches_a_full_read_and_takes_time_bounds(tmp_path):
 
 def test_rmqlog_lookup_prints_each_record_with_the_key(tmp_path):
     with CommitLog(str(tmp_path)) as log:
-        offs = [log.append(b"x" * i, key=b"k1" if i % 2 else b"k2", headers=[("h", b"v")]) for i in range(6)]
+        offs = [
+            log.append(b"x" * i, key=b"k1" if i % 2 else b"k2", headers=[("h", b"v")])
+            for i in range(6)
+        ]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "python")}
     cmd = [sys.executable, "-m", "rmqlog", "lookup", str(tmp_path), "k1", "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
@@ -66,7 +69,9 @@ def test_rmqlog_lookup_prints_each_record_with_the_key(tmp_path):
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [r["offset"] for r in rows] == offs[1::2]
     assert [r["size"] for r in rows] == [1, 3, 5] and all(r["headers"] == 1 for r in rows)
-    proc = subprocess.run([*cmd[:-2], b"k2".hex(), "--hex-key"], capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [*cmd[:-2], b"k2".hex(), "--hex-key"], capture_output=True, text=True, env=env, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     assert [int(line.split()[1]) for line in proc.stdout.splitlines()] == offs[0::2]
 
@@ -76,7 +81,7 @@ WRITER = textwrap.dedent(
     import sys, time
     from rmqlog import CommitLog
     dirs, first, seg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    log = CommitLog(dirs, segment_size=seg, flush="async", flush_interval_ms=50, clean_interval_ms=0)
+    log = CommitLog(dirs, segment_size=seg, flush_interval_ms=50, clean_interval_ms=0)
     for i in range(first, first + 200_000):
         log.append(b"%d" % i * (1 + i % 40), key=b"k%d" % (i % 97))
         if i % 500 == 0:

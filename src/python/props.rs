@@ -86,12 +86,16 @@ pub fn encode<'py>(
             Some(h) => {
                 for (i, pair) in h.try_iter()?.enumerate() {
                     let pair = pair?;
-                    let t = pair.cast::<PyTuple>().ok().filter(|t| t.len() == 2).ok_or_else(|| {
-                        PyTypeError::new_err(format!(
-                            "headers{which}[{i}] must be a (name, value) tuple, got {}",
-                            args::type_of(&pair)
-                        ))
-                    })?;
+                    let t = pair
+                        .cast::<PyTuple>()
+                        .ok()
+                        .filter(|t| t.len() == 2)
+                        .ok_or_else(|| {
+                            PyTypeError::new_err(format!(
+                                "headers{which}[{i}] must be a (name, value) tuple, got {}",
+                                args::type_of(&pair)
+                            ))
+                        })?;
                     let (n, v) = (t.get_item(0)?, t.get_item(1)?);
                     let name = name_of(&n, which, i)?;
                     with_bytes(&v, &value_what(i), |v| Ok(e.header(name, v)?))?;

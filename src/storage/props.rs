@@ -150,7 +150,8 @@ impl<'a> Encoder<'a> {
                 "a record carries at most {MAX_HEADERS} headers, not {headers}"
             )));
         }
-        let flags = if key.is_some() { HAS_KEY } else { 0 } | if headers == 0 { 0 } else { HAS_HEADERS };
+        let flags =
+            if key.is_some() { HAS_KEY } else { 0 } | if headers == 0 { 0 } else { HAS_HEADERS };
         e.out.push(flags);
         if let Some(key) = key {
             if key.len() > MAX_KEY_LEN {
@@ -186,7 +187,8 @@ impl<'a> Encoder<'a> {
         }
         let value_len = u32::try_from(value.len())
             .map_err(|_| self.bad("a header value is over 4 GiB".into()))?;
-        self.out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        self.out
+            .extend_from_slice(&(name.len() as u16).to_le_bytes());
         self.out.extend_from_slice(name);
         self.out.extend_from_slice(&value_len.to_le_bytes());
         self.out.extend_from_slice(value);

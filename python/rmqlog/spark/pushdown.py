@@ -176,7 +176,9 @@ class Pushed:
             return False
         if not all(isinstance(v, bytes | bytearray | str) or v is None for v in values):
             return False
-        chosen = frozenset(v.encode() if isinstance(v, str) else bytes(v) for v in values if v is not None)
+        chosen = frozenset(
+            v.encode() if isinstance(v, str) else bytes(v) for v in values if v is not None
+        )
         self.keys = chosen if self.keys is None else self.keys & chosen
         self.taken.append(f)
         return True
