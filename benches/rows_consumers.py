@@ -1,9 +1,11 @@
 """Rows consumer_poll_100, consumer_poll_vs_persistqueue_ack, consumer_commit_sync,
-consumer_nack_redeliver: a named consumer (``log.consumer(name)``) draining a log and committing
-its position, against a scan of the same records, against persist-queue's SQLiteAckQueue get + ack
-of the same records at equal durability, and its durable ``commit()`` against the pwrite +
-fdatasync it is made of; and how soon a record handed back with ``nack()`` in one process reaches
-a poll waiting for it in another (a latency against its bound, 1 ms at p99).
+consumer_nack_redeliver, consumer_filter_1in10_vs_all: a named consumer (``log.consumer(name)``)
+draining a log and committing its position, against a scan of the same records, against
+persist-queue's SQLiteAckQueue get + ack of the same records at equal durability, and its durable
+``commit()`` against the pwrite + fdatasync it is made of; how soon a record handed back with
+``nack()`` in one process reaches a poll waiting for it in another (a latency against its bound,
+1 ms at p99); and a consumer whose filter (``headers=``, evaluated in Rust) accepts 1 record in
+10, against an unfiltered one receiving every record.
 
 The consumers are opened with ``exclusive=True``: the single-consumer API (one open holds the
 name and reads from its own position). A shared open (``exclusive=False``, the default) takes the
@@ -54,7 +56,17 @@ NAMES = (
     "consumer_poll_vs_persistqueue_ack",
     "consumer_commit_sync",
     "consumer_nack_redeliver",
+    "consumer_filter_1in10_vs_all",
 )
+# consumer_filter_1in10_vs_all: one record in this many carries the header the filter accepts.
+FILTER_EVERY = 10
+# Records per poll() on both sides (poll's default).
+FILTER_POLL = 500
+# Quick mode's records and repetitions for that row: records_100's 20,000 drain in about a
+# millisecond filtered, which a scheduler's tick on this shared machine swamps (ratios from 0.7
+# to 5.9 over five passes); 200,000 in three alternating repetitions cost about a second.
+FILTER_QUICK_RECORDS = 200_000
+FILTER_QUICK_REPS = 3
 # Records per poll_batches()/scan_batches() batch in consumer_poll_100: the default of both (and
 # 64 MiB of bodies, their max_bytes default, is more than 65,536 x 100 B).
 BATCH = 65_536
@@ -530,4 +542,71 @@ def run(s: Sizes, wd: Workdir) -> list[Row]:
         rows.append(_nack_row(s, wd))
     else:
         rows.append(skipped(NAMES[3], "this rmqlog has no Consumer.nack"))
+    if hasattr(Consumer, "_has_more_now"):
+        rows.append(_filter_row(s, wd))
+    else:
+        rows.append(skipped(NAMES[4], "this rmqlog has no consumer filters"))
     return rows
+
+
+def _filter_row(s: Sizes, wd: Workdir) -> Row:
+    """A consumer filtered in Rust (``headers={"tag": "hit"}``) receiving 1 record in 10, against
+    an unfiltered consumer receiving all of them (the records a Python filter would have to look
+    at), both draining the same log. Each side's time is per record the filtered one receives:
+    the ratio is the unfiltered drain's time over the filtered one's."""
+    from rmqlog import CommitLog
+
+    n = FILTER_QUICK_RECORDS if s.quick else s.records_100
+    reps = max(s.reps, FILTER_QUICK_REPS) if s.quick else s.reps
+    hits = n // FILTER_EVERY
+    d = wd.new()
+    log = CommitLog(os.path.join(d, "log"), segment_size=SEGMENT)
+    # Every record carries one header of the same size: "tag": b"hit" (1 in 10) or b"not".
+    tags = [[("tag", b"hit" if i % FILTER_EVERY == 0 else b"not")] for i in range(s.batch)]
+    for i in range(0, n, s.batch):
+        k = min(s.batch, n - i)
+        log.append_batch([BODY_100] * k, headers=tags[:k])
+    log.flush()
+    end = log.max_offset
+    for _ in log.scan_batches():  # the segment mapped in, outside the clock, for both sides
+        pass
+    names = count()
+
+    def drain(**filt) -> float:
+        name = f"filter-{next(names)}"
+        c = log.consumer(name, start="earliest", exclusive=True, **filt)
+        got = []
+
+        def go() -> None:
+            k = 0
+            poll = c.poll
+            while c.position < end:
+                k += len(poll(FILTER_POLL, timeout=0))
+            got.append(k)
+
+        t = _timed_quiet(go)
+        assert got == [hits if filt else n], (got, filt)
+        c.commit()
+        c.close()
+        log.drop_consumer(name)
+        return t
+
+    say(f"consumer filtered 1 in {FILTER_EVERY} ({n} records of 100 B, poll({FILTER_POLL}))")
+    try:
+        to, tb = alternate(reps, lambda: drain(headers={"tag": "hit"}), drain)
+    finally:
+        log.close()
+        shutil.rmtree(d)
+    return rates(
+        NAMES[4],
+        hits / to,
+        hits / tb,
+        f'log.consumer(name, exclusive=True, headers={{"tag": "hit"}}).poll({FILTER_POLL}) '
+        f'until drained: receives the {hits:,} records of {n:,} whose header tag is b"hit" '
+        f'(1 in {FILTER_EVERY}; the others b"not"), filtered in Rust; per record received',
+        f"log.consumer(name, exclusive=True).poll({FILTER_POLL}) until drained, unfiltered: "
+        f"receives all {n:,} records (what a filter in Python would look at); per record the "
+        "filtered consumer receives",
+        items=hits,
+        records=n,
+    )

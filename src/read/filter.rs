@@ -35,10 +35,10 @@ impl Values {
 
     /// Whether `value` is in the set: a linear search of a few (cheaper than the halvings), a
     /// binary search of more.
-    #[inline]
+    #[inline(always)]
     fn contains(&self, value: &[u8]) -> bool {
         if self.0.len() <= 8 {
-            return self.0.iter().any(|v| **v == *value);
+            return self.0.iter().any(|v| props::same(v, value));
         }
         self.0.binary_search_by(|v| (**v).cmp(value)).is_ok()
     }
@@ -174,9 +174,50 @@ impl Filter {
         }
         self.headers.iter().all(|cond| {
             props::find_header(block, |name, value| {
-                *name == *cond.name && cond.values.contains(value)
+                props::same(name, &cond.name) && cond.values.contains(value)
             }) == Some(true)
         })
+    }
+
+    /// [`props::is_valid`] and [`Filter::matches`] of `block` in one walk: `None` when the block
+    /// does not parse, otherwise whether the filter accepts it (a scan checks every record's
+    /// block, the ones it refuses too). Allocates nothing.
+    pub fn check_and_match(&self, block: &[u8]) -> Option<bool> {
+        if block.is_empty() {
+            return Some(self.is_empty());
+        }
+        if self.headers.len() > 64 {
+            // More conditions than the walk's mask has bits: two walks.
+            return props::is_valid(block).then(|| self.matches(block));
+        }
+        let wants_key = self.keys.is_some() || !self.prefixes.is_empty();
+        let mut key_ok = !wants_key;
+        // A bit per header condition not met yet.
+        let mut unmet: u64 = match self.headers.len() {
+            64 => u64::MAX,
+            n => (1u64 << n) - 1,
+        };
+        let valid = props::walk(
+            block,
+            |key| {
+                key_ok = self.keys.as_ref().is_none_or(|set| set.contains(key))
+                    && self.prefixes.iter().all(|p| key.starts_with(p));
+            },
+            |name, value| {
+                // A name equal to a condition's is UTF-8 (the condition's is a `str`).
+                let mut known = false;
+                for (i, cond) in self.headers.iter().enumerate() {
+                    if props::same(name, &cond.name) {
+                        known = true;
+                        if cond.values.contains(value) {
+                            unmet &= !(1u64 << i);
+                        }
+                    }
+                }
+                known
+            },
+        );
+        valid.then_some(key_ok && unmet == 0)
     }
 
     /// `Ok` unless the filter can match no record at all (an empty set of keys or of a header's
@@ -265,6 +306,7 @@ mod tests {
             prop_assert!(f.check("f").is_ok());
             let want = reference(&keys, &prefixes, &conds, key.as_deref(), &hs);
             prop_assert_eq!(f.matches(&b), want);
+            prop_assert_eq!(f.check_and_match(&b), Some(want));
             // AND of two halves is the whole.
             let (mut left, mut right) = (Filter::new(), Filter::new());
             if let Some(k) = &keys {
@@ -286,6 +328,11 @@ mod tests {
             let f = Filter::new().key_prefix(b"").header("", b"");
             let _ = f.matches(&b);
             let _ = Filter::new().keys([b"a", b"b"]).matches(&b);
+            // The one walk agrees with the two.
+            for f in [f, Filter::new().header("a", b"").header("b", b"x"), Filter::new()] {
+                let want = props::is_valid(&b).then(|| f.matches(&b));
+                prop_assert_eq!(f.check_and_match(&b), want);
+            }
         }
     }
 
@@ -315,6 +362,22 @@ mod tests {
         assert!(!Filter::new().header("v", b"x").matches(&b));
         assert!(Filter::new().header("u", b"x").key(b"k").matches(&b));
         assert!(!Filter::new().header("u", b"x").key(b"j").matches(&b));
+    }
+
+    #[test]
+    fn more_header_conditions_than_the_mask_has_bits() {
+        let names: Vec<String> = (0..70).map(|i| format!("h{i}")).collect();
+        let hs: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &b"v"[..])).collect();
+        let b = block(None, &hs);
+        let all = names.iter().fold(Filter::new(), |f, n| f.header(n, b"v"));
+        assert_eq!(all.check_and_match(&b), Some(true));
+        let first64 = names[..64]
+            .iter()
+            .fold(Filter::new(), |f, n| f.header(n, b"v"));
+        assert_eq!(first64.check_and_match(&b), Some(true));
+        let one_more = first64.header("h70", b"v");
+        assert_eq!(one_more.check_and_match(&b), Some(false));
+        assert_eq!(all.check_and_match(&b[..b.len() - 1]), None);
     }
 
     #[test]

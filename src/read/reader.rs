@@ -18,8 +18,8 @@ use crate::read::follow;
 use crate::state::State;
 use crate::storage::props::{self, Props};
 use crate::storage::record::{
-    crc_defect, decode, has_record_magic, validate, Format, Header, Slot, FILLER_LEN, FILLER_MAGIC,
-    HEADER_LEN,
+    crc_defect, decode, has_record_magic, validate, validate_props, Format, Header, Slot,
+    FILLER_LEN, FILLER_MAGIC, HEADER_LEN,
 };
 use crate::storage::segment::{Mapping, Segment};
 use crate::storage::segments::SegmentList;
@@ -227,6 +227,8 @@ fn gone(seg: &Segment, e: &Error) -> bool {
 /// What a validated position holds.
 enum At {
     Record(Found),
+    /// A valid record the scan's filter refuses.
+    Refused(Found),
     EndOfSegment,
     Invalid(&'static str),
     /// A record's magic is here but the header fails validation: a damaged record.
@@ -268,10 +270,19 @@ pub(crate) enum Check {
 /// Decodes the record at `offset` in `seg` (mapped by `map`), reading no byte at or past `max`
 /// (the published end).
 fn record_at(seg: &Segment, map: &Arc<Mapping>, offset: u64, max: u64) -> At {
-    record_checked(seg, map, offset, max, Check::Whole)
+    record_checked(seg, map, offset, max, Check::Whole, None)
 }
 
-fn record_checked(seg: &Segment, map: &Arc<Mapping>, offset: u64, max: u64, check: Check) -> At {
+/// [`record_at`] checking `check` of it; a valid record `filter` refuses is [`At::Refused`]
+/// (checked whole as any other, its properties' shape and the filter in one walk).
+fn record_checked(
+    seg: &Segment,
+    map: &Arc<Mapping>,
+    offset: u64,
+    max: u64,
+    check: Check,
+    filter: Option<&Filter>,
+) -> At {
     let pos = (offset - seg.start()) as usize;
     let limit = (max.min(seg.end()) - seg.start()) as usize;
     let size = seg.size() as usize;
@@ -279,9 +290,20 @@ fn record_checked(seg: &Segment, map: &Arc<Mapping>, offset: u64, max: u64, chec
         return At::EndOfSegment;
     }
     let rest = map.bytes(pos, limit);
-    let slot = match check {
-        Check::Whole => validate(rest, offset, MAX_BODY),
-        Check::Header => decode(rest, offset, MAX_BODY),
+    // A record without properties: what the filter says of an empty block.
+    let mut accepted = filter.is_none_or(Filter::is_empty);
+    let slot = match (check, filter) {
+        (Check::Whole, None) => validate(rest, offset, MAX_BODY),
+        (Check::Whole, Some(f)) => validate_props(rest, offset, MAX_BODY, |block| {
+            match f.check_and_match(block) {
+                Some(yes) => {
+                    accepted = yes;
+                    true
+                }
+                None => false,
+            }
+        }),
+        (Check::Header, _) => decode(rest, offset, MAX_BODY),
     };
     let h = match slot {
         Slot::Record(h) => h,
@@ -325,7 +347,12 @@ fn record_checked(seg: &Segment, map: &Arc<Mapping>, offset: u64, max: u64, chec
     } else {
         offset + u64::from(h.len)
     };
-    At::Record(Found {
+    if check == Check::Header {
+        // Not checked: what the properties say, if they parse.
+        let props = &rest[HEADER_LEN..h.body_from()];
+        accepted = filter.is_none_or(|f| f.matches(props));
+    }
+    let found = Found {
         body_start,
         body_len: h.body_len(),
         props_len: h.props_len as usize,
@@ -333,14 +360,18 @@ fn record_checked(seg: &Segment, map: &Arc<Mapping>, offset: u64, max: u64, chec
         timestamp_ms: h.timestamp_ms,
         next_offset,
         segment_start: seg.start(),
-    })
+    };
+    match accepted {
+        true => At::Record(found),
+        false => At::Refused(found),
+    }
 }
 
 /// The error for what a position holds when a record was expected there; `None` for a record.
 fn unexpected(seg: &Segment, offset: u64, at: &At, scanning: bool) -> Option<Error> {
     let path = || Some(seg.path().to_path_buf());
     Some(match *at {
-        At::Record(_) => return None,
+        At::Record(_) | At::Refused(_) => return None,
         At::BadCrc {
             format,
             stored,
@@ -498,7 +529,7 @@ pub(crate) fn record_start_at_or_after(state: &State, offset: u64) -> Result<u64
     // anyway (from the split before), and a range read has no object CRC32C to catch a damaged
     // length that would step over a record.
     while at < offset {
-        at = match record_checked(&seg, &map, at, max, Check::Whole) {
+        at = match record_checked(&seg, &map, at, max, Check::Whole, None) {
             At::Record(r) => r.next_offset,
             At::EndOfSegment => seg.end(),
             other => {
@@ -847,24 +878,22 @@ impl Scan {
                 return Err(Error::Internal("a scan lost its segment".into()));
             };
             let scanning = self.unchecked_start.take() != Some(self.next);
-            match record_checked(seg, map, self.next, self.max, self.check) {
+            let filter = self.filtering.as_deref().map(|f| &*f.filter);
+            match record_checked(seg, map, self.next, self.max, self.check, filter) {
                 At::Record(r) => {
                     self.next = r.next_offset;
-                    if let Some(f) = &mut self.filtering {
-                        let props = r.props_range();
-                        if !f.filter.matches(map.bytes(props.start, props.end)) {
-                            if let Some((records, bytes)) = &mut f.budget {
-                                let len = r.next_offset - r.offset;
-                                *records = records.saturating_sub(1);
-                                *bytes = bytes.saturating_sub(len);
-                                if *records == 0 || *bytes == 0 {
-                                    return Ok(None);
-                                }
-                            }
-                            continue;
+                    return Ok(Some(r));
+                }
+                At::Refused(r) => {
+                    self.next = r.next_offset;
+                    let budget = self.filtering.as_mut().and_then(|f| f.budget.as_mut());
+                    if let Some((records, bytes)) = budget {
+                        *records = records.saturating_sub(1);
+                        *bytes = bytes.saturating_sub(r.next_offset - r.offset);
+                        if *records == 0 || *bytes == 0 {
+                            return Ok(None);
                         }
                     }
-                    return Ok(Some(r));
                 }
                 At::EndOfSegment => self.next = seg.end(),
                 other => {

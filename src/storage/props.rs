@@ -277,6 +277,66 @@ pub fn decode(block: &[u8]) -> Option<Props<'_>> {
     (at == block.len()).then_some(props)
 }
 
+/// Whether two byte strings are equal: a loop for the short ones keys, header names and values
+/// mostly are (a call to `bcmp` costs more than comparing a few bytes), `==` for the others.
+#[inline(always)]
+pub fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len()
+        && if a.len() <= 16 {
+            a.iter().zip(b).all(|(x, y)| x == y)
+        } else {
+            a == b
+        }
+}
+
+/// Whether `block` parses as [`decode`] parses it (every length within it, header names UTF-8,
+/// nothing left over), without building anything: readers check every record's block.
+pub fn is_valid(block: &[u8]) -> bool {
+    block.is_empty() || walk(block, |_| {}, |_, _| false)
+}
+
+/// Walks a non-empty `block` as [`is_valid`] checks it, calling `key(key)` for its key and
+/// `header(name, value)` for each header, in order; whether it parses (the calls made before a
+/// defect was found stand). `header` returns whether it knows the name to be UTF-8 (it equals
+/// one the caller holds as a `str`): the walk then does not check it again. One walk that
+/// checks and reads, for a filter.
+#[inline(always)]
+pub fn walk<'a>(
+    block: &'a [u8],
+    mut key: impl FnMut(&'a [u8]),
+    mut header: impl FnMut(&'a [u8], &'a [u8]) -> bool,
+) -> bool {
+    let mut go = || -> Option<()> {
+        let flags = *block.first()?;
+        if flags & !(HAS_KEY | HAS_HEADERS) != 0 || flags == 0 {
+            return None;
+        }
+        let mut at = 1;
+        if flags & HAS_KEY != 0 {
+            let n = u16_at(block, &mut at)?;
+            key(take(block, &mut at, n)?);
+        }
+        if flags & HAS_HEADERS != 0 {
+            let count = u16_at(block, &mut at)?;
+            if count == 0 {
+                return None;
+            }
+            for _ in 0..count {
+                let n = u16_at(block, &mut at)?;
+                let name = take(block, &mut at, n)?;
+                let n = u32_at(block, &mut at)?;
+                let known = header(name, take(block, &mut at, n)?);
+                // (Most names are ASCII: checked without the call.)
+                if !known && !name.is_ascii() {
+                    std::str::from_utf8(name).ok()?;
+                }
+            }
+        }
+        (at == block.len()).then_some(())
+    };
+    go().is_some()
+}
+
 /// Calls `f(name, value)` for each header in `block` until it returns true; `None` when the block
 /// does not parse as far as that. Allocates nothing (filters and the `headers` column use it
 /// per record).
@@ -332,14 +392,33 @@ mod tests {
             prop_assert_eq!(p.key, key.as_deref());
             prop_assert_eq!(&p.headers, &hs);
             prop_assert_eq!(key_of(&b).unwrap(), key.as_deref());
+            prop_assert!(is_valid(&b));
+            // A byte less, or one more: refused by both.
+            if !b.is_empty() {
+                prop_assert!(!is_valid(&b[..b.len() - 1]) && decode(&b[..b.len() - 1]).is_none());
+                let mut longer = b.clone();
+                longer.push(0);
+                prop_assert!(!is_valid(&longer) && decode(&longer).is_none());
+            }
         }
 
-        /// Whatever the bytes, parsing neither panics nor reads outside the block.
+        /// Whatever the bytes, parsing neither panics nor reads outside the block, and the
+        /// check without allocation agrees with the decoding.
         #[test]
         fn any_bytes_parse_or_are_refused(b in proptest::collection::vec(any::<u8>(), 0..64)) {
-            let _ = decode(&b);
+            prop_assert_eq!(is_valid(&b), decode(&b).is_some());
             let _ = key_of(&b);
             let _ = find_header(&b, |_, _| false);
+        }
+    }
+
+    proptest! {
+        /// `same` is `==`, whatever the lengths (the word compares of its short cases).
+        #[test]
+        fn same_is_equality(a in proptest::collection::vec(0u8..3, 0..24),
+                            b in proptest::collection::vec(0u8..3, 0..24)) {
+            prop_assert_eq!(same(&a, &b), a == b);
+            prop_assert!(same(&a, &a.clone()));
         }
     }
 

@@ -301,6 +301,18 @@ pub fn decode(rest: &[u8], offset: u64, max_body: usize) -> Slot {
 /// [`decode`], then the CRC, then the properties' shape: the one check of a record that
 /// readers, recovery and `verify` share. A [`Slot::Record`] from here is a record to trust.
 pub fn validate(rest: &[u8], offset: u64, max_body: usize) -> Slot {
+    validate_props(rest, offset, max_body, props::is_valid)
+}
+
+/// [`validate`] with the properties' shape checked by `props_ok` (whether a non-empty block
+/// parses as [`props::is_valid`] says): a filtered scan checks and matches them in one walk.
+#[inline]
+pub fn validate_props(
+    rest: &[u8],
+    offset: u64,
+    max_body: usize,
+    props_ok: impl FnOnce(&[u8]) -> bool,
+) -> Slot {
     match decode(rest, offset, max_body) {
         Slot::Record(h) => {
             let actual = match h.format {
@@ -308,8 +320,7 @@ pub fn validate(rest: &[u8], offset: u64, max_body: usize) -> Slot {
                 Format::V2 => crc32c::crc32c(&rest[V2_CRC_FROM..h.len as usize]),
             };
             if actual == h.crc {
-                match h.props_len == 0 || props::decode(&rest[HEADER_LEN..h.body_from()]).is_some()
-                {
+                match h.props_len == 0 || props_ok(&rest[HEADER_LEN..h.body_from()]) {
                     true => Slot::Record(h),
                     // Under a valid CRC: written so (a bug, or a newer rmqlog's layout).
                     false => Slot::Invalid("record properties (key, headers) that do not parse"),
