@@ -56,6 +56,7 @@ CAP = 100_000  # records per producer and round at most (never reached in RUN)
 FLUSH_GAP = 80  # async: a producer calls flush() after 1 to this many appends (at random)
 ROUNDS = {"sync": 3, "async": 3, "none": 2}
 START_TIMEOUT = 30.0
+MIN_ACKS = 20  # acknowledgements each producer has before the run's clock starts
 
 MAGIC = b"PLSW"
 HEAD = struct.Struct("<4sHHII")  # magic, producer, round, sequence number, size
@@ -163,13 +164,16 @@ class Producer:
 
 
 def run_round(faultfs, dirs: str, flush: str, rnd: int):
-    """Starts the producers, waits until each was acknowledged, lets them append, cuts the power
+    """Starts the producers, waits until each was acknowledged MIN_ACKS times, lets them append,
+    cuts the power
     while they do, kills them all and mounts again. Returns their reports."""
     cut = threading.Event()
     producers = [Producer(dirs, flush, p, rnd, cut) for p in range(PRODUCERS)]
     try:
         deadline = time.monotonic() + START_TIMEOUT
-        while any(pr.acks() == 0 for pr in producers):
+        # Each producer appends a while before the clock of the run starts: on a loaded machine
+        # one may take its first acknowledgements late, and a round needs more than MIN_ACKS.
+        while any(pr.acks() <= MIN_ACKS for pr in producers):
             for pr in producers:
                 if pr.proc.poll() is not None:
                     pytest.fail(f"round {rnd}: producer {pr.p} died (exit {pr.proc.returncode})")
@@ -198,7 +202,7 @@ def test_power_cut_keeps_what_shared_producers_were_told(faultfs, flush):
         reports = run_round(faultfs, dirs, flush, rnd)
         flushed = max(f for _, f, _ in reports)  # flush() in any producer covers everyone's
         for p, (acked, _, done) in enumerate(reports):
-            assert len(acked) > 20, f"round {rnd}: producer {p} barely ran ({len(acked)})"
+            assert len(acked) > MIN_ACKS, f"round {rnd}: producer {p} barely ran ({len(acked)})"
             assert not done, f"round {rnd}: producer {p} reached CAP before the cut"
             assert [seq for seq, _, _ in acked] == list(range(len(acked)))
         if flush == "async":
