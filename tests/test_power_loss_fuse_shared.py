@@ -164,9 +164,9 @@ class Producer:
 
 
 def run_round(faultfs, dirs: str, flush: str, rnd: int):
-    """Starts the producers, waits until each was acknowledged MIN_ACKS times, lets them append,
-    cuts the power
-    while they do, kills them all and mounts again. Returns their reports."""
+    """Starts the producers, waits until each was acknowledged more than MIN_ACKS times, lets
+    them append, cuts the power while they do, kills them all and mounts again. Returns their
+    reports."""
     cut = threading.Event()
     producers = [Producer(dirs, flush, p, rnd, cut) for p in range(PRODUCERS)]
     try:
