@@ -78,11 +78,12 @@ pub use crate::read::filter::Filter;
 pub use crate::read::reader::{Follow, RecordRef, Scan};
 pub use crate::state::dirs::{DirEvent, DirInfo, DirState};
 pub use crate::state::stats::StatsSnapshot;
-pub use crate::storage::props::{Message, MAX_KEY_LEN};
+pub use crate::storage::props::{Message, MAX_ID_LEN, MAX_KEY_LEN};
 pub use crate::storage::record::{Format as RecordFormat, FILLER_LEN, HEADER_LEN};
 pub use crate::storage::segment::{Mapping, MAX_OFFSET};
 pub use crate::storage::settings::{TierPolicy, WriterSettings};
 pub use crate::tier::{tier_stores, TierStatus, SPLIT_EVERY};
+pub use crate::write::dedup::Appended;
 
 /// The optional cargo features this build was compiled with, of `arrow` and `tier` (the Python
 /// extension reports them as `rmqlog.FEATURES`). The Arrow API exists only with `arrow`; a call

@@ -23,12 +23,14 @@ use crate::shared;
 use crate::state::dirs::DirInfo;
 use crate::state::stats::StatsSnapshot;
 use crate::state::State;
+use crate::storage::key_index::Needle;
 use crate::storage::props::{self, Message};
 use crate::storage::settings::WriterSettings;
 use crate::sync::locked;
 #[cfg(feature = "tier")]
 use crate::tier::start_shipper;
 use crate::tier::TierStatus;
+use crate::write::dedup::{Appended, Once};
 use crate::write::flusher::{flush_data, start_flusher};
 use crate::write::warmer::start_warmer;
 use crate::write::writer::Writer;
@@ -172,27 +174,25 @@ impl CommitLog {
     pub fn append(&self, body: &[u8]) -> Result<u64> {
         let mut offset = 0;
         self.writer("append")?
-            .append_with(&self.state, &[body], &[], |o| offset = o)?;
+            .append_with(&self.state, &[body], &[], None, |o| offset = o)?;
         Ok(offset)
     }
 
-    /// Appends one record with a key and headers (format-2 stores) and returns its offset.
+    /// Appends one record with a key, headers and a message id (format-2 stores) and returns its
+    /// offset: for a message whose id a record of the de-duplication window has, that record's
+    /// (nothing is written).
     pub fn append_message(&self, message: &Message<'_>) -> Result<u64> {
-        let mut offset = 0;
         let props = props::encode_all(std::slice::from_ref(message))?;
-        self.writer("append")?
-            .append_with(&self.state, &[message.body], &props, |o| offset = o)?;
-        Ok(offset)
+        Ok(self.append_encoded(&[message.body], &props)?.offsets[0])
     }
 
-    /// [`CommitLog::append_batch`] of messages with keys and headers.
-    pub fn append_messages(&self, messages: &[Message<'_>]) -> Result<Vec<u64>> {
+    /// [`CommitLog::append_batch`] of messages with keys, headers and message ids: each
+    /// message's offset, and which were not written because their id was there (in the
+    /// de-duplication window, or earlier in the batch).
+    pub fn append_messages(&self, messages: &[Message<'_>]) -> Result<Appended> {
         let props = props::encode_all(messages)?;
         let bodies: Vec<&[u8]> = messages.iter().map(|m| m.body).collect();
-        let mut offsets = Vec::with_capacity(messages.len());
-        self.writer("append")?
-            .append_with(&self.state, &bodies, &props, |o| offsets.push(o))?;
-        Ok(offsets)
+        self.append_encoded(&bodies, &props)
     }
 
     /// Appends every body under one lock acquisition; all become visible to readers at once, or
@@ -200,7 +200,7 @@ impl CommitLog {
     pub fn append_batch<B: AsRef<[u8]>>(&self, bodies: &[B]) -> Result<Vec<u64>> {
         let mut offsets = Vec::with_capacity(bodies.len());
         self.writer("append")?
-            .append_with(&self.state, bodies, &[], |o| offsets.push(o))?;
+            .append_with(&self.state, bodies, &[], None, |o| offsets.push(o))?;
         Ok(offsets)
     }
 
@@ -211,17 +211,26 @@ impl CommitLog {
         self.writer("append")?.try_append(&self.state, body, &[])
     }
 
-    /// Appends bodies with their encoded properties (`props`: one block per body, or empty).
-    #[cfg_attr(not(feature = "arrow"), allow(dead_code))] // Python and Arrow appends
+    /// Appends bodies with their encoded properties (`props`: one block per body, or empty),
+    /// de-duplicating those with message ids.
     pub(crate) fn append_encoded<B: AsRef<[u8]>>(
         &self,
         bodies: &[B],
         props: &[Vec<u8>],
-    ) -> Result<Vec<u64>> {
+    ) -> Result<Appended> {
         let mut offsets = Vec::with_capacity(bodies.len());
+        let mut once = Once {
+            indexes: &self.indexes,
+            duplicates: Vec::new(),
+        };
         self.writer("append")?
-            .append_with(&self.state, bodies, props, |o| offsets.push(o))?;
-        Ok(offsets)
+            .append_with(&self.state, bodies, props, Some(&mut once), |o| {
+                offsets.push(o)
+            })?;
+        Ok(Appended {
+            offsets,
+            duplicates: once.duplicates,
+        })
     }
 
     /// [`CommitLog::try_append`] of a body with its encoded properties (one block, or empty).
@@ -415,7 +424,7 @@ impl CommitLog {
     #[cfg(feature = "arrow")]
     pub fn append_array(&self, array: &dyn arrow_array::Array) -> Result<Vec<u64>> {
         let rows = crate::arrow::chunk_rows([array])?;
-        self.append_encoded(&rows.bodies, &rows.props)
+        Ok(self.append_encoded(&rows.bodies, &rows.props)?.offsets)
     }
 
     /// The first record boundary at or after `offset` (walking headers from the start of its
@@ -474,7 +483,13 @@ impl CommitLog {
         end_ms: Option<u64>,
     ) -> Result<Vec<u64>> {
         self.current()?;
-        lookup::lookup(&self.state, &self.indexes, key, start_ms, end_ms)
+        lookup::lookup(
+            &self.state,
+            &self.indexes,
+            Needle::Key(key),
+            start_ms,
+            end_ms,
+        )
     }
 
     /// Every byte below this offset is durable.

@@ -192,11 +192,13 @@ pub enum StoreSetting {
     TierAfter,
     LocalRetention,
     LocalRetentionBytes,
+    DedupWindow,
+    DedupWindowRecords,
 }
 
 impl StoreSetting {
     /// Every store-wide setting.
-    pub const ALL: [StoreSetting; 15] = [
+    pub const ALL: [StoreSetting; 17] = [
         StoreSetting::SegmentSize,
         StoreSetting::Strategy,
         StoreSetting::RetentionHours,
@@ -212,6 +214,8 @@ impl StoreSetting {
         StoreSetting::TierAfter,
         StoreSetting::LocalRetention,
         StoreSetting::LocalRetentionBytes,
+        StoreSetting::DedupWindow,
+        StoreSetting::DedupWindowRecords,
     ];
 
     /// The option's name, as Python's `CommitLog` spells it.
@@ -232,6 +236,8 @@ impl StoreSetting {
             StoreSetting::TierAfter => "tier_after",
             StoreSetting::LocalRetention => "local_retention_hours",
             StoreSetting::LocalRetentionBytes => "local_retention_bytes",
+            StoreSetting::DedupWindow => "dedup_window_ms",
+            StoreSetting::DedupWindowRecords => "dedup_window_records",
         }
     }
 
@@ -332,6 +338,13 @@ pub struct Options {
     /// remembers its tier: later opens without this option use the recorded URL. Defaults to
     /// none.
     pub tier: Option<TierOptions>,
+    /// An append with a message id is not written when a record stored this long before it has
+    /// the id (`docs/messages.md`). Defaults to 2 minutes (NATS JetStream's
+    /// `duplicate_window`).
+    pub dedup_window: Duration,
+    /// With a count: and only when that record is among the log's last this many records.
+    /// Defaults to `None` (the time alone).
+    pub dedup_window_records: Option<u64>,
     /// The store-wide settings named through their setters or [`Options::named`].
     named: u32,
 }
@@ -364,6 +377,8 @@ impl fmt::Debug for Options {
             .field("clean_interval", &self.clean_interval)
             .field("file_mode", &format_args!("{:o}", self.file_mode))
             .field("tier", &self.tier.as_ref().map(|t| &t.url))
+            .field("dedup_window", &self.dedup_window)
+            .field("dedup_window_records", &self.dedup_window_records)
             .field(
                 "named",
                 &StoreSetting::ALL
@@ -405,6 +420,8 @@ impl Default for Options {
             clean_interval: Duration::from_secs(10),
             file_mode: 0o640,
             tier: None,
+            dedup_window: Duration::from_secs(120),
+            dedup_window_records: None,
             named: 0,
         }
     }
@@ -494,6 +511,8 @@ impl Options {
             StoreSetting::LocalRetentionBytes => {
                 t.local_retention_bytes != untiered.local_retention_bytes
             }
+            StoreSetting::DedupWindow => self.dedup_window != d.dedup_window,
+            StoreSetting::DedupWindowRecords => self.dedup_window_records != d.dedup_window_records,
         }
     }
 
@@ -661,6 +680,22 @@ impl Options {
         self
     }
 
+    /// Sets [`Options::dedup_window`].
+    #[must_use]
+    pub fn dedup_window(mut self, window: Duration) -> Self {
+        self.dedup_window = window;
+        self.named |= StoreSetting::DedupWindow.bit();
+        self
+    }
+
+    /// Sets [`Options::dedup_window_records`].
+    #[must_use]
+    pub fn dedup_window_records(mut self, records: Option<u64>) -> Self {
+        self.dedup_window_records = records;
+        self.named |= StoreSetting::DedupWindowRecords.bit();
+        self
+    }
+
     /// Sets [`Options::max_deletes_per_pass`].
     #[must_use]
     pub fn max_deletes_per_pass(mut self, n: usize) -> Self {
@@ -754,6 +789,16 @@ impl Options {
         }
         if let Some(t) = &self.tier {
             t.validate()?;
+        }
+        if self.dedup_window.is_zero() {
+            return Err(Error::invalid(
+                "dedup_window_ms must be at least 1 (ids older than the window are not looked for)",
+            ));
+        }
+        if self.dedup_window_records == Some(0) {
+            return Err(Error::invalid(
+                "dedup_window_records must be at least 1, or None for no count",
+            ));
         }
         if self.max_deletes_per_pass == 0 {
             return Err(Error::invalid("max_deletes_per_pass must be at least 1"));

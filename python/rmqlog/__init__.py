@@ -9,12 +9,14 @@ import atexit
 from types import MappingProxyType
 
 from rmqlog import _native
+from rmqlog._appended import Appended
 from rmqlog._arrow import to_arrow
 from rmqlog._dead_letter import dead_letter_origin
 from rmqlog._fleet import scan_batches
 from rmqlog._native import (
     FEATURES,
     HEADER_LEN,
+    MAX_ID_LEN,
     MAX_KEY_LEN,
     MAX_OFFSET,
     SPLIT_EVERY,
@@ -67,11 +69,13 @@ __all__ = [
     "DEFAULTS",
     "FEATURES",
     "HEADER_LEN",
+    "MAX_ID_LEN",
     "MAX_KEY_LEN",
     "MAX_OFFSET",
     "PRESETS",
     "SPLIT_EVERY",
     "STORE_SETTINGS",
+    "Appended",
     "BatchScan",
     "ClaimLostError",
     "ClosedError",

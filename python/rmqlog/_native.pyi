@@ -17,10 +17,13 @@ from typing import Any, Generic, Literal, Protocol, Self, final, overload
 import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no stubs
 from typing_extensions import Buffer, TypeVar
 
+from rmqlog._appended import Appended
+
 __all__ = [
     "DEFAULTS",
     "FEATURES",
     "HEADER_LEN",
+    "MAX_ID_LEN",
     "MAX_KEY_LEN",
     "MAX_OFFSET",
     "PRESETS",
@@ -62,6 +65,7 @@ FEATURES: frozenset[str]
 """The optional cargo features the extension was built with, of ``arrow`` and ``tier``."""
 HEADER_LEN: int
 # The longest key a record carries, in bytes.
+MAX_ID_LEN: int
 MAX_KEY_LEN: int
 MAX_OFFSET: int
 """The largest offset a log holds, 2**63 - 1: offsets are signed 64-bit in Arrow, Spark and Java."""
@@ -189,6 +193,9 @@ class Record(Generic[_Body]):
     @property
     def headers(self) -> list[tuple[str, bytes]]:
         """The record's headers, in the order appended (names may repeat)."""
+    @property
+    def msg_id(self) -> bytes | None:
+        """The message id the record was appended with, or None."""
     @property
     def next_offset(self) -> int:
         """Offset of the next record (after a segment filler: the next segment's start)."""
@@ -585,9 +592,17 @@ class CommitLog:
         local_retention_bytes: int | None = ...,
         tier_cache_bytes: int | None = ...,
         tier_cache_dir: _StrPath | None = ...,
+        dedup_window_ms: int = ...,
+        dedup_window_records: int | None = ...,
     ) -> Self: ...
     def append(
-        self, body: Buffer, /, *, key: Buffer | str | None = None, headers: _Headers | None = None
+        self,
+        body: Buffer,
+        /,
+        *,
+        key: Buffer | str | None = None,
+        headers: _Headers | None = None,
+        msg_id: Buffer | str | None = None,
     ) -> int:
         """Appends one record; returns its physical offset.
 
@@ -601,6 +616,11 @@ class CommitLog:
         and ``headers`` (a list of ``(str, bytes-like | str)`` pairs, names may repeat, or a
         dict) go into the record, under its CRC (docs/messages.md). Stores of record format 1
         refuse them (``CommitLogError``).
+
+        ``msg_id`` (1 to ``MAX_ID_LEN`` bytes, or a str as UTF-8): when a record of the store's
+        de-duplication window (``dedup_window_ms``, ``dedup_window_records``) has this id,
+        nothing is written and that record's offset is returned, in every process of the store
+        and after a restart (docs/messages.md).
         """
     @overload
     def append_batch(
@@ -611,6 +631,7 @@ class CommitLog:
         offsets: Literal[True] = True,
         keys: Sequence[Buffer | str | None] | None = None,
         headers: Sequence[_Headers | None] | None = None,
+        msg_ids: None = None,
     ) -> list[int]:
         """Appends many records at once (all visible together, or none).
 
@@ -624,6 +645,11 @@ class CommitLog:
 
         ``keys`` and ``headers``: one item per body (``None`` for none), as ``append`` takes them.
 
+        ``msg_ids``: one id per body (``None`` for none). Each record whose id is in the
+        de-duplication window, or on an earlier record of the batch, is not written; the others
+        are. Returns an ``Appended``: the offsets (a duplicate's is that of the record holding
+        its id) and ``duplicates``, the positions not written. Not with Arrow input.
+
         An Arrow table, record batch or struct array is one record a row: its ``body`` field
         (any of the body types above, never null), and optionally its ``key`` field (a binary
         or string type; null: no key) and its ``headers`` field (a list or large_list of
@@ -632,6 +658,17 @@ class CommitLog:
         ``ValueError`` naming it, before anything is written; ``keys=``/``headers=`` are refused
         with such input (``TypeError``): its fields carry them.
         """
+    @overload
+    def append_batch(
+        self,
+        bodies: Iterable[Buffer],
+        /,
+        *,
+        offsets: Literal[True] = True,
+        keys: Sequence[Buffer | str | None] | None = None,
+        headers: Sequence[_Headers | None] | None = None,
+        msg_ids: Sequence[Buffer | str | None],
+    ) -> Appended: ...
     @overload
     def append_batch(
         self,
@@ -651,6 +688,7 @@ class CommitLog:
         offsets: Literal[False],
         keys: Sequence[Buffer | str | None] | None = None,
         headers: Sequence[_Headers | None] | None = None,
+        msg_ids: Sequence[Buffer | str | None] | None = None,
     ) -> None: ...
     def scan_batches(
         self,

@@ -89,7 +89,7 @@ pub fn chunk_rows<'a>(chunks: impl IntoIterator<Item = &'a dyn Array>) -> Result
                 l.headers_of(row, base + row, &mut headers)?;
             }
             let mut out = Vec::new();
-            props::encode(key, &headers, "", &mut out).map_err(|e| match e {
+            props::encode(key, None, &headers, "", &mut out).map_err(|e| match e {
                 Error::InvalidArgument(m) => {
                     Error::InvalidArgument(format!("{m} (row {})", base + row))
                 }

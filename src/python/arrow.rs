@@ -434,7 +434,7 @@ pub(super) fn append_arrow<'py>(
         }
         true => {
             let rows: usize = arrays.iter().map(|a| a.len()).sum();
-            props::encode_batch(rows, keys, headers)?
+            props::encode_batch(rows, keys, None, headers)?
         }
         false => Vec::new(),
     };
@@ -445,7 +445,7 @@ pub(super) fn append_arrow<'py>(
         } else {
             &kwargs
         };
-        slf.log.append_encoded(&rows.bodies, props)
+        Ok(slf.log.append_encoded(&rows.bodies, props)?.offsets)
     })?;
     want_offsets.then(|| offsets_array(py, offsets)).transpose()
 }

@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use super::aio;
@@ -154,9 +155,11 @@ impl PyCommitLog {
     }
 
     fn record(&self, py: Python<'_>, rec: &RecordRef, out: BodyOut) -> PyResult<PyRecord> {
-        let (key, headers) = props::to_python(py, &rec.props()?)?;
+        let p = rec.props()?;
+        let (key, headers) = props::to_python(py, &p)?;
         Ok(PyRecord {
             key: key.map(|k| k.into_any().unbind()),
+            msg_id: p.id.map(|i| PyBytes::new(py, i).into_any().unbind()),
             headers: headers.unbind(),
             offset: rec.offset(),
             timestamp_ms: rec.timestamp_ms(),
@@ -206,7 +209,7 @@ impl PyCommitLog {
         retain_unconsumed=..., consumer_idle_hours=..., max_deletes_per_pass=..., clean_interval_ms=..., file_mode=..., \
         record_format=..., tier_url=..., \
         tier_options=..., tier_after=..., local_retention_hours=..., local_retention_bytes=..., \
-        tier_cache_bytes=..., tier_cache_dir=...)"
+        tier_cache_bytes=..., tier_cache_dir=..., dedup_window_ms=..., dedup_window_records=...)"
     )]
     // An option not given takes its value from the preset, else from `Options::default()`
     // (`rmqlog.DEFAULTS`). `None` means "not given", except for the options taken as `Arg`, where
@@ -247,6 +250,8 @@ impl PyCommitLog {
         local_retention_bytes = Arg::NotGiven,
         tier_cache_bytes = None,
         tier_cache_dir = None,
+        dedup_window_ms = None,
+        dedup_window_records = Arg::NotGiven,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new<'py>(
@@ -285,6 +290,8 @@ impl PyCommitLog {
         local_retention_bytes: Arg<'py>,
         tier_cache_bytes: Option<&Bound<'py, PyAny>>,
         tier_cache_dir: Option<&Bound<'py, PyAny>>,
+        dedup_window_ms: Option<&Bound<'py, PyAny>>,
+        dedup_window_records: Arg<'py>,
     ) -> PyResult<Self> {
         let dirs = args::paths(paths)?;
         let url_path = match dirs.as_slice() {
@@ -328,6 +335,8 @@ impl PyCommitLog {
             local_retention_bytes: local_retention_bytes.given(),
             tier_cache_bytes,
             tier_cache_dir,
+            dedup_window_ms,
+            dedup_window_records: dedup_window_records.given(),
             url_path,
         })?;
         let log = interrupt::detach(py, || CommitLog::open(&dirs, opts))?;
@@ -338,10 +347,12 @@ impl PyCommitLog {
         })
     }
 
-    /// Appends one record, with a key and headers if given; returns its physical offset.
+    /// Appends one record, with a key, headers and a message id if given; returns its physical
+    /// offset (for a message id already in the de-duplication window, the offset of the record
+    /// that has it: nothing is written).
     #[pyo3(
-        signature = (body, /, *, key = None, headers = None),
-        text_signature = "($self, body, /, *, key=None, headers=None)"
+        signature = (body, /, *, key = None, headers = None, msg_id = None),
+        text_signature = "($self, body, /, *, key=None, headers=None, msg_id=None)"
     )]
     fn append(
         &self,
@@ -349,12 +360,13 @@ impl PyCommitLog {
         body: &Bound<'_, PyAny>,
         key: Option<&Bound<'_, PyAny>>,
         headers: Option<&Bound<'_, PyAny>>,
+        msg_id: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u64> {
         let body = Body::of(body, "body", self.max_body())?;
         let data = body.as_slice();
-        let block = match (key, headers) {
-            (None, None) => Vec::new(),
-            _ => props::encode(key, headers, "")?,
+        let block = match (key, headers, msg_id) {
+            (None, None, None) => Vec::new(),
+            _ => props::encode(key, msg_id, headers, "")?,
         };
         let encoded = match block.is_empty() {
             true => &[][..],
@@ -365,7 +377,11 @@ impl PyCommitLog {
         if let Some(offset) = self.log.try_append_encoded(data, encoded)? {
             return Ok(offset);
         }
-        let append = || self.log.append_encoded(&[data], encoded).map(|o| o[0]);
+        let append = || {
+            self.log
+                .append_encoded(&[data], encoded)
+                .map(|a| a.offsets[0])
+        };
         let appended = interrupt::detach(py, append);
         // The roll it made (failed or not) may have deleted the head: its cached maps go now,
         // and an append the disk refused while they held its blocks is tried again.
@@ -378,10 +394,11 @@ impl PyCommitLog {
 
     /// Appends many records at once (all visible together, or none); returns their offsets: a
     /// list for an iterable of bodies, a pyarrow int64 array for an Arrow array; None with
-    /// `offsets=False`.
+    /// `offsets=False`. With `msg_ids`, an `Appended` (a list) whose `duplicates` are the
+    /// positions of the records not written.
     #[pyo3(
-        signature = (bodies, /, *, offsets = None, keys = None, headers = None),
-        text_signature = "($self, bodies, /, *, offsets=True, keys=None, headers=None)"
+        signature = (bodies, /, *, offsets = None, keys = None, headers = None, msg_ids = None),
+        text_signature = "($self, bodies, /, *, offsets=True, keys=None, headers=None, msg_ids=None)"
     )]
     fn append_batch<'py>(
         &self,
@@ -390,7 +407,9 @@ impl PyCommitLog {
         offsets: Option<&Bound<'py, PyAny>>,
         keys: Option<&Bound<'py, PyAny>>,
         headers: Option<&Bound<'py, PyAny>>,
+        msg_ids: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let msg_ids = msg_ids.filter(|m| !m.is_none());
         let offsets = offsets.map_or(Ok(true), |o| args::boolean(o, "offsets"))?;
         if bodies.is_instance_of::<PyBytes>() || bodies.is_instance_of::<PyString>() {
             return Err(PyTypeError::new_err(
@@ -400,6 +419,12 @@ impl PyCommitLog {
         }
         let sequence = bodies.is_instance_of::<PyList>() || bodies.is_instance_of::<PyTuple>();
         if !sequence && arrow::is_arrow(bodies)? {
+            if msg_ids.is_some() {
+                return Err(PyTypeError::new_err(
+                    "append_batch of an Arrow array takes no msg_ids (it reports no duplicates): \
+                     pass a list of bodies with msg_ids",
+                ));
+            }
             return arrow::append_arrow(self, py, bodies, offsets, keys, headers);
         }
         if body::is_bytes_like(bodies) {
@@ -412,7 +437,7 @@ impl PyCommitLog {
         }
         let held = bodies_of(bodies, self.max_body())?;
         let slices = held.slices();
-        let encoded = props::encode_batch(slices.len(), keys, headers)?;
+        let encoded = props::encode_batch(slices.len(), keys, msg_ids, headers)?;
         let append = || self.log.append_encoded(&slices, &encoded);
         let found = match (interrupt::detach(py, append), self.prune_views()) {
             (Err(Error::DiskFull { .. }), true) => interrupt::detach(py, append),
@@ -421,7 +446,17 @@ impl PyCommitLog {
         if !offsets {
             return Ok(None);
         }
-        Ok(Some(ints::list(py, &found)?.into_any()))
+        let list = ints::list(py, &found.offsets)?.into_any();
+        if msg_ids.is_none() {
+            return Ok(Some(list));
+        }
+        static APPENDED: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let class = APPENDED.get_or_try_init(py, || {
+            Ok::<_, PyErr>(py.import("rmqlog._appended")?.getattr("Appended")?.unbind())
+        })?;
+        let appended = class.bind(py).call1((list,))?;
+        appended.setattr("duplicates", PyList::new(py, &found.duplicates)?)?;
+        Ok(Some(appended))
     }
 
     /// Record batches (pyarrow) of the records in `[start, end)`, built in Rust. The options are
@@ -917,6 +952,8 @@ impl PyCommitLog {
         )?;
         d.set_item("min_free_bytes", w.min_free_bytes)?;
         d.set_item("clean_interval_ms", w.clean_interval_ms)?;
+        d.set_item("dedup_window_ms", w.dedup_window_ms)?;
+        d.set_item("dedup_window_records", w.dedup_window_records)?;
         let tier = w.tier.as_ref();
         d.set_item("tier_url", tier.map(|t| t.url.clone()))?;
         d.set_item("tier_after", tier.map(|t| t.after_ms as f64 / 1000.0))?;

@@ -46,6 +46,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(logging::_flush_logging, m)?)?;
     m.add("HEADER_LEN", crate::HEADER_LEN)?;
     m.add("MAX_KEY_LEN", crate::MAX_KEY_LEN)?;
+    m.add("MAX_ID_LEN", crate::MAX_ID_LEN)?;
     m.add("MAX_OFFSET", crate::MAX_OFFSET)?;
     m.add("SPLIT_EVERY", crate::SPLIT_EVERY)?;
     m.add("DEFAULTS", options::defaults(m.py())?)?;

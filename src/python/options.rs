@@ -16,7 +16,8 @@ use crate::{DirEvent, DirInfo, FlushMode, Options, PerDir, StoreSetting, Strateg
 
 /// The keyword arguments of `CommitLog`, as given: `None` when not given. For the options whose
 /// `None` means "off" (`max_used_ratio`, `force_clean_ratio`, `retention_hours`, `delete_hours`,
-/// `retention_bytes`, `consumer_idle_hours`, `local_retention_hours`, `local_retention_bytes`), an
+/// `retention_bytes`, `consumer_idle_hours`, `local_retention_hours`, `local_retention_bytes`,
+/// `dedup_window_records`), an
 /// explicit `None` arrives as Python's `None`; for the others it means "not given".
 pub struct Kwargs<'a, 'py> {
     pub preset: Option<&'a Bound<'py, PyAny>>,
@@ -52,6 +53,8 @@ pub struct Kwargs<'a, 'py> {
     pub local_retention_bytes: Option<&'a Bound<'py, PyAny>>,
     pub tier_cache_bytes: Option<&'a Bound<'py, PyAny>>,
     pub tier_cache_dir: Option<&'a Bound<'py, PyAny>>,
+    pub dedup_window_ms: Option<&'a Bound<'py, PyAny>>,
+    pub dedup_window_records: Option<&'a Bound<'py, PyAny>>,
     /// The log's path, when it is a tier URL (`CommitLog("s3://...", read_only=True)`).
     pub url_path: Option<String>,
 }
@@ -182,6 +185,8 @@ fn option_values<'py>(
     d.set_item("local_retention_bytes", py.None())?;
     d.set_item("tier_cache_bytes", t.cache_bytes)?;
     d.set_item("tier_cache_dir", py.None())?;
+    d.set_item("dedup_window_ms", ms(o.dedup_window))?;
+    d.set_item("dedup_window_records", o.dedup_window_records)?;
     Ok(d)
 }
 
@@ -330,6 +335,14 @@ pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
     if let Some(v) = k.clean_interval_ms {
         o.clean_interval = Duration::from_millis(args::uint(v, "clean_interval_ms")?);
     }
+    if let Some(v) = k.dedup_window_ms {
+        o.dedup_window = Duration::from_millis(args::uint(v, "dedup_window_ms")?);
+    }
+    if let Some(v) = off_or(k.dedup_window_records) {
+        o.dedup_window_records = v
+            .map(|v| args::uint(v, "dedup_window_records"))
+            .transpose()?;
+    }
     if let Some(v) = k.record_format {
         let accepted = "1 (CRC-32 of header and body) or 2 (one CRC-32C, the default)";
         o.record_format = args::int_in(v, "record_format", accepted, |n| {
@@ -374,6 +387,11 @@ pub fn build(k: &Kwargs<'_, '_>) -> PyResult<Options> {
         (
             k.local_retention_bytes.is_some(),
             StoreSetting::LocalRetentionBytes,
+        ),
+        (k.dedup_window_ms.is_some(), StoreSetting::DedupWindow),
+        (
+            k.dedup_window_records.is_some(),
+            StoreSetting::DedupWindowRecords,
         ),
     ];
     for (_, setting) in given.into_iter().filter(|(given, _)| *given) {

@@ -1,6 +1,8 @@
-//! Keys and headers between Python and a record's properties block (`crate::storage::props`).
+//! Keys, message ids and headers between Python and a record's properties block
+//! (`crate::storage::props`).
 //!
-//! A key or a header value is a bytes-like object or a `str` (its UTF-8 bytes); a header name is
+//! A key, a message id or a header value is a bytes-like object or a `str` (its UTF-8 bytes); a
+//! header name is
 //! a `str`. `headers` is a sequence of `(name, value)` pairs (names may repeat, order is kept) or
 //! a mapping. Reads hand back `bytes` and a list of `(str, bytes)` tuples.
 
@@ -47,15 +49,17 @@ fn name_of<'a>(n: &'a Bound<'_, PyAny>, which: &str, i: usize) -> PyResult<&'a s
     s.to_str()
 }
 
-/// The encoded properties of `key` and `headers` (empty for neither). `which` names the record
-/// in errors ("" or "[3]").
+/// The encoded properties of `key`, the message id `id` and `headers` (empty for none of them).
+/// `which` names the record in errors ("" or "[3]").
 pub fn encode<'py>(
     key: Option<&Bound<'py, PyAny>>,
+    id: Option<&Bound<'py, PyAny>>,
     headers: Option<&Bound<'py, PyAny>>,
     which: &str,
 ) -> PyResult<Vec<u8>> {
     let mut out = Vec::with_capacity(64);
     let key = key.filter(|k| !k.is_none());
+    let id = id.filter(|i| !i.is_none());
     let headers = headers.filter(|h| !h.is_none());
     let in_record = match which.is_empty() {
         true => String::new(),
@@ -72,8 +76,8 @@ pub fn encode<'py>(
             )))
         }
     };
-    let write = |key: Option<&[u8]>, out: &mut Vec<u8>| -> PyResult<()> {
-        let mut e = props::Encoder::new(out, key, count, &in_record)?;
+    let write = |key: Option<&[u8]>, id: Option<&[u8]>, out: &mut Vec<u8>| -> PyResult<()> {
+        let mut e = props::Encoder::new(out, key, id, count, &in_record)?;
         let value_what = |i: usize| move || format!("headers{which}[{i}]'s value");
         match headers {
             Some(h) if h.is_instance_of::<PyDict>() => {
@@ -105,18 +109,25 @@ pub fn encode<'py>(
         }
         Ok(e.finish()?)
     };
+    let with_id = |key: Option<&[u8]>, out: &mut Vec<u8>| match id {
+        Some(i) => with_bytes(i, &|| format!("msg_id{which}"), |i| {
+            write(key, Some(i), out)
+        }),
+        None => write(key, None, out),
+    };
     match key {
-        Some(k) => with_bytes(k, &|| format!("key{which}"), |k| write(Some(k), &mut out))?,
-        None => write(None, &mut out)?,
+        Some(k) => with_bytes(k, &|| format!("key{which}"), |k| with_id(Some(k), &mut out))?,
+        None => with_id(None, &mut out)?,
     }
     Ok(out)
 }
 
-/// Each record's properties for `append_batch`: `keys` and `headers` are sequences as long as
-/// the bodies (`None` items: none for that record). Empty when neither is given.
+/// Each record's properties for `append_batch`: `keys`, `ids` and `headers` are sequences as
+/// long as the bodies (`None` items: none for that record). Empty when none is given.
 pub fn encode_batch<'py>(
     n: usize,
     keys: Option<&Bound<'py, PyAny>>,
+    ids: Option<&Bound<'py, PyAny>>,
     headers: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Vec<Vec<u8>>> {
     let items =
@@ -150,8 +161,12 @@ pub fn encode_batch<'py>(
             }
             Ok(Some(v))
         };
-    let (keys, headers) = (items(keys, "keys")?, items(headers, "headers")?);
-    if keys.is_none() && headers.is_none() {
+    let (keys, ids, headers) = (
+        items(keys, "keys")?,
+        items(ids, "msg_ids")?,
+        items(headers, "headers")?,
+    );
+    if keys.is_none() && ids.is_none() && headers.is_none() {
         return Ok(Vec::new());
     }
     (0..n)
@@ -159,6 +174,7 @@ pub fn encode_batch<'py>(
             let which = format!("[{i}]");
             encode(
                 keys.as_ref().map(|k| &k[i]),
+                ids.as_ref().map(|d| &d[i]),
                 headers.as_ref().map(|h| &h[i]),
                 &which,
             )

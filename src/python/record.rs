@@ -25,6 +25,9 @@ pub struct PyRecord {
     /// The headers: a list of (str, bytes) tuples, in order.
     #[pyo3(get)]
     pub(super) headers: Py<pyo3::types::PyList>,
+    /// The message id it was appended with (bytes), or None.
+    #[pyo3(get)]
+    pub(super) msg_id: Option<Py<PyAny>>,
 }
 
 #[pymethods]
@@ -38,8 +41,8 @@ impl PyRecord {
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.body)?;
-        if let Some(k) = &self.key {
-            visit.call(k)?;
+        for b in [&self.key, &self.msg_id].into_iter().flatten() {
+            visit.call(b)?;
         }
         visit.call(&self.headers)
     }

@@ -246,7 +246,7 @@ mod tests {
 
     fn block(key: Option<&[u8]>, headers: &[(&str, &[u8])]) -> Vec<u8> {
         let mut out = Vec::new();
-        props::encode(key, headers, "", &mut out).unwrap();
+        props::encode(key, None, headers, "", &mut out).unwrap();
         out
     }
 

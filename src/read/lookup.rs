@@ -1,5 +1,6 @@
-//! `lookup(key)`: the offsets of the records with a key, from the segments' key indexes
-//! (`storage/key_index.rs`), without reading other records' bodies.
+//! `lookup(key)`: the offsets of the records with a key (or, for an append with a message id, a
+//! record with that id), from the segments' key indexes (`storage/key_index.rs`), without reading
+//! other records' bodies.
 //!
 //! Per segment in the range: the index's entries for the key's hash below its `indexed_to`, and a
 //! walk of the record headers from there to the published end (records an appender published but
@@ -17,7 +18,8 @@ use crate::error::{Error, Result};
 use crate::read::reader::{self, offset_for_timestamp};
 use crate::state::State;
 use crate::storage::fs::segment_name;
-use crate::storage::key_index::{self, KeyIndex, Opened};
+use crate::storage::key_index::{self, KeyIndex, Needle, Opened};
+use crate::storage::props;
 use crate::storage::record::{decode, Slot};
 use crate::storage::segment::{Mapping, Segment};
 use crate::sync::locked;
@@ -112,11 +114,12 @@ fn rebuild(seg: &Segment, map: &Mapping, mode: u32) -> Option<KeyIndex> {
     }
 }
 
-/// [`CommitLog::lookup`](crate::CommitLog::lookup).
+/// [`CommitLog::lookup`](crate::CommitLog::lookup): the offsets of the records `needle` names
+/// stored in `[start_ms, end_ms)`, in log order.
 pub(crate) fn lookup(
     state: &Arc<State>,
     indexes: &Indexes,
-    key: &[u8],
+    needle: Needle<'_>,
     start_ms: Option<u64>,
     end_ms: Option<u64>,
 ) -> Result<Vec<u64>> {
@@ -129,7 +132,6 @@ pub(crate) fn lookup(
         Some(t) => offset_for_timestamp(state, t)?,
         None => max,
     };
-    let hash = key_index::hash(key);
     let in_time = |ts: u64| start_ms.is_none_or(|s| ts >= s) && end_ms.is_none_or(|e| ts < e);
     let list = state.segments_full();
     let mut found = Vec::new();
@@ -137,107 +139,167 @@ pub(crate) fn lookup(
         if seg.end() <= lo || seg.start() >= hi || seg.is_lost() {
             continue;
         }
-        let limit = max.min(seg.end()) - seg.start();
-        // Mapped only to walk or to build an index: a remote segment's index spares its fetch.
-        let mut mapped: Option<Arc<Mapping>> = None;
-        let mut map = || -> Result<Arc<Mapping>> {
-            if let Some(m) = &mapped {
-                return Ok(Arc::clone(m));
+        in_segment(state, indexes, seg, needle, max, |offset, ts| {
+            if offset >= lo && offset < hi && in_time(ts) {
+                found.push(offset);
             }
-            let m = seg.map()?;
-            mapped = Some(Arc::clone(&m));
-            Ok(m)
-        };
-        // Deleted by retention since the list was taken: nothing to find there.
-        let gone =
-            |e: &Error| seg.start() < state.min_offset() && !matches!(e, Error::Corruption { .. });
-        let index = match indexes.get(state, seg, &mut map) {
-            Ok(ix) => ix,
-            Err(e) if gone(&e) => continue,
-            Err(e) => return Err(e),
-        };
-        let (mut named, from) = match index {
-            Some(ix) => {
-                let to = ix.indexed_to().min(limit);
-                match ix.probe(hash, to) {
-                    Ok(named) => (named, to),
-                    Err(key_index::Damaged) => {
-                        indexes.damaged(seg);
-                        (Vec::new(), 0)
-                    }
-                }
-            }
-            None => (Vec::new(), 0),
-        };
-        let mut walked = Vec::new();
-        if from < limit {
-            // Past the index: the headers (a complete index reaches the filler, where this ends).
-            let map = match map() {
-                Ok(m) => m,
-                Err(e) if gone(&e) => continue,
-                Err(e) => return Err(e),
-            };
-            let bytes = map.bytes(0, limit as usize);
-            let readable = |at: u64| {
-                at >= limit
-                    || decode(&bytes[at as usize..], seg.start() + at, u32::MAX as usize)
-                        == Slot::EndOfSegment
-            };
-            let walk = |from: u64, walked: &mut Vec<u64>| {
-                walked.clear();
-                key_index::walk_keys(bytes, seg.start(), from, limit, |pos, k| {
-                    if k == key {
-                        walked.push(pos);
-                    }
-                    true
-                })
-            };
-            let mut stop = walk(from, &mut walked);
-            if stop == from && from > 0 && !readable(stop) {
-                // No record where the index says its records end: the index is not to be
-                // trusted (damaged, or another segment's); the whole segment is walked.
-                indexes.damaged(seg);
-                named.clear();
-                stop = walk(0, &mut walked);
-            }
-            if stop < limit && !(readable(stop) && limit == seg.size()) {
-                // Damage where a record should start (as a scan reports it).
-                let at = seg.start() + stop;
-                let why = match reader::read(state, at) {
-                    Err(Error::InvalidOffset { reason, .. }) => reason,
-                    Err(e) => return Err(e),
-                    Ok(_) => "a record whose header the walk could not read".into(),
-                };
-                return Err(Error::corruption(
-                    Some(seg.path().to_path_buf()),
-                    Some(at),
-                    format!("no valid record where the lookup's walk expected one: {why}"),
-                ));
-            }
-        }
-        named.reverse(); // oldest first
-        for (pos, from_index) in named
-            .into_iter()
-            .map(|p| (p, true))
-            .chain(walked.into_iter().map(|p| (p, false)))
-        {
-            let offset = seg.start() + pos;
-            if offset < lo || offset >= hi {
-                continue;
-            }
-            match reader::read(state, offset) {
-                Ok(rec) if rec.key() == Some(key) && in_time(rec.timestamp_ms()) => {
-                    found.push(offset)
-                }
-                Ok(_) => {}
-                // A stale entry (its records cut by recovery): no record starts there now.
-                Err(Error::InvalidOffset { .. } | Error::OffsetOutOfRange { .. }) if from_index => {
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        })?;
     }
     found.sort_unstable();
     found.dedup();
     Ok(found)
+}
+
+/// The last record with the message id `id` stored at or after `since_ms`, if any: the newest
+/// segments first, back to the first whose records are all older (timestamps never decrease in a
+/// log). What an append with an id looks for, under the append lock (`write/dedup.rs`). (A log
+/// holds an id twice only when the first had left the window when the second came.)
+pub(crate) fn find_id(
+    state: &Arc<State>,
+    indexes: &Indexes,
+    id: &[u8],
+    since_ms: u64,
+) -> Result<Option<u64>> {
+    let max = state.max_offset();
+    let list = state.segments_full();
+    let mut last: Option<u64> = None;
+    for seg in list.as_slice().iter().rev() {
+        if seg.start() >= max {
+            continue; // rolled to, nothing published in it yet
+        }
+        if !seg.is_lost() {
+            in_segment(state, indexes, seg, Needle::Id(id), max, |offset, ts| {
+                if ts >= since_ms {
+                    last = last.max(Some(offset));
+                }
+            })?;
+        }
+        if last.is_some() {
+            break;
+        }
+        let older = |ts: u64| ts < since_ms;
+        match reader::read(state, seg.start().max(state.min_offset())) {
+            Ok(rec) if !older(rec.timestamp_ms()) => {}
+            // Its first record is older (or unreadable: the window stops at damage).
+            _ => break,
+        }
+    }
+    Ok(last)
+}
+
+/// Calls `found(offset, timestamp_ms)` for each record of `seg` below the log offset `max` that
+/// `needle` names: from its index below `indexed_to`, walked past it; every candidate read whole
+/// and compared.
+fn in_segment(
+    state: &Arc<State>,
+    indexes: &Indexes,
+    seg: &Arc<Segment>,
+    needle: Needle<'_>,
+    max: u64,
+    mut found: impl FnMut(u64, u64),
+) -> Result<()> {
+    let limit = max.min(seg.end()) - seg.start();
+    // Mapped only to walk or to build an index: a remote segment's index spares its fetch.
+    let mut mapped: Option<Arc<Mapping>> = None;
+    let mut map = || -> Result<Arc<Mapping>> {
+        if let Some(m) = &mapped {
+            return Ok(Arc::clone(m));
+        }
+        let m = seg.map()?;
+        mapped = Some(Arc::clone(&m));
+        Ok(m)
+    };
+    // Deleted by retention since the list was taken: nothing to find there.
+    let gone =
+        |e: &Error| seg.start() < state.min_offset() && !matches!(e, Error::Corruption { .. });
+    let index = match indexes.get(state, seg, &mut map) {
+        Ok(ix) => ix,
+        Err(e) if gone(&e) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let (mut named, from) = match index {
+        Some(ix) => {
+            let to = ix.indexed_to().min(limit);
+            match ix.probe(needle.hash(), to) {
+                Ok(named) => (named, to),
+                Err(key_index::Damaged) => {
+                    indexes.damaged(seg);
+                    (Vec::new(), 0)
+                }
+            }
+        }
+        None => (Vec::new(), 0),
+    };
+    let mut walked = Vec::new();
+    if from < limit {
+        // Past the index: the headers (a complete index reaches the filler, where this ends).
+        let map = match map() {
+            Ok(m) => m,
+            Err(e) if gone(&e) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let bytes = map.bytes(0, limit as usize);
+        let readable = |at: u64| {
+            at >= limit
+                || decode(&bytes[at as usize..], seg.start() + at, u32::MAX as usize)
+                    == Slot::EndOfSegment
+        };
+        let walk = |from: u64, walked: &mut Vec<u64>| {
+            walked.clear();
+            key_index::walk_props(bytes, seg.start(), from, limit, |pos, key, id| {
+                if needle.matches(key, id) {
+                    walked.push(pos);
+                }
+                true
+            })
+        };
+        let mut stop = walk(from, &mut walked);
+        if stop == from && from > 0 && !readable(stop) {
+            // No record where the index says its records end: the index is not to be
+            // trusted (damaged, or another segment's); the whole segment is walked.
+            indexes.damaged(seg);
+            named.clear();
+            stop = walk(0, &mut walked);
+        }
+        if stop < limit && !(readable(stop) && limit == seg.size()) {
+            // Damage where a record should start (as a scan reports it).
+            let at = seg.start() + stop;
+            let why = match reader::read(state, at) {
+                Err(Error::InvalidOffset { reason, .. }) => reason,
+                Err(e) => return Err(e),
+                Ok(_) => "a record whose header the walk could not read".into(),
+            };
+            return Err(Error::corruption(
+                Some(seg.path().to_path_buf()),
+                Some(at),
+                format!("no valid record where the lookup's walk expected one: {why}"),
+            ));
+        }
+    }
+    named.reverse(); // oldest first
+    for (pos, from_index) in named
+        .into_iter()
+        .map(|p| (p, true))
+        .chain(walked.into_iter().map(|p| (p, false)))
+    {
+        let offset = seg.start() + pos;
+        if offset < state.min_offset() {
+            continue;
+        }
+        match reader::read(state, offset) {
+            Ok(rec) => {
+                let (key, id) = match rec.props_block() {
+                    Some(b) => props::key_and_id(b).unwrap_or((None, None)),
+                    None => (None, None),
+                };
+                if needle.matches(key, id) {
+                    found(offset, rec.timestamp_ms());
+                }
+            }
+            // A stale entry (its records cut by recovery): no record starts there now.
+            Err(Error::InvalidOffset { .. } | Error::OffsetOutOfRange { .. }) if from_index => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }

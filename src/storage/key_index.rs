@@ -1,7 +1,9 @@
 //! A segment's key index, `NAME.keys` beside the segment `NAME` (RocketMQ's IndexFile, per
-//! segment): a hash table of the keys of the records in the segment, mapped, written by whichever
-//! process appends (under the append lock) and read by every process without a lock. Made with
-//! the segment's first keyed record: a store without keys has none.
+//! segment): a hash table of the keys and message ids of the records in the segment, mapped,
+//! written by whichever process appends (under the append lock) and read by every process without
+//! a lock. Made with the segment's first record with a key or an id: a store without them has
+//! none. A record with both has two entries; an id's hash is taken in another domain than a
+//! key's ([`Needle`]), and every candidate is compared whole anyway.
 //!
 //! ```text
 //! 0       8        16      20       24      28       32        40          48        64
@@ -69,10 +71,31 @@ pub fn allocated_beside(segment: &Path) -> u64 {
     std::fs::metadata(path_of(segment)).map_or(0, |m| m.blocks() * 512)
 }
 
-/// The hash of a key, the same in every process and build.
-pub fn hash(key: &[u8]) -> u32 {
-    fail_point!("key_index::collide", |_| 7);
-    crc32c::crc32c(key)
+/// What a probe looks for: the records with a key, or with a message id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needle<'a> {
+    Key(&'a [u8]),
+    Id(&'a [u8]),
+}
+
+impl Needle<'_> {
+    /// The hash its entries carry, the same in every process and build.
+    pub fn hash(self) -> u32 {
+        fail_point!("key_index::collide", |_| 7);
+        match self {
+            Needle::Key(key) => crc32c::crc32c(key),
+            // Seeded: a key and an id of the same bytes mostly fall in different chains.
+            Needle::Id(id) => crc32c::crc32c_append(0x6d73_6769, id),
+        }
+    }
+
+    /// Whether a record with this key and id is one it looks for.
+    pub fn matches(self, key: Option<&[u8]>, id: Option<&[u8]>) -> bool {
+        match self {
+            Needle::Key(k) => key.is_some_and(|key| props::same(key, k)),
+            Needle::Id(i) => id.is_some_and(|id| props::same(id, i)),
+        }
+    }
 }
 
 /// The table's shape for a segment of `segment_size` bytes: room for one entry per 128 bytes of
@@ -356,8 +379,13 @@ impl KeyIndex {
             at = fresh;
         }
         let mut ok = true;
-        let indexed = walk_keys(segment, start, at, to, |pos, key| {
-            ok = ok && self.insert(hash(key), pos);
+        let indexed = walk_props(segment, start, at, to, |pos, key, id| {
+            if let Some(key) = key {
+                ok = ok && self.insert(Needle::Key(key).hash(), pos);
+            }
+            if let Some(id) = id {
+                ok = ok && self.insert(Needle::Id(id).hash(), pos);
+            }
             ok
         });
         self.set_indexed_to(indexed);
@@ -430,15 +458,16 @@ fn allocate(file: &File, from: u64, len: u64, path: &Path) -> Result<()> {
         .ctx("allocating", path)
 }
 
-/// Calls `f(pos, key)` for each keyed record of the segment bytes `segment` (starting at offset
-/// `start`) in `[from, to)`, walking headers only, until `f` says stop. Returns where the walk
-/// stopped: `to`, or the first record it could not read or that `f` refused.
-pub fn walk_keys(
+/// Calls `f(pos, key, id)` for each record with a key or a message id of the segment bytes
+/// `segment` (starting at offset `start`) in `[from, to)`, walking headers only, until `f` says
+/// stop. Returns where the walk stopped: `to`, or the first record it could not read or that `f`
+/// refused.
+pub fn walk_props(
     segment: &[u8],
     start: u64,
     from: u64,
     to: u64,
-    mut f: impl FnMut(u64, &[u8]) -> bool,
+    mut f: impl FnMut(u64, Option<&[u8]>, Option<&[u8]>) -> bool,
 ) -> u64 {
     let mut at = from;
     let to = to.min(segment.len() as u64);
@@ -449,8 +478,9 @@ pub fn walk_keys(
         };
         if h.props_len > 0 {
             let block = &rest[crate::storage::record::HEADER_LEN..h.body_from()];
-            match props::key_of(block) {
-                Some(Some(key)) if !f(at, key) => return at,
+            match props::key_and_id(block) {
+                Some((None, None)) => {}
+                Some((key, id)) if !f(at, key, id) => return at,
                 Some(_) => {}
                 None => return at,
             }

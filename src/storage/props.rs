@@ -1,9 +1,11 @@
-//! A record's properties: its key and headers, the bytes a format-2 record carries between its
-//! header and its body when `attrs` is not zero (docs/format.md). Pure: no I/O.
+//! A record's properties: its key, message id and headers, the bytes a format-2 record carries
+//! between its header and its body when `attrs` is not zero (docs/format.md). Pure: no I/O.
 //!
 //! ```text
-//! flags: u8                   bit 0: a key follows; bit 1: headers follow; others zero
+//! flags: u8                   bit 0: a key follows; bit 1: headers follow; bit 2: an id
+//!                             follows; others zero
 //! [key_len: u16, key]         the key (0 to MAX_KEY_LEN bytes; an empty key is a key)
+//! [id_len: u16, id]           the message id (1 to MAX_ID_LEN bytes: `write/dedup.rs`)
 //! [count: u16,                the headers, in order, names repeatable
 //!   count x (name_len: u16, name (UTF-8), value_len: u32, value)]
 //! ```
@@ -16,6 +18,8 @@ use crate::error::{Error, Result};
 pub const MAX_PROPS_LEN: usize = (1 << 24) - 1;
 /// The longest key a record carries.
 pub const MAX_KEY_LEN: usize = u16::MAX as usize;
+/// The longest message id.
+pub const MAX_ID_LEN: usize = u16::MAX as usize;
 /// The most headers a record carries.
 pub const MAX_HEADERS: usize = u16::MAX as usize;
 /// The longest header name.
@@ -23,18 +27,22 @@ pub const MAX_NAME_LEN: usize = u16::MAX as usize;
 
 const HAS_KEY: u8 = 1;
 const HAS_HEADERS: u8 = 2;
+const HAS_ID: u8 = 4;
+const KNOWN: u8 = HAS_KEY | HAS_HEADERS | HAS_ID;
 
-/// A record's key and headers, borrowed from the record (or from the caller, to encode).
+/// A record's key, message id and headers, borrowed from the record (or from the caller, to
+/// encode).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Props<'a> {
     pub key: Option<&'a [u8]>,
+    pub id: Option<&'a [u8]>,
     pub headers: Vec<(&'a str, &'a [u8])>,
 }
 
 impl Props<'_> {
     /// Whether a record with these properties is a plain record (no properties block).
     pub fn is_empty(&self) -> bool {
-        self.key.is_none() && self.headers.is_empty()
+        self.key.is_none() && self.id.is_none() && self.headers.is_empty()
     }
 }
 
@@ -46,6 +54,9 @@ pub struct Message<'a> {
     pub key: Option<&'a [u8]>,
     /// Headers, in order; a name may repeat.
     pub headers: &'a [(&'a str, &'a [u8])],
+    /// The message id (1 to [`MAX_ID_LEN`] bytes): an append of a message whose id a record of
+    /// the de-duplication window has is not written (`write/dedup.rs`).
+    pub id: Option<&'a [u8]>,
 }
 
 impl<'a> Message<'a> {
@@ -70,6 +81,13 @@ impl<'a> Message<'a> {
         self.headers = headers;
         self
     }
+
+    /// With the message id `id`.
+    #[must_use]
+    pub fn id(mut self, id: &'a [u8]) -> Message<'a> {
+        self.id = Some(id);
+        self
+    }
 }
 
 /// Each message's encoded properties (empty when no message has any), naming the message in
@@ -77,7 +95,7 @@ impl<'a> Message<'a> {
 pub fn encode_all(messages: &[Message<'_>]) -> Result<Vec<Vec<u8>>> {
     if messages
         .iter()
-        .all(|m| m.key.is_none() && m.headers.is_empty())
+        .all(|m| m.key.is_none() && m.id.is_none() && m.headers.is_empty())
     {
         return Ok(Vec::new());
     }
@@ -92,21 +110,22 @@ pub fn encode_all(messages: &[Message<'_>]) -> Result<Vec<Vec<u8>>> {
             } else {
                 String::new()
             };
-            encode(m.key, m.headers, &which, &mut out)?;
+            encode(m.key, m.id, m.headers, &which, &mut out)?;
             Ok(out)
         })
         .collect()
 }
 
-/// Appends the block for `key` and `headers` to `out` (nothing for neither). `which` names the
-/// record in errors ("", or " (bodies[3])").
+/// Appends the block for `key`, the message id `id` and `headers` to `out` (nothing for none of
+/// them). `which` names the record in errors ("", or " (bodies[3])").
 pub fn encode<N: AsRef<str>, V: AsRef<[u8]>>(
     key: Option<&[u8]>,
+    id: Option<&[u8]>,
     headers: &[(N, V)],
     which: &str,
     out: &mut Vec<u8>,
 ) -> Result<()> {
-    let mut e = Encoder::new(out, key, headers.len(), which)?;
+    let mut e = Encoder::new(out, key, id, headers.len(), which)?;
     for (name, value) in headers {
         e.header(name.as_ref(), value.as_ref())?;
     }
@@ -115,7 +134,7 @@ pub fn encode<N: AsRef<str>, V: AsRef<[u8]>>(
 
 /// Writes a properties block piece by piece, straight from the caller's values (the bindings
 /// encode from Python objects without gathering them first). Writes nothing for a record
-/// without a key and headers.
+/// without a key, an id and headers.
 pub struct Encoder<'a> {
     out: &'a mut Vec<u8>,
     start: usize,
@@ -126,11 +145,12 @@ pub struct Encoder<'a> {
 }
 
 impl<'a> Encoder<'a> {
-    /// Starts the block of a record with `key` and `headers` headers (which [`Encoder::header`]
-    /// then writes, in order).
+    /// Starts the block of a record with `key`, the message id `id` and `headers` headers
+    /// (which [`Encoder::header`] then writes, in order).
     pub fn new(
         out: &'a mut Vec<u8>,
         key: Option<&[u8]>,
+        id: Option<&[u8]>,
         headers: usize,
         which: &'a str,
     ) -> Result<Encoder<'a>> {
@@ -142,7 +162,7 @@ impl<'a> Encoder<'a> {
             written: 0,
             which,
         };
-        if key.is_none() && headers == 0 {
+        if key.is_none() && id.is_none() && headers == 0 {
             return Ok(e);
         }
         if headers > MAX_HEADERS {
@@ -150,8 +170,9 @@ impl<'a> Encoder<'a> {
                 "a record carries at most {MAX_HEADERS} headers, not {headers}"
             )));
         }
-        let flags =
-            if key.is_some() { HAS_KEY } else { 0 } | if headers == 0 { 0 } else { HAS_HEADERS };
+        let flags = if key.is_some() { HAS_KEY } else { 0 }
+            | if headers == 0 { 0 } else { HAS_HEADERS }
+            | if id.is_some() { HAS_ID } else { 0 };
         e.out.push(flags);
         if let Some(key) = key {
             if key.len() > MAX_KEY_LEN {
@@ -162,6 +183,16 @@ impl<'a> Encoder<'a> {
             }
             e.out.extend_from_slice(&(key.len() as u16).to_le_bytes());
             e.out.extend_from_slice(key);
+        }
+        if let Some(id) = id {
+            if id.is_empty() || id.len() > MAX_ID_LEN {
+                return Err(e.bad(format!(
+                    "a message id is 1 to {MAX_ID_LEN} bytes, this one has {}",
+                    id.len()
+                )));
+            }
+            e.out.extend_from_slice(&(id.len() as u16).to_le_bytes());
+            e.out.extend_from_slice(id);
         }
         if headers > 0 {
             e.out.extend_from_slice(&(headers as u16).to_le_bytes());
@@ -230,19 +261,36 @@ fn u32_at(b: &[u8], at: &mut usize) -> Option<usize> {
 /// The key in `block` (a record's properties): `Some(None)` for a record without one, `None`
 /// for a block that does not parse. Reads nothing past the key.
 pub fn key_of(block: &[u8]) -> Option<Option<&[u8]>> {
-    if block.is_empty() {
-        return Some(None);
-    }
-    let flags = block[0];
-    if flags & !(HAS_KEY | HAS_HEADERS) != 0 {
+    key_and_id(block).map(|(key, _)| key)
+}
+
+/// The message id in `block`, as [`key_of`] the key.
+pub fn id_of(block: &[u8]) -> Option<Option<&[u8]>> {
+    key_and_id(block).map(|(_, id)| id)
+}
+
+/// A record's key and message id, each `None` when it has none.
+pub type KeyAndId<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
+/// The key and the message id in `block` (`None` for a block that does not parse as far as
+/// them). Reads nothing past the id: what an index takes from a record.
+pub fn key_and_id(block: &[u8]) -> Option<KeyAndId<'_>> {
+    let Some(&flags) = block.first() else {
+        return Some((None, None));
+    };
+    if flags & !KNOWN != 0 {
         return None;
     }
     let mut at = 1;
-    if flags & HAS_KEY == 0 {
-        return Some(None);
-    }
-    let n = u16_at(block, &mut at)?;
-    take(block, &mut at, n).map(Some)
+    let mut field = |present: u8| -> Option<Option<&[u8]>> {
+        if flags & present == 0 {
+            return Some(None);
+        }
+        let n = u16_at(block, &mut at)?;
+        take(block, &mut at, n).map(Some)
+    };
+    let key = field(HAS_KEY)?;
+    Some((key, field(HAS_ID)?))
 }
 
 /// The whole block, checked: every length within it, header names UTF-8, nothing left over.
@@ -252,7 +300,7 @@ pub fn decode(block: &[u8]) -> Option<Props<'_>> {
         return Some(Props::default());
     }
     let flags = block[0];
-    if flags & !(HAS_KEY | HAS_HEADERS) != 0 || flags == 0 {
+    if flags & !KNOWN != 0 || flags == 0 {
         return None;
     }
     let mut at = 1;
@@ -260,6 +308,14 @@ pub fn decode(block: &[u8]) -> Option<Props<'_>> {
     if flags & HAS_KEY != 0 {
         let n = u16_at(block, &mut at)?;
         props.key = Some(take(block, &mut at, n)?);
+    }
+    if flags & HAS_ID != 0 {
+        let n = u16_at(block, &mut at)?;
+        let id = take(block, &mut at, n)?;
+        if id.is_empty() {
+            return None;
+        }
+        props.id = Some(id);
     }
     if flags & HAS_HEADERS != 0 {
         let count = u16_at(block, &mut at)?;
@@ -308,13 +364,20 @@ pub fn walk<'a>(
 ) -> bool {
     let mut go = || -> Option<()> {
         let flags = *block.first()?;
-        if flags & !(HAS_KEY | HAS_HEADERS) != 0 || flags == 0 {
+        if flags & !KNOWN != 0 || flags == 0 {
             return None;
         }
         let mut at = 1;
         if flags & HAS_KEY != 0 {
             let n = u16_at(block, &mut at)?;
             key(take(block, &mut at, n)?);
+        }
+        if flags & HAS_ID != 0 {
+            let n = u16_at(block, &mut at)?;
+            if n == 0 {
+                return None;
+            }
+            take(block, &mut at, n)?;
         }
         if flags & HAS_HEADERS != 0 {
             let count = u16_at(block, &mut at)?;
@@ -349,9 +412,11 @@ pub fn find_header<'a>(
     }
     let flags = block[0];
     let mut at = 1;
-    if flags & HAS_KEY != 0 {
-        let n = u16_at(block, &mut at)?;
-        take(block, &mut at, n)?;
+    for present in [HAS_KEY, HAS_ID] {
+        if flags & present != 0 {
+            let n = u16_at(block, &mut at)?;
+            take(block, &mut at, n)?;
+        }
     }
     if flags & HAS_HEADERS == 0 {
         return Some(false);
@@ -374,24 +439,34 @@ mod tests {
     use proptest::prelude::*;
 
     fn block(key: Option<&[u8]>, headers: &[(&str, &[u8])]) -> Vec<u8> {
+        block_with_id(key, None, headers)
+    }
+
+    fn block_with_id(key: Option<&[u8]>, id: Option<&[u8]>, headers: &[(&str, &[u8])]) -> Vec<u8> {
         let mut out = Vec::new();
-        encode(key, headers, "", &mut out).unwrap();
+        encode(key, id, headers, "", &mut out).unwrap();
         out
     }
 
     proptest! {
         #[test]
         fn round_trip(key in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
+                      id in proptest::option::of(proptest::collection::vec(any::<u8>(), 1..40)),
                       headers in proptest::collection::vec(
                           ("[a-zé]{0,6}", proptest::collection::vec(any::<u8>(), 0..20)), 0..5)) {
             let hs: Vec<(&str, &[u8])> =
                 headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect();
-            let b = block(key.as_deref(), &hs);
-            prop_assert_eq!(b.is_empty(), key.is_none() && hs.is_empty());
+            let b = block_with_id(key.as_deref(), id.as_deref(), &hs);
+            prop_assert_eq!(b.is_empty(), key.is_none() && id.is_none() && hs.is_empty());
             let p = decode(&b).unwrap();
             prop_assert_eq!(p.key, key.as_deref());
+            prop_assert_eq!(p.id, id.as_deref());
             prop_assert_eq!(&p.headers, &hs);
             prop_assert_eq!(key_of(&b).unwrap(), key.as_deref());
+            prop_assert_eq!(id_of(&b).unwrap(), id.as_deref());
+            let mut seen = 0;
+            prop_assert_eq!(find_header(&b, |_, _| { seen += 1; false }), Some(false));
+            prop_assert_eq!(seen, hs.len());
             prop_assert!(is_valid(&b));
             // A byte less, or one more: refused by both.
             if !b.is_empty() {
@@ -437,15 +512,26 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_id_is_refused() {
+        let mut out = Vec::new();
+        assert!(matches!(
+            Encoder::new(&mut out, None, Some(b""), 0, ""),
+            Err(Error::InvalidArgument(m)) if m.contains("message id")
+        ));
+        // Written so anyway (a forgery under a valid CRC): it does not parse.
+        assert!(!is_valid(&[HAS_ID, 0, 0]) && decode(&[HAS_ID, 0, 0]).is_none());
+    }
+
+    #[test]
     fn limits_are_typed_errors() {
         let long = vec![0u8; MAX_KEY_LEN + 1];
         let mut out = Vec::new();
         assert!(matches!(
-            encode::<&str, &[u8]>(Some(&long), &[], " (bodies[2])", &mut out),
+            encode::<&str, &[u8]>(Some(&long), None, &[], " (bodies[2])", &mut out),
             Err(Error::InvalidArgument(m)) if m.contains("bodies[2]")
         ));
         let name = "n".repeat(MAX_NAME_LEN + 1);
-        assert!(encode(None, &[(name.as_str(), b"v")], "", &mut out).is_err());
+        assert!(encode(None, None, &[(name.as_str(), b"v")], "", &mut out).is_err());
     }
 
     #[test]

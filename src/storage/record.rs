@@ -466,7 +466,7 @@ mod tests {
     #[test]
     fn properties_sit_between_header_and_body_under_the_crc() {
         let mut props = Vec::new();
-        props::encode::<&str, &[u8]>(Some(b"k"), &[], "", &mut props).unwrap();
+        props::encode::<&str, &[u8]>(Some(b"k"), None, &[], "", &mut props).unwrap();
         let body = b"body";
         let mut rec = encode(Format::V2, &props, body, None, 64, 5).to_vec();
         rec.extend_from_slice(&props);

@@ -39,6 +39,11 @@ pub struct WriterSettings {
     pub force_clean_ratio_by_dir: Vec<(String, Option<f64>)>,
     pub min_free_bytes: u64,
     pub clean_interval_ms: u64,
+    /// Recorded since appends with message ids; a record from before has the defaults.
+    #[serde(default = "default_dedup_window_ms")]
+    pub dedup_window_ms: u64,
+    #[serde(default)]
+    pub dedup_window_records: Option<u64>,
     /// The remote tier's URL and the policy its uploads and local deletions follow.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier: Option<TierPolicy>,
@@ -46,6 +51,10 @@ pub struct WriterSettings {
 
 fn default_idle_hours() -> Option<f64> {
     Options::default().consumer_idle_hours
+}
+
+fn default_dedup_window_ms() -> u64 {
+    millis(Options::default().dedup_window)
 }
 
 /// The store-wide part of the tier options: where segments go, and when.
@@ -83,6 +92,8 @@ impl WriterSettings {
             force_clean_ratio_by_dir: by_dir(&opts.force_clean_ratio.overrides),
             min_free_bytes: opts.min_free_bytes,
             clean_interval_ms: millis(opts.clean_interval),
+            dedup_window_ms: millis(opts.dedup_window),
+            dedup_window_records: opts.dedup_window_records,
             tier: opts.tier.as_ref().map(|t| TierPolicy {
                 url: t.url.trim_end_matches('/').to_string(),
                 after_ms: millis(t.after),
@@ -180,6 +191,12 @@ impl WriterSettings {
         if !names(StoreSetting::CleanInterval) {
             opts.clean_interval = ms(self.clean_interval_ms);
         }
+        if !names(StoreSetting::DedupWindow) {
+            opts.dedup_window = ms(self.dedup_window_ms);
+        }
+        if !names(StoreSetting::DedupWindowRecords) {
+            opts.dedup_window_records = self.dedup_window_records;
+        }
         let Some(recorded) = &self.tier else {
             return;
         };
@@ -267,6 +284,8 @@ impl WriterSettings {
             ),
             ("min_free_bytes", self.min_free_bytes.to_string()),
             ("clean_interval_ms", self.clean_interval_ms.to_string()),
+            ("dedup_window_ms", self.dedup_window_ms.to_string()),
+            ("dedup_window_records", opt(self.dedup_window_records)),
             ("tier_url", opt(tier.map(|t| &t.url))),
             ("tier_after (ms)", opt(tier.map(|t| t.after_ms))),
             (
@@ -307,6 +326,8 @@ mod tests {
             .retain_unconsumed(true)
             .consumer_idle_hours(None)
             .clean_interval(Duration::from_secs(60))
+            .dedup_window(Duration::from_secs(5))
+            .dedup_window_records(Some(1000))
             .tier(Some(TierOptions {
                 after: Duration::from_secs(5),
                 ..TierOptions::new("file:///t")
@@ -343,7 +364,11 @@ mod tests {
         let fields = json.as_object_mut().unwrap();
         fields.remove("retain_unconsumed");
         fields.remove("consumer_idle_hours");
+        fields.remove("dedup_window_ms");
+        fields.remove("dedup_window_records");
         let old: WriterSettings = serde_json::from_value(json).unwrap();
+        assert_eq!(old.dedup_window_ms, 120_000);
+        assert_eq!(old.dedup_window_records, None);
         assert_eq!(
             old.consumer_idle_hours,
             Options::default().consumer_idle_hours

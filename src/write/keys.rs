@@ -4,8 +4,8 @@
 //! lock (the writer's cursor; for shared writers the store's lock too), so one process at a
 //! time writes an index.
 //!
-//! A segment gets its index with its first keyed record (an append whose batch has one, by any
-//! process): a store without keys has no index files. An index is a cache: nothing here fails
+//! A segment gets its index with its first record with a key or a message id (an append whose
+//! batch has one, by any process): a store without them has no index files. An index is a cache: nothing here fails
 //! an append. A file that cannot be made or grown is logged once per segment and lookups walk
 //! the records it lacks.
 
@@ -57,6 +57,20 @@ impl Indexer {
             if let Some(ix) = self.index_for(seg, keyed, keyed, mode) {
                 ix.catch_up(map.bytes(0, pos as usize), seg.start(), from, pos);
             }
+        }
+    }
+
+    /// Before an append with message ids: the index of the active segment `seg` takes the records
+    /// published below `pos` (made if there is none), so that its ids can be looked up.
+    pub fn caught_up(
+        &mut self,
+        active: Option<(&Arc<Segment>, &Arc<Mapping>)>,
+        pos: u64,
+        mode: u32,
+    ) {
+        let Some((seg, map)) = active else { return };
+        if let Some(ix) = self.index_for(seg, true, true, mode) {
+            ix.catch_up(map.bytes(0, pos as usize), seg.start(), pos, pos);
         }
     }
 

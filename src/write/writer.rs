@@ -25,6 +25,7 @@ use crate::storage::segment::{Mapping, Segment};
 use crate::storage::tail_hint::TailHints;
 use crate::sync::locked;
 use crate::write::active_file::ActiveFile;
+use crate::write::dedup::{self, Once, Seen};
 use crate::write::flusher::flush_to;
 use crate::write::keys::Indexer;
 use crate::write::roll::{ask_custom, check_limit, roll, Created};
@@ -117,6 +118,18 @@ impl Cursor {
         let warmed = ctl.warmed().clamp(last.start(), last.end()) - last.start();
         self.file.raise_to(pos.max(warmed));
         Ok(())
+    }
+
+    /// With the append lock held: the active segment's index takes every record published in
+    /// it (by any process), made if it has none.
+    fn index_published(&mut self, mode: u32) {
+        let active = self.active.as_ref().map(|(s, m)| (s, m));
+        self.keys.caught_up(active, self.pos, mode);
+    }
+
+    /// The timestamp the next record gets: never older than the last one's.
+    fn next_timestamp(&self, state: &State) -> u64 {
+        now_ms().max(state.last_timestamp_ms())
     }
 
     /// With the append lock held: brings a shared writer's view and cursor up to the page,
@@ -250,12 +263,14 @@ impl Writer {
 
     /// Appends `bodies` under one lock acquisition and reports each offset to `sink`. `props`
     /// holds each record's encoded properties ([`crate::storage::props`]), or is empty when none
-    /// has any.
+    /// has any. With `once`, records whose message id is in the de-duplication window are not
+    /// written: `sink` gets the offset of the record that has it (`write/dedup.rs`).
     pub fn append_with<B: AsRef<[u8]>>(
         &self,
-        state: &State,
+        state: &Arc<State>,
         bodies: &[B],
         props: &[Vec<u8>],
+        once: Option<&mut Once<'_>>,
         mut sink: impl FnMut(u64),
     ) -> Result<()> {
         state.check_open()?;
@@ -296,6 +311,7 @@ impl Writer {
                 &many
             }
         };
+        let once = once.filter(|_| dedup::has_ids(props));
         // A custom strategy is asked again when other appends moved the end past what it placed;
         // a start still unplaced after that goes by round robin.
         let mut asks = 0;
@@ -336,7 +352,23 @@ impl Writer {
                 crcs,
                 props,
             };
-            let end = write_batch(state, &mut c, &self.warm, ctl.as_deref(), batch, &mut sink)?;
+            let end = match once {
+                None => write_batch(state, &mut c, &self.warm, ctl.as_deref(), batch, &mut sink)?,
+                Some(once) => {
+                    c.index_published(state.opts.file_mode);
+                    let seen = dedup::check(state, once.indexes, props, c.next_timestamp(state))?;
+                    write_new(
+                        state,
+                        &mut c,
+                        &self.warm,
+                        ctl.as_deref(),
+                        batch,
+                        &seen,
+                        once,
+                        &mut sink,
+                    )?
+                }
+            };
             if let Some(ctl) = &ctl {
                 c.note_warmed(ctl);
             }
@@ -362,8 +394,8 @@ impl Writer {
     pub fn try_append(&self, state: &State, body: &[u8], props: &[Vec<u8>]) -> Result<Option<u64>> {
         state.check_open()?;
         let props_len = props.first().map_or(0, Vec::len);
-        if props_len > 0 && state.record_format == Format::V1 {
-            return Ok(None); // the slow path says why
+        if props_len > 0 && (state.record_format == Format::V1 || dedup::has_ids(props)) {
+            return Ok(None); // the slow path says why, or looks the id up
         }
         check_size(state, props_len + body.len())?;
         if state.opts.flush.policy().each_append {
@@ -479,6 +511,54 @@ fn lock_page<'a>(state: &State, c: &mut Cursor, ctl: &'a Control) -> Result<Page
     Ok(page)
 }
 
+/// [`write_batch`] of the records of `batch` that `seen` says are new; `sink` gets every record's
+/// offset, a duplicate's being that of the record holding its id.
+#[allow(clippy::too_many_arguments)]
+fn write_new<B: AsRef<[u8]>>(
+    state: &State,
+    c: &mut Cursor,
+    warm: &Slot,
+    shared: Option<&Control>,
+    batch: Batch<'_, B>,
+    seen: &[Seen],
+    once: &mut Once<'_>,
+    mut sink: impl FnMut(u64),
+) -> Result<u64> {
+    if seen.iter().all(|s| *s == Seen::New) {
+        return write_batch(state, c, warm, shared, batch, sink);
+    }
+    let new: Vec<usize> = (0..seen.len()).filter(|&i| seen[i] == Seen::New).collect();
+    let bodies: Vec<&[u8]> = new.iter().map(|&i| batch.bodies[i].as_ref()).collect();
+    let props: Vec<Vec<u8>> = new.iter().map(|&i| batch.props(i).to_vec()).collect();
+    let mut written = Vec::with_capacity(new.len());
+    let end = match new.is_empty() {
+        true => c.end(),
+        false => {
+            let batch = Batch {
+                bodies: &bodies,
+                crcs: &[],
+                props: &props,
+            };
+            write_batch(state, c, warm, shared, batch, |o| written.push(o))?
+        }
+    };
+    let mut offsets: Vec<u64> = Vec::with_capacity(seen.len());
+    let mut fresh = written.into_iter();
+    for (i, s) in seen.iter().enumerate() {
+        let offset = match *s {
+            Seen::New => fresh.next().unwrap_or_default(),
+            Seen::Stored(at) => at,
+            Seen::InBatch(j) => offsets[j],
+        };
+        if *s != Seen::New {
+            once.duplicates.push(i);
+        }
+        offsets.push(offset);
+        sink(offset);
+    }
+    Ok(end)
+}
+
 /// Writes and publishes a batch; returns the new end of the log.
 /// `shared`: the control page whose append lock the caller holds, to reserve the batch's bytes
 /// in before the first is written (see `shared.rs`).
@@ -491,11 +571,12 @@ fn write_batch<B: AsRef<[u8]>>(
     mut sink: impl FnMut(u64),
 ) -> Result<u64> {
     let (starts, planned_end) = c.plan(&batch, state.opts.segment_size)?;
-    // A keyed record makes its segment's index (`write/keys.rs`); a plain one only updates one.
+    // A record with a key or an id makes its segment's index (`write/keys.rs`); a plain one
+    // only updates one.
     let batch_keyed = batch
         .props
         .iter()
-        .any(|p| matches!(props::key_of(p), Some(Some(_))));
+        .any(|p| !matches!(props::key_and_id(p), Some((None, None))));
     let Batch { bodies, crcs, .. } = batch;
     let new_segments = if starts.is_empty() {
         Vec::new()
@@ -509,7 +590,7 @@ fn write_batch<B: AsRef<[u8]>>(
     fail_point!("append::reserved");
     let mut new_segments = new_segments.into_iter();
     let sync = state.opts.flush.policy().each_append;
-    let ts = now_ms().max(state.last_timestamp_ms());
+    let ts = c.next_timestamp(state);
     let mut bytes = 0u64;
     // The records written into each segment, counted once they are published: where they
     // start in the current one and how many; the segments this batch sealed (rare: no

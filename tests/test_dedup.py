@@ -1,0 +1,161 @@
+"""Appends that happen once (docs/messages.md): ``msg_id=`` / ``msg_ids=``, the window by time
+and by count recorded with the store, and producer processes that retry after a SIGKILL."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rmqlog import DEFAULTS, MAX_ID_LEN, Appended, CommitLog, CommitLogError
+
+SEGMENT = 64 * 1024
+
+
+def test_a_second_append_with_an_id_writes_nothing_and_returns_the_first(tmp_path):
+    with CommitLog(str(tmp_path), segment_size=SEGMENT) as log:
+        first = log.append(b"order 4711 paid", msg_id="evt-1", key="4711")
+        end = log.max_offset
+        assert log.append(b"order 4711 paid (retry)", msg_id=b"evt-1") == first
+        assert log.max_offset == end
+        rec = log.read_record(first)
+        assert (rec.msg_id, rec.key, bytes(rec.body)) == (b"evt-1", b"4711", b"order 4711 paid")
+        assert log.read_record(log.append(b"plain")).msg_id is None
+        # Ids are not keys: the id is not found by lookup, the key is.
+        assert log.lookup("evt-1") == [] and log.lookup("4711") == [first]
+
+
+def test_a_batch_says_which_records_were_already_there(tmp_path):
+    with CommitLog(str(tmp_path), segment_size=SEGMENT) as log:
+        a = log.append(b"a", msg_id="a")
+        got = log.append_batch(
+            [b"a again", b"b", b"b again", b"plain", b"c"], msg_ids=["a", "b", "b", None, b"c"]
+        )
+        assert isinstance(got, Appended) and isinstance(got, list)
+        assert got[0] == a and got[2] == got[1] and got.duplicates == [0, 2]
+        assert len(set(got)) == 4 and "duplicates=[0, 2]" in repr(got)
+        assert [bytes(b) for _, b in log.scan(0)] == [b"a", b"b", b"plain", b"c"]
+        # Without msg_ids: a plain list, as before.
+        assert type(log.append_batch([b"x"])) is list
+        assert log.append_batch([b"y"], msg_ids=["a"], offsets=False) is None
+
+
+def test_bad_ids_are_refused_before_anything_is_written(tmp_path):
+    with CommitLog(str(tmp_path), segment_size=SEGMENT) as log:
+        log.append(b"x")
+        end = log.max_offset
+        with pytest.raises(TypeError, match="msg_id"):
+            log.append(b"x", msg_id=5)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="message id is 1 to"):
+            log.append(b"x", msg_id=b"")
+        with pytest.raises(ValueError, match="message id is 1 to"):
+            log.append(b"x", msg_id=b"i" * (MAX_ID_LEN + 1))
+        with pytest.raises(TypeError, match=r"msg_id\[1\]"):
+            log.append_batch([b"x", b"y"], msg_ids=["a", 2])  # type: ignore[list-item]
+        with pytest.raises(ValueError, match="msg_ids has 1 items for 2 bodies"):
+            log.append_batch([b"x", b"y"], msg_ids=["a"])
+        assert log.max_offset == end
+
+
+def test_the_window_by_time_and_by_count_is_recorded_with_the_store(tmp_path):
+    d = str(tmp_path)
+    assert DEFAULTS["dedup_window_ms"] == 120_000 and DEFAULTS["dedup_window_records"] is None
+    with pytest.raises(
+        (CommitLogError, ValueError), match="dedup_window_records must be at least 1"
+    ):
+        CommitLog(d, dedup_window_records=0)
+    with CommitLog(d, segment_size=SEGMENT, dedup_window_ms=1000, dedup_window_records=3) as log:
+        first = log.append(b"a", msg_id="x")
+        log.append_batch([b"1", b"2"])
+        assert log.append(b"a", msg_id="x") == first  # three records from it to the end
+        log.append(b"3")
+        by_count = log.append(b"a", msg_id="x")
+        assert by_count > first
+        assert log.append(b"a", msg_id="x") == by_count
+    # A later open that names neither keeps both.
+    with CommitLog(d) as log:
+        s = log.recorded_settings()
+        assert s is not None
+        assert (s["dedup_window_ms"], s["dedup_window_records"]) == (1000, 3)
+        time.sleep(1.05)
+        assert log.append(b"a", msg_id="x") > by_count  # older than the window
+    with CommitLog(d, dedup_window_records=None) as log:
+        s = log.recorded_settings()
+        assert s is not None and s["dedup_window_records"] is None
+
+
+def test_ids_are_found_after_a_restart_and_without_index_files(tmp_path):
+    d = tmp_path / "d"
+    with CommitLog(str(d), segment_size=SEGMENT) as log:
+        offsets = log.append_batch(
+            [b"%d" % i * 300 for i in range(400)], msg_ids=[f"m{i}" for i in range(400)]
+        )
+        assert len(log.segments()) > 1
+    for keys in d.glob("*.keys"):
+        keys.unlink()
+    with CommitLog(str(d), segment_size=SEGMENT) as log:
+        again = log.append_batch([b"retry"] * 400, msg_ids=[f"m{i}" for i in range(400)])
+        assert list(again) == list(offsets) and again.duplicates == list(range(400))
+
+
+PRODUCER = """
+import random, sys
+from rmqlog import CommitLog
+d, k, start, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+log = CommitLog(d, segment_size=65536, exclusive=False)
+rnd = random.Random(k * 7919 + start)
+i, dups = start, 0
+while i < n:
+    m = min(rnd.randint(1, 6), n - i)
+    ids = [f"p{k}-{j}" for j in range(i, i + m)]
+    got = log.append_batch([i.encode() * 40 for i in ids], msg_ids=ids)
+    dups += len(got.duplicates)
+    i += m
+    print("acked", i, flush=True)
+print("dups", dups, flush=True)
+log.close()
+"""
+
+
+def _producer(d: str, k: int, start: int, n: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", PRODUCER, d, str(k), str(start), str(n)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_producers_that_retry_after_a_sigkill_write_each_message_once(tmp_path):
+    """Three shared producer processes; one is SIGKILLed mid-run and started again from well
+    before its last acknowledgement (a retry of what it may or may not have written): every
+    message is in the log once, none is lost."""
+    d = str(tmp_path / "d")
+    CommitLog(d, segment_size=SEGMENT).close()
+    n = 400
+    procs = [_producer(d, k, 0, n) for k in range(3)]
+    assert procs[0].stdout is not None
+    acked = 0
+    for line in procs[0].stdout:
+        acked = int(line.split()[1])
+        if acked >= 150:
+            break
+    os.kill(procs[0].pid, signal.SIGKILL)
+    procs[0].wait()
+    # What the killed process printed last is its last known progress; it may have appended more.
+    restart = max(0, acked - 60)
+    procs[0] = _producer(d, 0, restart, n)
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
+    retry_dups = int(outs[0][0].split()[-1])
+    assert retry_dups >= acked - restart, outs[0][0][-200:]
+    with CommitLog(d, read_only=True) as log:
+        ids = [log.read_record(o).msg_id for o, _ in log.scan(0)]
+    counts = collections.Counter(ids)
+    assert [i for i, c in counts.items() if c > 1] == []
+    assert set(counts) == {f"p{k}-{j}".encode() for k in range(3) for j in range(n)}
