@@ -71,11 +71,14 @@ TARGETS: dict[str, tuple[str, float | None]] = {
     "consumer_nack_redeliver": ("<=", 1),
     # Keys and headers (docs/messages.md): keyed appends over plain ones; lookups per second.
     "append_key_headers_100_vs_plain": (">=", 0.8),
+    "dedup_append_100_vs_plain": (">=", 0.7),
     "lookup_key_vs_sqlite_index": (">=", 3),
     "lookup_key_vs_scan": (">=", 10_000),
     # A consumer filtered in Rust receiving 1 record in 10 against an unfiltered one receiving
     # all, time per record the filtered one receives.
     "consumer_filter_1in10_vs_all": (">=", 5),
+    # where key = x through the key index against the full query, both net of the floor.
+    "spark_key_filter_vs_full": ("<=", 0.1),
 }
 
 BODY_100 = bytes(range(100))

@@ -1,7 +1,12 @@
-"""Rows append_key_headers_100_vs_plain, lookup_key_vs_sqlite_index, lookup_key_vs_scan: records
-that carry a key and headers (docs/messages.md), and ``lookup(key)`` through the segments' key
-indexes against what a user without it would do: an indexed sqlite3 table of (key, offset), or a
-scan of the log comparing each record's key.
+"""Rows append_key_headers_100_vs_plain, lookup_key_vs_sqlite_index, lookup_key_vs_scan,
+dedup_append_100_vs_plain: records that carry a key and headers (docs/messages.md), ``lookup(key)``
+through the segments' key indexes against what a user without it would do (an indexed sqlite3
+table of (key, offset), or a scan of the log comparing each record's key), and appends with
+message ids.
+
+``dedup_append_100_vs_plain``: ``append(body, msg_id=...)`` of 100 B bodies, each with a fresh
+16 B id (every append is looked up in the window and written), against ``append`` of the same
+bodies alone, a fresh log per repetition, the store's default window (2 minutes).
 
 ``append_key_headers_100_vs_plain``: ``append`` of 100 B bodies, each with a 16 B key and two
 headers, against ``append`` of the same bodies alone (``py_append_100``'s loop), a fresh log per
@@ -55,7 +60,12 @@ from harness import (
     timed,
 )
 
-NAMES = ("append_key_headers_100_vs_plain", "lookup_key_vs_sqlite_index", "lookup_key_vs_scan")
+NAMES = (
+    "append_key_headers_100_vs_plain",
+    "lookup_key_vs_sqlite_index",
+    "lookup_key_vs_scan",
+    "dedup_append_100_vs_plain",
+)
 
 KEY_LEN = 16
 # Distinct (key, headers) pairs the append row cycles through.
@@ -144,6 +154,56 @@ def _append_row(s: Sizes, wd: Workdir) -> Row:
         "the same log's append(100 B) alone, for _ in range(n) (py_append_100's loop)",
         key_len=KEY_LEN,
         pool=KEYED_POOL,
+    )
+
+
+def _dedup_row(s: Sizes, wd: Workdir) -> Row:
+    from rmqlog import CommitLog
+
+    n = s.records_100
+    ids = [b"evt-%012d" % i for i in range(n)]
+
+    def ours() -> float:
+        d = wd.new()
+        log = CommitLog(os.path.join(d, "log"), segment_size=SEGMENT)
+        append = log.append
+
+        def go() -> None:
+            for i in ids:
+                append(BODY_100, msg_id=i)
+
+        t = timed(go)
+        assert len(log) == n, len(log)
+        log.close()
+        shutil.rmtree(d)
+        return t
+
+    def base() -> float:
+        d = wd.new()
+        log = CommitLog(os.path.join(d, "log"), segment_size=SEGMENT)
+        append = log.append
+
+        def go() -> None:
+            for _ in ids:
+                append(BODY_100)
+
+        t = timed(go)
+        assert len(log) == n, len(log)
+        log.close()
+        shutil.rmtree(d)
+        return t
+
+    say(f"appends with a fresh message id (100 B, single) against plain appends ({n})")
+    to, tb = alternate(s.reps, ours, base)
+    return throughput(
+        NAMES[3],
+        n,
+        to,
+        tb,
+        "CommitLog(path, segment_size=1 GiB) (flush='async', dedup_window_ms 120,000), "
+        "append(100 B, msg_id=16 B), a fresh id each, for i in a list of ids",
+        "the same log's append(100 B) alone, for _ in the same list",
+        id_len=16,
     )
 
 
@@ -362,4 +422,4 @@ def run(s: Sizes, wd: Workdir) -> list[Row]:
     why = _missing()
     if why is not None:
         return [skipped(n, why) for n in NAMES]
-    return [_append_row(s, wd), *_lookup_rows(s, wd)]
+    return [_append_row(s, wd), *_lookup_rows(s, wd), _dedup_row(s, wd)]

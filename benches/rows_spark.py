@@ -1,7 +1,8 @@
 """Spark rows, local[2]: the rmqlog source against Parquet of the same rows, and a time-window
-query against the same query over the whole log, both net of the query over an empty range (the
-fixed cost of any query on a Python source). Every timed query builds its DataFrame anew (Spark
-answers a repeated collect() of one DataFrame object from a cache) and checks what it saw."""
+query and a key query (``where key = x``, through the key index) against the same query over the
+whole log, both net of the query that reads nothing (the fixed cost of any query on a Python
+source). Every timed query builds its DataFrame anew (Spark answers a repeated collect() of one
+DataFrame object from a cache) and checks what it saw."""
 
 from __future__ import annotations
 
@@ -17,7 +18,15 @@ from harness import SEGMENT, Row, Sizes, Workdir, alternate, row, say, skipped, 
 # one dictionary entry in Parquet, which then never reads them.
 BODY_LEN = 256
 
-NAMES = ("spark_scan_vs_parquet", "spark_meta_scan_vs_parquet", "spark_time_window_vs_full")
+NAMES = (
+    "spark_scan_vs_parquet",
+    "spark_meta_scan_vs_parquet",
+    "spark_time_window_vs_full",
+    "spark_key_filter_vs_full",
+)
+# spark_key_filter_vs_full: the store's segments, and how many records carry each key.
+KEY_SEGMENTS = 32
+PER_KEY = 10
 META_SCHEMA = "offset long, timestamp timestamp"
 
 
@@ -156,7 +165,96 @@ def _rows(s: Sizes, wd: Workdir, spark) -> list[Row]:
     pushed_df = lambda: spark.read.format("rmqlog").option("pushdown", "true").load(store)  # noqa: E731
     rows.append(_time_window(s, pq_df, pushed_df, n))
     shutil.rmtree(d, ignore_errors=True)
+    rows.append(_key_filter(s, wd, spark))
     return rows
+
+
+def _net_row(
+    name: str, s: Sizes, times: tuple[float, float, float], ours: str, base: str, **extra: Any
+) -> Row:
+    """A row of (query - floor) / (full - floor) from the medians (floor, query, full)."""
+    t0, tq, tf = times
+    raw = tq / tf
+    kept = {"floor_s": t0, "query_s": tq, "full_s": tf, "raw_ratio": raw, **extra}
+    shown = f"floor {t0:.3f} s, query {tq:.3f} s, full {tf:.3f} s"
+    if tf <= t0:
+        reason = (
+            f"the full query ({tf:.3f} s) took no longer than the empty one ({t0:.3f} s): no "
+            f"reading cost to divide by; raw query/full {raw:.3g}"
+        )
+        return {**skipped(name, reason), "error": not s.quick, **kept}
+    ratio = (tq - t0) / (tf - t0)
+    say(f"  {name}: {shown}; ratio (query - floor)/(full - floor) {ratio:.3g}, raw {raw:.3g}")
+    return row(name, 1 / tq, 1 / tf, ratio, ours, base, **kept, net_query_s=tq - t0)
+
+
+def _key_filter(s: Sizes, wd: Workdir, spark: Any) -> Row:
+    """spark_key_filter_vs_full: a store of KEY_SEGMENTS segments of ``spark_rows`` records of
+    BODY_LEN random bytes, each with a 16 B random key that PER_KEY records carry (spread over the
+    whole log). Three runs of one query with the option ``pushdown``, count(*) under one
+    predicate on ``key``: a key no record has (the floor: the lookup plans nothing), a key PER_KEY
+    records have (``where key = x``: only the segments the index names are planned, one record
+    read from each), and ``key IS NOT NULL`` (full: every record, which Spark filters). Ratio
+    (query - floor) / (full - floor)."""
+    import random
+
+    from pyspark.sql import functions as F
+
+    from rmqlog import CommitLog
+
+    name = NAMES[3]
+    n = s.spark_rows
+    rng = random.Random(11)
+    distinct = max(1, n // PER_KEY)
+    pool = [rng.randbytes(16) for _ in range(distinct)]
+    order = [i % distinct for i in range(n)]
+    rng.shuffle(order)
+    record = 32 + 1 + 2 + 16 + BODY_LEN
+    segment = -(-(n * record) // KEY_SEGMENTS // 4096) * 4096 + 4096
+    d = wd.new()
+    store = os.path.join(d, "store")
+    log = CommitLog(store, segment_size=segment)
+    for at in range(0, n, s.batch):
+        m = min(s.batch, n - at)
+        chunk = os.urandom(BODY_LEN * m)
+        bodies = [chunk[j : j + BODY_LEN] for j in range(0, len(chunk), BODY_LEN)]
+        log.append_batch(bodies, keys=[pool[k] for k in order[at : at + m]], offsets=False)
+    segments = len(log.segments())
+    present = pool[order[n // 2]]
+    found = len(log.lookup(present))
+    log.close()
+    absent = b"\x00" * 17  # 17 bytes: no 16-byte key of the pool
+    assert found == PER_KEY or n < PER_KEY, found
+    say(f"  key store: {n:,} records, {segments} segments")
+    load = lambda: spark.read.format("rmqlog").option("pushdown", "true").load(store)  # noqa: E731
+    key = F.col("key")
+    preds = {"floor": key == F.lit(absent), "query": key == F.lit(present), "full": key.isNotNull()}
+    expect = {"floor": 0, "query": found, "full": n}
+
+    def query(k: str) -> Callable[[], float]:
+        def check(got: Any) -> None:
+            assert got["n"] == expect[k], (k, got, expect[k])
+
+        return _timed_query(lambda: load().where(preds[k]).agg(F.count("*").alias("n")), check)
+
+    runs = [query(k) for k in ("floor", "query", "full")]
+    for q in runs:
+        q()  # untimed: starts the workers the filters plan in
+    times = alternate(s.spark_reps, *runs)
+    shutil.rmtree(d, ignore_errors=True)
+    return _net_row(
+        name,
+        s,
+        (times[0], times[1], times[2]),
+        f"count(*) where key = x on the rmqlog source with pushdown, x a 16 B key {found} of "
+        f"{n:,} records carry, spread over {segments} segments; a new DataFrame per run. Ratio "
+        "of times net of the floor, the same query with a key no record has (0 rows): "
+        "(query - floor) / (full - floor); rates 1/time",
+        f"the same query with key IS NOT NULL: every record ({n:,}), net of the same floor",
+        items=n,
+        segments=segments,
+        matches=found,
+    )
 
 
 def _time_window(s: Sizes, pq_df: Callable[[], Any], log_df: Callable[[], Any], n: int) -> Row:

@@ -208,7 +208,8 @@ impl CommitLog {
     /// (a new segment, a sync, a record of 16 KiB or more). Lets a caller holding another lock
     /// (Python's GIL) avoid blocking; at most it warms the next 256 KiB of the page cache.
     pub fn try_append(&self, body: &[u8]) -> Result<Option<u64>> {
-        self.writer("append")?.try_append(&self.state, body, &[])
+        self.writer("append")?
+            .try_append(&self.state, body, &[], None)
     }
 
     /// Appends bodies with their encoded properties (`props`: one block per body, or empty),
@@ -233,10 +234,12 @@ impl CommitLog {
         })
     }
 
-    /// [`CommitLog::try_append`] of a body with its encoded properties (one block, or empty).
+    /// [`CommitLog::try_append`] of a body with its encoded properties (one block, or empty); a
+    /// body with a message id already in the window is not written (its record's offset).
     #[cfg_attr(not(feature = "python"), allow(dead_code))] // Python's append
     pub(crate) fn try_append_encoded(&self, body: &[u8], props: &[Vec<u8>]) -> Result<Option<u64>> {
-        self.writer("append")?.try_append(&self.state, body, props)
+        self.writer("append")?
+            .try_append(&self.state, body, props, Some(&self.indexes))
     }
 
     /// The record at `offset`, validated (header and body CRC); the guard keeps its map alive.

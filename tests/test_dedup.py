@@ -59,6 +59,8 @@ def test_bad_ids_are_refused_before_anything_is_written(tmp_path):
             log.append_batch([b"x", b"y"], msg_ids=["a", 2])  # type: ignore[list-item]
         with pytest.raises(ValueError, match="msg_ids has 1 items for 2 bodies"):
             log.append_batch([b"x", b"y"], msg_ids=["a"])
+        with pytest.raises(TypeError, match="msg_ids must be a sequence"):
+            log.append_batch([b"x", b"y"], msg_ids={"a", "b"})  # type: ignore[arg-type]
         assert log.max_offset == end
 
 
@@ -77,6 +79,11 @@ def test_the_window_by_time_and_by_count_is_recorded_with_the_store(tmp_path):
         by_count = log.append(b"a", msg_id="x")
         assert by_count > first
         assert log.append(b"a", msg_id="x") == by_count
+        # In a batch, the records written before one count as if appended alone.
+        log.append_batch([b"1", b"2"])
+        got = log.append_batch([b"3", b"a"], msg_ids=[None, "x"])
+        assert got.duplicates == [] and got[1] > by_count
+        by_count = got[1]
     # A later open that names neither keeps both.
     with CommitLog(d) as log:
         s = log.recorded_settings()
@@ -101,6 +108,23 @@ def test_ids_are_found_after_a_restart_and_without_index_files(tmp_path):
     with CommitLog(str(d), segment_size=SEGMENT) as log:
         again = log.append_batch([b"retry"] * 400, msg_ids=[f"m{i}" for i in range(400)])
         assert list(again) == list(offsets) and again.duplicates == list(range(400))
+
+
+def test_a_writer_that_looked_up_before_mending_a_damaged_index_finds_every_id(tmp_path):
+    """The active segment's index lost pages (as a power loss leaves it), and the first call of
+    the next writer is a lookup, which maps the damaged file: the append that follows rebuilds
+    the index, and looks the ids up in the new one, not in the map of the old."""
+    d = str(tmp_path / "d")
+    with CommitLog(d, segment_size=1 << 20) as log:
+        offsets = {f"a{i}": log.append(b"x", msg_id=f"a{i}") for i in range(1000)}
+    keys = tmp_path / "d" / "00000000000000000000.keys"
+    with open(keys, "r+b") as f:
+        f.seek(4096)
+        f.write(bytes(keys.stat().st_size - 4096))
+    with CommitLog(d) as log:
+        log.lookup(b"anything")
+        again = {i: log.append(b"retry", msg_id=i) for i in offsets}
+        assert again == offsets and len(log) == 1000
 
 
 PRODUCER = """

@@ -8,7 +8,7 @@
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyFrozenSet, PyList, PySet, PyString, PyTuple};
 
 use super::args;
 use super::body::{self, Body};
@@ -135,9 +135,12 @@ pub fn encode_batch<'py>(
             let Some(obj) = obj.filter(|o| !o.is_none()) else {
                 return Ok(None);
             };
+            // Unordered (a set) or one value (a str): never one item per body in order.
             if obj.is_instance_of::<PyString>()
                 || obj.is_instance_of::<PyBytes>()
                 || obj.is_instance_of::<PyDict>()
+                || obj.is_instance_of::<PySet>()
+                || obj.is_instance_of::<PyFrozenSet>()
             {
                 return Err(PyTypeError::new_err(format!(
                     "{what} must be a sequence with one item per body, got {}",

@@ -10,8 +10,9 @@
 //! deleted, damaged) is walked whole; a writer's lookup then builds its index, so the next one
 //! is not.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
@@ -28,9 +29,18 @@ use crate::sync::locked;
 /// segment's index is opened again).
 #[derive(Debug, Default)]
 pub(crate) struct Indexes {
-    mapped: Mutex<HashMap<u64, (PathBuf, Arc<KeyIndex>)>>,
+    mapped: Mutex<Mapped>,
     /// The segments whose damaged index was reported (once each).
-    damaged: Mutex<std::collections::HashSet<u64>>,
+    damaged: Mutex<HashSet<u64>>,
+    /// The sealed segments whose index could not be built: walked, not built again.
+    unbuilt: Mutex<HashSet<u64>>,
+}
+
+/// The maps, as of `State::key_indexes_made`.
+#[derive(Debug, Default)]
+struct Mapped {
+    by_start: HashMap<u64, (PathBuf, Arc<KeyIndex>)>,
+    made: u64,
 }
 
 /// Where the index of `seg` is: beside its file; for a remote-only segment, where its local file
@@ -67,7 +77,14 @@ impl Indexes {
         seg: &Segment,
         map: &mut impl FnMut() -> Result<Arc<Mapping>>,
     ) -> Result<Option<Arc<KeyIndex>>> {
-        let mut cached = locked(&self.mapped);
+        let mut guard = locked(&self.mapped);
+        let made = state.key_indexes_made.load(Ordering::Acquire);
+        if guard.made != made {
+            // This open's writer replaced an index file: the map of the old one is stale.
+            guard.by_start.clear();
+            guard.made = made;
+        }
+        let cached = &mut guard.by_start;
         if let Some((path, ix)) = cached.get(&seg.start()) {
             if path == seg.path() {
                 return Ok(Some(Arc::clone(ix)));
@@ -82,9 +99,13 @@ impl Indexes {
             // may have left short is rebuilt (a writer) or walked past.
             Ok(Opened::Index(ix)) if ix.is_complete() || !sealed => ix,
             Ok(_) if state.read_only || !sealed || !seg.is_local() => return Ok(None),
+            Ok(_) if locked(&self.unbuilt).contains(&seg.start()) => return Ok(None),
             Ok(_) => match rebuild(seg, &*map()?, state.opts.file_mode) {
                 Some(ix) => ix,
-                None => return Ok(None),
+                None => {
+                    locked(&self.unbuilt).insert(seg.start());
+                    return Ok(None);
+                }
             },
             Err(e) => {
                 log::debug!("key index {}: {e}", path.display());
@@ -150,22 +171,37 @@ pub(crate) fn lookup(
     Ok(found)
 }
 
-/// The last record with the message id `id` stored at or after `since_ms`, if any: the newest
-/// segments first, back to the first whose records are all older (timestamps never decrease in a
-/// log). What an append with an id looks for, under the append lock (`write/dedup.rs`). (A log
-/// holds an id twice only when the first had left the window when the second came.)
+/// Where [`find_id`] found an id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IdAt {
+    /// The last record with it, at this offset.
+    At(u64),
+    Nowhere,
+    /// The window reaches a segment that is not local, which the caller said not to read.
+    Remote,
+}
+
+/// The last record with the message id `id` stored at or after `since_ms`: the newest segments
+/// first, back to the first whose records are all older (timestamps never decrease in a log).
+/// What an append with an id looks for, under the append lock (`write/dedup.rs`); `local_only`
+/// for one that holds the GIL (no fetch from the tier). (A log holds an id twice only when the
+/// first had left the window when the second came.)
 pub(crate) fn find_id(
     state: &Arc<State>,
     indexes: &Indexes,
     id: &[u8],
     since_ms: u64,
-) -> Result<Option<u64>> {
+    local_only: bool,
+) -> Result<IdAt> {
     let max = state.max_offset();
     let list = state.segments_full();
     let mut last: Option<u64> = None;
     for seg in list.as_slice().iter().rev() {
         if seg.start() >= max {
             continue; // rolled to, nothing published in it yet
+        }
+        if local_only && !seg.is_local() {
+            return Ok(IdAt::Remote);
         }
         if !seg.is_lost() {
             in_segment(state, indexes, seg, Needle::Id(id), max, |offset, ts| {
@@ -177,14 +213,28 @@ pub(crate) fn find_id(
         if last.is_some() {
             break;
         }
-        let older = |ts: u64| ts < since_ms;
-        match reader::read(state, seg.start().max(state.min_offset())) {
-            Ok(rec) if !older(rec.timestamp_ms()) => {}
-            // Its first record is older (or unreadable: the window stops at damage).
+        // Older segments only while this one's first record is in the window (a header read:
+        // unreadable, the window stops at the damage).
+        match first_timestamp(state, seg, max) {
+            Some(ts) if ts >= since_ms => {}
             _ => break,
         }
     }
-    Ok(last)
+    Ok(last.map_or(IdAt::Nowhere, IdAt::At))
+}
+
+/// The timestamp in the header of the first record of `seg` (from `min_offset` in the head
+/// segment), below the log offset `max`.
+fn first_timestamp(state: &Arc<State>, seg: &Segment, max: u64) -> Option<u64> {
+    let from = seg.start().max(state.min_offset());
+    let Some(map) = seg.mapped() else {
+        return reader::read(state, from).ok().map(|r| r.timestamp_ms());
+    };
+    let (lo, hi) = (from - seg.start(), max.min(seg.end()) - seg.start());
+    match decode(map.bytes(lo as usize, hi as usize), from, u32::MAX as usize) {
+        Slot::Record(h) => Some(h.timestamp_ms),
+        _ => None,
+    }
 }
 
 /// Calls `found(offset, timestamp_ms)` for each record of `seg` below the log offset `max` that

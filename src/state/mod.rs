@@ -102,6 +102,9 @@ pub(crate) struct State {
     /// What a follower's view of the segment list is as of (the control page's epoch and
     /// generation when it last listed the store).
     pub seen: Mutex<Seen>,
+    /// Key index files this open's writer made in place of others: the maps lookups keep of
+    /// the files replaced are dropped when it moves (`read/lookup.rs`).
+    pub key_indexes_made: AtomicU64,
 }
 
 /// A thread waiting on the log; see [`State::enter_wait`].
@@ -166,6 +169,7 @@ impl State {
             seen: Mutex::new(p.control.seen()),
             waiting: AtomicUsize::new(0),
             control: ArcSwap::new(p.control),
+            key_indexes_made: AtomicU64::new(0),
         }))
     }
 

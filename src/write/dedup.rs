@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::read::count::records_between;
-use crate::read::lookup::{self, Indexes};
+use crate::read::lookup::{self, IdAt, Indexes};
 use crate::state::State;
 use crate::storage::props;
 
@@ -68,12 +68,14 @@ pub(crate) fn has_ids(blocks: &[Vec<u8>]) -> bool {
 
 /// For each record (its properties in `blocks`), whether its id is in the window that ends at
 /// `now_ms`. The caller holds the append lock and has caught the active segment's index up.
+/// `None` when `local_only` and the window reaches a segment that is not local.
 pub(crate) fn check(
     state: &Arc<State>,
     indexes: &Indexes,
     blocks: &[Vec<u8>],
     now_ms: u64,
-) -> Result<Vec<Seen>> {
+    local_only: bool,
+) -> Result<Option<Vec<Seen>>> {
     let window = u64::try_from(state.opts.dedup_window.as_millis()).unwrap_or(u64::MAX);
     let since = now_ms.saturating_sub(window);
     // Each id's first record in the batch, and what it found.
@@ -88,23 +90,29 @@ pub(crate) fn check(
             Some(&(j, Seen::New)) => Seen::InBatch(j),
             Some(&(_, s)) => s,
             None => {
-                let s = match lookup::find_id(state, indexes, id, since)? {
-                    Some(at) if in_count(state, at)? => Seen::Stored(at),
-                    _ => Seen::New,
+                // The records of the batch written before this one count as if appended alone.
+                let before = seen.iter().filter(|s| **s == Seen::New).count() as u64;
+                let s = match lookup::find_id(state, indexes, id, since, local_only)? {
+                    IdAt::At(at) if in_count(state, at, before)? => Seen::Stored(at),
+                    IdAt::At(_) | IdAt::Nowhere => Seen::New,
+                    IdAt::Remote => return Ok(None),
                 };
-                first.insert(id, (i, s));
+                if blocks.len() > 1 {
+                    first.insert(id, (i, s));
+                }
                 s
             }
         };
         seen.push(s);
     }
-    Ok(seen)
+    Ok(Some(seen))
 }
 
-/// Whether the record at `at` is among the window's last records (always, without a count).
-fn in_count(state: &State, at: u64) -> Result<bool> {
+/// Whether the record at `at` is among the window's last records (always, without a count),
+/// with `more` records after the log's end.
+fn in_count(state: &State, at: u64, more: u64) -> Result<bool> {
     match state.opts.dedup_window_records {
         None => Ok(true),
-        Some(n) => Ok(records_between(state, at, u64::MAX)? <= n),
+        Some(n) => Ok(records_between(state, at, u64::MAX)? + more <= n),
     }
 }

@@ -9,8 +9,10 @@
 //! an append. A file that cannot be made or grown is logged once per segment and lookups walk
 //! the records it lacks.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crate::state::State;
 use crate::storage::key_index::{self, KeyIndex, Opened};
 use crate::storage::segment::{Mapping, Segment};
 
@@ -41,12 +43,12 @@ impl Indexer {
         from: u64,
         pos: u64,
         keyed: bool,
-        mode: u32,
+        state: &State,
     ) {
         for (seg, from, end) in sealed {
             let Ok(map) = seg.map() else { continue };
             // Another process may have made it since this one last looked.
-            if let Some(ix) = self.index_for(seg, false, true, mode) {
+            if let Some(ix) = self.index_for(seg, false, true, state) {
                 ix.catch_up(map.bytes(0, *end as usize), seg.start(), *from, *end);
                 if let Err(e) = ix.complete() {
                     log::warn!("key index of {}: {e}", seg.path().display());
@@ -54,7 +56,7 @@ impl Indexer {
             }
         }
         if let Some((seg, map)) = active {
-            if let Some(ix) = self.index_for(seg, keyed, keyed, mode) {
+            if let Some(ix) = self.index_for(seg, keyed, keyed, state) {
                 ix.catch_up(map.bytes(0, pos as usize), seg.start(), from, pos);
             }
         }
@@ -66,10 +68,10 @@ impl Indexer {
         &mut self,
         active: Option<(&Arc<Segment>, &Arc<Mapping>)>,
         pos: u64,
-        mode: u32,
+        state: &State,
     ) {
         let Some((seg, map)) = active else { return };
-        if let Some(ix) = self.index_for(seg, true, true, mode) {
+        if let Some(ix) = self.index_for(seg, true, true, state) {
             ix.catch_up(map.bytes(0, pos as usize), seg.start(), pos, pos);
         }
     }
@@ -81,12 +83,12 @@ impl Indexer {
         seg: &Segment,
         make: bool,
         look: bool,
-        mode: u32,
+        state: &State,
     ) -> Option<&mut KeyIndex> {
         let known = match self.at.take() {
-            Some((start, Known::Absent)) if start == seg.start() && look => take(seg, make, mode),
+            Some((start, Known::Absent)) if start == seg.start() && look => take(seg, make, state),
             Some((start, known)) if start == seg.start() => known,
-            _ => take(seg, make, mode),
+            _ => take(seg, make, state),
         };
         self.at = Some((seg.start(), known));
         match self.at.as_mut() {
@@ -101,7 +103,7 @@ impl Indexer {
     }
 }
 
-fn take(seg: &Segment, make: bool, mode: u32) -> Known {
+fn take(seg: &Segment, make: bool, state: &State) -> Known {
     if !seg.is_local() || !seg.is_writable() {
         return Known::Failed;
     }
@@ -124,8 +126,12 @@ fn take(seg: &Segment, make: bool, mode: u32) -> Known {
     if !opened && !make {
         return Known::Absent;
     }
-    match key_index::make(&path, seg.start(), seg.size(), mode) {
-        Ok(ix) => Known::Index(ix),
+    match key_index::make(&path, seg.start(), seg.size(), state.opts.file_mode) {
+        Ok(ix) => {
+            // Lookups of this open drop the maps they hold of the file it replaced.
+            state.key_indexes_made.fetch_add(1, Ordering::Release);
+            Known::Index(ix)
+        }
         Err(e) => {
             log::warn!("no key index for {}: {e}", seg.path().display());
             Known::Failed

@@ -16,6 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::error::{Error, Result};
 use crate::failpoint::fail_point;
 use crate::options::Strategy;
+use crate::read::lookup::Indexes;
 use crate::shared::control::{Control, PageGuard};
 use crate::state::stats::Stats;
 use crate::state::State;
@@ -122,9 +123,9 @@ impl Cursor {
 
     /// With the append lock held: the active segment's index takes every record published in
     /// it (by any process), made if it has none.
-    fn index_published(&mut self, mode: u32) {
+    fn index_published(&mut self, state: &State) {
         let active = self.active.as_ref().map(|(s, m)| (s, m));
-        self.keys.caught_up(active, self.pos, mode);
+        self.keys.caught_up(active, self.pos, state);
     }
 
     /// The timestamp the next record gets: never older than the last one's.
@@ -279,8 +280,8 @@ impl Writer {
         }
         if state.record_format == Format::V1 && props.iter().any(|p| !p.is_empty()) {
             return Err(Error::Unsupported(
-                "keys and headers need a store of record format 2; this one writes format 1 \
-                 (made by rmqlog 0.1 or with record_format=1)"
+                "keys, headers and message ids need a store of record format 2; this one \
+                 writes format 1 (made by rmqlog 0.1 or with record_format=1)"
                     .into(),
             ));
         }
@@ -355,8 +356,10 @@ impl Writer {
             let end = match once {
                 None => write_batch(state, &mut c, &self.warm, ctl.as_deref(), batch, &mut sink)?,
                 Some(once) => {
-                    c.index_published(state.opts.file_mode);
-                    let seen = dedup::check(state, once.indexes, props, c.next_timestamp(state))?;
+                    c.index_published(state);
+                    let now = c.next_timestamp(state);
+                    let seen = dedup::check(state, once.indexes, props, now, false)?
+                        .ok_or_else(|| Error::Internal("a window left unread".into()))?;
                     write_new(
                         state,
                         &mut c,
@@ -390,12 +393,24 @@ impl Writer {
     }
 
     /// [`CommitLog::try_append`](crate::CommitLog::try_append).
-    /// `props`: the record's encoded properties (one item), or empty.
-    pub fn try_append(&self, state: &State, body: &[u8], props: &[Vec<u8>]) -> Result<Option<u64>> {
+    /// `props`: the record's encoded properties (one item), or empty. With `indexes`, a record
+    /// whose message id is in the window is not written: its offset is that of the record that
+    /// has it (`write/dedup.rs`; the slow path when the window reaches a remote segment).
+    pub fn try_append(
+        &self,
+        state: &Arc<State>,
+        body: &[u8],
+        props: &[Vec<u8>],
+        indexes: Option<&Indexes>,
+    ) -> Result<Option<u64>> {
         state.check_open()?;
         let props_len = props.first().map_or(0, Vec::len);
-        if props_len > 0 && (state.record_format == Format::V1 || dedup::has_ids(props)) {
-            return Ok(None); // the slow path says why, or looks the id up
+        let dedup = match indexes {
+            Some(ix) if props_len > 0 && dedup::has_ids(props) => Some(ix),
+            _ => None,
+        };
+        if props_len > 0 && state.record_format == Format::V1 {
+            return Ok(None); // the slow path says why
         }
         check_size(state, props_len + body.len())?;
         if state.opts.flush.policy().each_append {
@@ -429,6 +444,15 @@ impl Writer {
             return Ok(None);
         }
         state.check_writable()?;
+        if let Some(indexes) = dedup {
+            c.index_published(state);
+            let now = c.next_timestamp(state);
+            match dedup::check(state, indexes, props, now, true)?.as_deref() {
+                None => return Ok(None),
+                Some([Seen::Stored(at)]) => return Ok(Some(*at)),
+                Some(_) => {}
+            }
+        }
         let mut offset = 0;
         let batch = Batch {
             bodies: &[body],
@@ -664,14 +688,8 @@ fn write_batch<B: AsRef<[u8]>>(
         .map(|(s, from, to, _)| (Arc::clone(s), *from, *to))
         .collect();
     let active = c.active.as_ref().map(|(s, m)| (s, m));
-    c.keys.published(
-        &sealed_ends,
-        active,
-        from,
-        c.pos,
-        batch_keyed,
-        state.opts.file_mode,
-    );
+    c.keys
+        .published(&sealed_ends, active, from, c.pos, batch_keyed, state);
     fail_point!("append::indexed");
     // Counted once readers may see them: a count never runs ahead of the published end.
     let rolled = !sealed.is_empty();
