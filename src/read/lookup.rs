@@ -160,7 +160,7 @@ pub(crate) fn lookup(
         if seg.end() <= lo || seg.start() >= hi || seg.is_lost() {
             continue;
         }
-        in_segment(state, indexes, seg, needle, max, |offset, ts| {
+        in_segment(state, indexes, seg, None, needle, max, |offset, ts| {
             if offset >= lo && offset < hi && in_time(ts) {
                 found.push(offset);
             }
@@ -184,7 +184,8 @@ pub(crate) enum IdAt {
 /// The last record with the message id `id` stored at or after `since_ms`: the newest segments
 /// first, back to the first whose records are all older (timestamps never decrease in a log).
 /// What an append with an id looks for, under the append lock (`write/dedup.rs`); `local_only`
-/// for one that holds the GIL (no fetch from the tier). (A log holds an id twice only when the
+/// for one that holds the GIL (no fetch from the tier); `active`: the index of the segment
+/// appended to, as the appender keeps it (caught up, and the file it writes). (A log holds an id twice only when the
 /// first had left the window when the second came.)
 pub(crate) fn find_id(
     state: &Arc<State>,
@@ -192,6 +193,7 @@ pub(crate) fn find_id(
     id: &[u8],
     since_ms: u64,
     local_only: bool,
+    active: Option<(u64, &KeyIndex)>,
 ) -> Result<IdAt> {
     let max = state.max_offset();
     let list = state.segments_full();
@@ -204,11 +206,22 @@ pub(crate) fn find_id(
             return Ok(IdAt::Remote);
         }
         if !seg.is_lost() {
-            in_segment(state, indexes, seg, Needle::Id(id), max, |offset, ts| {
-                if ts >= since_ms {
-                    last = last.max(Some(offset));
-                }
-            })?;
+            let own = active
+                .filter(|(start, _)| *start == seg.start())
+                .map(|(_, ix)| ix);
+            in_segment(
+                state,
+                indexes,
+                seg,
+                own,
+                Needle::Id(id),
+                max,
+                |offset, ts| {
+                    if ts >= since_ms {
+                        last = last.max(Some(offset));
+                    }
+                },
+            )?;
         }
         if last.is_some() {
             break;
@@ -244,6 +257,7 @@ fn in_segment(
     state: &Arc<State>,
     indexes: &Indexes,
     seg: &Arc<Segment>,
+    own: Option<&KeyIndex>,
     needle: Needle<'_>,
     max: u64,
     mut found: impl FnMut(u64, u64),
@@ -262,10 +276,17 @@ fn in_segment(
     // Deleted by retention since the list was taken: nothing to find there.
     let gone =
         |e: &Error| seg.start() < state.min_offset() && !matches!(e, Error::Corruption { .. });
-    let index = match indexes.get(state, seg, &mut map) {
-        Ok(ix) => ix,
-        Err(e) if gone(&e) => return Ok(()),
-        Err(e) => return Err(e),
+    let cached;
+    let index = match own {
+        Some(ix) => Some(ix),
+        None => {
+            cached = match indexes.get(state, seg, &mut map) {
+                Ok(ix) => ix,
+                Err(e) if gone(&e) => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            cached.as_deref()
+        }
     };
     let (mut named, from) = match index {
         Some(ix) => {

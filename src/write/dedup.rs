@@ -27,6 +27,7 @@ use crate::error::Result;
 use crate::read::count::records_between;
 use crate::read::lookup::{self, IdAt, Indexes};
 use crate::state::State;
+use crate::storage::key_index::KeyIndex;
 use crate::storage::props;
 
 /// What an append of messages did ([`crate::CommitLog::append_messages`]).
@@ -67,7 +68,8 @@ pub(crate) fn has_ids(blocks: &[Vec<u8>]) -> bool {
 }
 
 /// For each record (its properties in `blocks`), whether its id is in the window that ends at
-/// `now_ms`. The caller holds the append lock and has caught the active segment's index up.
+/// `now_ms`. The caller holds the append lock and has caught the active segment's index up
+/// (`active`: that index, with the segment's start).
 /// `None` when `local_only` and the window reaches a segment that is not local.
 pub(crate) fn check(
     state: &Arc<State>,
@@ -75,6 +77,7 @@ pub(crate) fn check(
     blocks: &[Vec<u8>],
     now_ms: u64,
     local_only: bool,
+    active: Option<(u64, &KeyIndex)>,
 ) -> Result<Option<Vec<Seen>>> {
     let window = u64::try_from(state.opts.dedup_window.as_millis()).unwrap_or(u64::MAX);
     let since = now_ms.saturating_sub(window);
@@ -92,7 +95,7 @@ pub(crate) fn check(
             None => {
                 // The records of the batch written before this one count as if appended alone.
                 let before = seen.iter().filter(|s| **s == Seen::New).count() as u64;
-                let s = match lookup::find_id(state, indexes, id, since, local_only)? {
+                let s = match lookup::find_id(state, indexes, id, since, local_only, active)? {
                     IdAt::At(at) if in_count(state, at, before)? => Seen::Stored(at),
                     IdAt::At(_) | IdAt::Nowhere => Seen::New,
                     IdAt::Remote => return Ok(None),

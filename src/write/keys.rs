@@ -97,6 +97,14 @@ impl Indexer {
         }
     }
 
+    /// The index this writer keeps, with its segment's start.
+    pub fn current(&self) -> Option<(u64, &KeyIndex)> {
+        match &self.at {
+            Some((start, Known::Index(ix))) => Some((*start, ix)),
+            _ => None,
+        }
+    }
+
     /// Forgets the index (the log closes).
     pub fn stop(&mut self) {
         self.at = None;

@@ -358,7 +358,8 @@ impl Writer {
                 Some(once) => {
                     c.index_published(state);
                     let now = c.next_timestamp(state);
-                    let seen = dedup::check(state, once.indexes, props, now, false)?
+                    let active = c.keys.current();
+                    let seen = dedup::check(state, once.indexes, props, now, false, active)?
                         .ok_or_else(|| Error::Internal("a window left unread".into()))?;
                     write_new(
                         state,
@@ -447,7 +448,8 @@ impl Writer {
         if let Some(indexes) = dedup {
             c.index_published(state);
             let now = c.next_timestamp(state);
-            match dedup::check(state, indexes, props, now, true)?.as_deref() {
+            let active = c.keys.current();
+            match dedup::check(state, indexes, props, now, true, active)?.as_deref() {
                 None => return Ok(None),
                 Some([Seen::Stored(at)]) => return Ok(Some(*at)),
                 Some(_) => {}
