@@ -183,3 +183,47 @@ def test_producers_that_retry_after_a_sigkill_write_each_message_once(tmp_path):
     counts = collections.Counter(ids)
     assert [i for i, c in counts.items() if c > 1] == []
     assert set(counts) == {f"p{k}-{j}".encode() for k in range(3) for j in range(n)}
+
+
+SYNC_PRODUCER = """
+import sys
+from rmqlog import CommitLog
+d, first = sys.argv[1], int(sys.argv[2])
+log = CommitLog(d, segment_size=64 * 1024, flush="sync", clean_interval_ms=0)
+for i in range(first, first + 100_000):
+    off = log.append(b"%d" % i * (1 + i % 30), msg_id=b"m%d" % i)
+    print(i, off, flush=True)  # acknowledged: synced
+"""
+
+
+def test_an_acknowledged_id_survives_a_power_cut(faultfs):
+    """flush="sync" acknowledges an append once it is durable. A producer is cut off (the FUSE
+    fault filesystem drops every unsynced write: of the segment and of its key index), then
+    sends everything again from well before its last acknowledgement: each acknowledged id comes
+    back with its offset and is not written again; none is in the log twice."""
+    faultfs.lazy()
+    d = str(faultfs.path / "d")
+    acked: dict[int, int] = {}
+    for round_ in range(2):
+        first = round_ * 1_000
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SYNC_PRODUCER, d, str(first)], stdout=subprocess.PIPE, text=True
+        )
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 0.8
+        for line in proc.stdout:
+            i, off = map(int, line.split())
+            acked[i] = off
+            if time.monotonic() > deadline and i - first > 50:
+                break
+        faultfs.power_cut(proc)
+        proc.stdout.close()
+        log = faultfs.log(d, segment_size=64 * 1024, clean_interval_ms=0)
+        last = max(i for i in acked if i >= first)
+        retry = {i: log.append(b"again", msg_id=b"m%d" % i) for i in range(first, last + 20)}
+        assert {i: retry[i] for i in acked if i >= first} == {
+            i: o for i, o in acked.items() if i >= first
+        }, round_
+        ids = [log.read_record(o).msg_id for o, _ in log.scan(0)]
+        assert len(ids) == len(set(ids)), round_
+        log.close()
