@@ -722,7 +722,7 @@ impl PyCommitLog {
     }
 
     /// The offsets of the records whose key is `key`, in append order; `start`/`end`: only
-    /// those stored in `[start, end)` (milliseconds since the epoch, or datetimes).
+    /// those stored in `[start, end)` (milliseconds since the epoch, or aware datetimes).
     #[pyo3(signature = (key, /, *, start = None, end = None))]
     fn lookup(
         &self,

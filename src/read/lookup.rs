@@ -185,8 +185,8 @@ pub(crate) enum IdAt {
 /// first, back to the first whose records are all older (timestamps never decrease in a log).
 /// What an append with an id looks for, under the append lock (`write/dedup.rs`); `local_only`
 /// for one that holds the GIL (no fetch from the tier); `active`: the index of the segment
-/// appended to, as the appender keeps it (caught up, and the file it writes). (A log holds an id twice only when the
-/// first had left the window when the second came.)
+/// appended to, as the appender keeps it (caught up, and the file it writes). (A log holds an id
+/// twice only when the first had left the window when the second came.)
 pub(crate) fn find_id(
     state: &Arc<State>,
     indexes: &Indexes,

@@ -5,9 +5,9 @@
 //! time writes an index.
 //!
 //! A segment gets its index with its first record with a key or a message id (an append whose
-//! batch has one, by any process): a store without them has no index files. An index is a cache: nothing here fails
-//! an append. A file that cannot be made or grown is logged once per segment and lookups walk
-//! the records it lacks.
+//! batch has one, by any process): a store without them has no index files. An index is a
+//! cache: nothing here fails an append. A file that cannot be made or grown is logged once per
+//! segment and lookups walk the records it lacks.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

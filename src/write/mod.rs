@@ -2,8 +2,8 @@
 //! placement picks (`placement.rs`), the active segment's file beside its map (`active_file.rs`),
 //! warming the pages ahead of the writer (`warmer.rs`), and making appends durable: syncs, group
 //! commit and the flusher thread (`flusher.rs`). Beside it: the key index an append keeps
-//! (`keys.rs`) and the de-duplication of appends with message ids (`dedup.rs`). Several processes appending to one store go
-//! through `crate::shared`.
+//! (`keys.rs`) and the de-duplication of appends with message ids (`dedup.rs`). Several processes
+//! appending to one store go through `crate::shared`.
 
 pub(crate) mod active_file;
 pub(crate) mod dedup;
