@@ -24,7 +24,7 @@ if sys.byteorder != "little":  # pragma: no cover
 
 class RangePartition(InputPartition):
     """The records that start in the byte ranges ``spans`` of one segment (by default the one
-    range ``[lo, hi)``): one Spark task. ``lo`` and ``hi`` bound every span. ``store``: the tier
+    range ``[lo, hi)``; the records a key lookup found: of several, ``_packed``): one Spark task. ``lo`` and ``hi`` bound every span. ``store``: the tier
     URL of the store it reads, in a fleet (None: the read's one store)."""
 
     def __init__(
@@ -91,6 +91,22 @@ def _byte_ranges(
                 size += weight
         add(spans)
     return parts
+
+
+# The records a key lookup found (one-byte spans) are read this many to a task, whatever their
+# segments: ten matches in ten segments are one task, not ten (each task opens the log).
+KEY_SPANS = 1024
+
+
+def _packed(parts: list[RangePartition], first_index: int) -> list[RangePartition]:
+    """``parts``' spans, in offset order, regrouped KEY_SPANS to a partition."""
+    spans = [s for p in parts for s in p.spans]
+    store = parts[0].store if parts else None
+    out: list[RangePartition] = []
+    for i in range(0, len(spans), KEY_SPANS):
+        chunk = spans[i : i + KEY_SPANS]
+        out.append(RangePartition(first_index + len(out), chunk[0][0], chunk[-1][1], chunk, store))
+    return out
 
 
 def _pieces(seg: Segment, a: int, b: int, limit: int | None) -> list[tuple[int, int, int]]:
@@ -258,7 +274,8 @@ class RmqlogReader(DataSourceReader):
         try:
             lo, hi = _resolve_range(log, self.opts)
             ranges = self.pushed.ranges(log, lo, hi)
-            return _byte_ranges(log, ranges, self.opts.max_partition_bytes, url, first_index)
+            parts = _byte_ranges(log, ranges, self.opts.max_partition_bytes, url, first_index)
+            return _packed(parts, first_index) if self.pushed.keys is not None else parts
         finally:
             log.close()
 
