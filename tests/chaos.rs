@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is the failure report
-//! Chaos: real threads appending (single and batched, small and large records), reading and
+//! Chaos: real threads appending (single and batched, small and large records, and records with
+//! message ids sent again: each finds its first record while that is in the log), reading and
 //! holding records, scanning, cleaning, truncating, moving and rebalancing at once, while two
 //! followers in other processes check every record's content: one refreshes in a loop, the other
 //! waits for each next record (a following scan, woken through the control page) and must have
@@ -21,7 +22,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::{body, check_body, Rng};
-use rmqlog::{CommitLog, Error, FlushMode, Follow, Options, RecordRef, TierOptions};
+use rmqlog::{CommitLog, Error, FlushMode, Follow, Message, Options, RecordRef, TierOptions};
 
 /// Set in the follower process: the store's directories, joined by ':'.
 const FOLLOW_ENV: &str = "RMQLOG_CHAOS_FOLLOW";
@@ -45,6 +46,7 @@ fn writer_options(tier: &Path) -> Options {
         .retention_hours(None)
         .retention_bytes(Some(24 * SEGMENT))
         .max_message_size(64 * 1024)
+        .dedup_window(Duration::from_secs(3600))
 }
 
 fn reader_options() -> Options {
@@ -62,6 +64,9 @@ struct Counts {
     cleans: AtomicU64,
     moves: AtomicU64,
     rebalances: AtomicU64,
+    /// Appends with a message id sent again, and how many of those found the first record.
+    resent: AtomicU64,
+    deduplicated: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -146,6 +151,64 @@ fn run_threads(log: &Arc<CommitLog>, dirs: &[PathBuf], secs: u64, seed: u64) -> 
                     };
                     add(&counts.appended, n);
                     acked.lock().unwrap().extend(offsets.into_iter().zip(ids));
+                }
+            }),
+        );
+    }
+    {
+        // Appends with message ids, a third of them sent again: one whose first record is still
+        // in the log (not deleted by retention or truncation since) must get its offset back.
+        let (log, acked, counts, next_id, stop) = (
+            log.clone(),
+            acked.clone(),
+            counts.clone(),
+            next_id.clone(),
+            stop.clone(),
+        );
+        spawn(
+            &mut handles,
+            "once",
+            Box::new(move || {
+                let mut rng = Rng::new(seed ^ 77);
+                let mut sent: VecDeque<(u64, u64)> = VecDeque::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let again = !sent.is_empty() && rng.one_in(3);
+                    let (i, first) = match again {
+                        true => {
+                            let k = rng.range(0, sent.len() as u64) as usize;
+                            (sent[k].0, Some((k, sent[k].1)))
+                        }
+                        false => (next_id.fetch_add(1, Ordering::Relaxed), None),
+                    };
+                    let b = body(i, 8 + (i % 300) as usize);
+                    let id = format!("once-{i}");
+                    let got = log
+                        .append_message(&Message::new(&b).id(id.as_bytes()))
+                        .expect("append with an id");
+                    match first {
+                        Some((k, at)) => {
+                            add(&counts.resent, 1);
+                            if got == at {
+                                add(&counts.deduplicated, 1);
+                                continue;
+                            }
+                            // Written again: only if its first record is gone.
+                            let head = log.min_offset().unwrap();
+                            assert!(
+                                at < head,
+                                "{id}: first at {at} (the head is {head}), written again at {got}"
+                            );
+                            sent[k].1 = got;
+                        }
+                        None => {
+                            sent.push_back((i, got));
+                            if sent.len() > 500 {
+                                sent.pop_front();
+                            }
+                        }
+                    }
+                    add(&counts.appended, 1);
+                    acked.lock().unwrap().push((got, i));
                 }
             }),
         );
@@ -297,6 +360,7 @@ fn run_threads(log: &Arc<CommitLog>, dirs: &[PathBuf], secs: u64, seed: u64) -> 
         ("truncates", &counts.truncates),
         ("cleaning passes", &counts.cleans),
         ("moves", &counts.moves),
+        ("appends found by their id", &counts.deduplicated),
     ] {
         assert!(c.load(Ordering::Relaxed) > 0, "the run did no {what}");
     }

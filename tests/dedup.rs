@@ -236,3 +236,55 @@ fn ids_a_killed_writer_published_but_did_not_index_are_found() {
     }
     assert_eq!(log.max_offset().unwrap(), end, "nothing written");
 }
+
+/// A segment moved to another directory between the append's listing of the segments and its
+/// opening of that segment's file (held there by `lookup::listed`): the lookup takes the list
+/// again and finds the id, every time.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_segment_moved_while_an_append_looks_for_an_id_is_looked_in_where_it_went() {
+    use std::sync::mpsc;
+    use std::sync::{Arc, Mutex};
+
+    let scenario = fail::FailScenario::setup();
+    let t = tempfile::tempdir().unwrap();
+    let dirs = [t.path().join("a"), t.path().join("b")];
+    let o = opts;
+    let first = {
+        let log = CommitLog::open(&dirs, o()).unwrap();
+        let first = log.append_message(&Message::new(b"x").id(b"old")).unwrap();
+        for i in 0..400 {
+            log.append(&common::body(i, 200)).unwrap();
+        }
+        first
+    };
+    // Without indexes, the lookup maps each segment to walk it.
+    assert!(remove_indexes(&dirs[0]) + remove_indexes(&dirs[1]) > 0);
+    let log = Arc::new(CommitLog::open(&dirs, o()).unwrap());
+    let segments = log.segments().unwrap();
+    assert!(segments.len() > 2);
+    let (head, to) = match segments[0].path.starts_with(&dirs[0]) {
+        true => (segments[0].start_offset, &dirs[1]),
+        false => (segments[0].start_offset, &dirs[0]),
+    };
+    let (paused, resume) = (mpsc::channel::<()>(), mpsc::channel::<()>());
+    let (tell, wait) = (Mutex::new(paused.0), Mutex::new(resume.1));
+    let once = std::sync::atomic::AtomicBool::new(false);
+    fail::cfg_callback("lookup::listed", move || {
+        if !once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            tell.lock().unwrap().send(()).unwrap();
+            wait.lock().unwrap().recv().unwrap();
+        }
+    })
+    .unwrap();
+    let appender = {
+        let log = Arc::clone(&log);
+        std::thread::spawn(move || log.append_message(&Message::new(b"y").id(b"old")))
+    };
+    paused.1.recv().unwrap();
+    log.move_segment(head, to).unwrap();
+    resume.0.send(()).unwrap();
+    assert_eq!(appender.join().unwrap().unwrap(), first);
+    fail::remove("lookup::listed");
+    scenario.teardown();
+}

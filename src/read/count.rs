@@ -16,8 +16,7 @@
 //! directory counts no record.
 
 use crate::error::Result;
-use crate::read::follow;
-use crate::shared;
+use crate::read::moved::again_if_moved;
 use crate::state::State;
 use crate::storage::counts::{below, whole};
 use crate::storage::segment::Segment;
@@ -28,30 +27,17 @@ pub(crate) fn record_count(state: &State) -> Result<u64> {
     records_between(state, state.min_offset(), u64::MAX)
 }
 
-/// How many times a count starts again after a segment's file went while it counted.
-const ATTEMPTS: u32 = 8;
-
 /// Records whose offsets lie in `[from, to)`, clamped to `[min_offset, end)` (the end of
-/// [`record_count`]). A segment
-/// whose file went while it was counted (deleted or moved, by this open or, for a follower or
-/// a shared writer, another) makes the count start again on the log as it is now.
+/// [`record_count`]). A segment whose file went while it was counted (deleted or moved, by this
+/// open or, for a follower or a shared writer, another) makes the count start again on the log
+/// as it is now.
 pub(crate) fn records_between(state: &State, from: u64, to: u64) -> Result<u64> {
-    let mut attempt = 0;
-    loop {
-        match count_once(state, from, to) {
-            Err(e) if e.is_not_found() && attempt < ATTEMPTS => {
-                attempt += 1;
-                if state.read_only {
-                    follow::refresh(state)?;
-                } else {
-                    shared::catch_up(state)?;
-                }
-                // The open that moved or deleted it may not have announced it yet.
-                std::thread::sleep(std::time::Duration::from_micros(50 << attempt));
-            }
-            other => return other,
-        }
-    }
+    again_if_moved(state, false, || count_once(state, from, to))
+}
+
+/// [`records_between`] for a caller that holds the store's append lock (an append).
+pub(crate) fn records_between_locked(state: &State, from: u64, to: u64) -> Result<u64> {
+    again_if_moved(state, true, || count_once(state, from, to))
 }
 
 fn count_once(state: &State, from: u64, to: u64) -> Result<u64> {

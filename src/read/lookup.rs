@@ -16,6 +16,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
+use crate::failpoint::fail_point;
+use crate::read::moved::again_if_moved;
 use crate::read::reader::{self, offset_for_timestamp};
 use crate::state::State;
 use crate::storage::fs::segment_name;
@@ -144,6 +146,18 @@ pub(crate) fn lookup(
     start_ms: Option<u64>,
     end_ms: Option<u64>,
 ) -> Result<Vec<u64>> {
+    again_if_moved(state, false, || {
+        lookup_once(state, indexes, needle, start_ms, end_ms)
+    })
+}
+
+fn lookup_once(
+    state: &Arc<State>,
+    indexes: &Indexes,
+    needle: Needle<'_>,
+    start_ms: Option<u64>,
+    end_ms: Option<u64>,
+) -> Result<Vec<u64>> {
     let max = state.max_offset();
     let lo = match start_ms {
         Some(t) => offset_for_timestamp(state, t)?,
@@ -195,8 +209,22 @@ pub(crate) fn find_id(
     local_only: bool,
     active: Option<(u64, &KeyIndex)>,
 ) -> Result<IdAt> {
+    again_if_moved(state, true, || {
+        find_id_once(state, indexes, id, since_ms, local_only, active)
+    })
+}
+
+fn find_id_once(
+    state: &Arc<State>,
+    indexes: &Indexes,
+    id: &[u8],
+    since_ms: u64,
+    local_only: bool,
+    active: Option<(u64, &KeyIndex)>,
+) -> Result<IdAt> {
     let max = state.max_offset();
     let list = state.segments_full();
+    fail_point!("lookup::listed");
     let mut last: Option<u64> = None;
     for seg in list.as_slice().iter().rev() {
         if seg.start() >= max {
@@ -240,10 +268,14 @@ pub(crate) fn find_id(
 /// segment), below the log offset `max`.
 fn first_timestamp(state: &Arc<State>, seg: &Segment, max: u64) -> Option<u64> {
     let from = seg.start().max(state.min_offset());
-    let Some(map) = seg.mapped() else {
+    let (lo, hi) = (from - seg.start(), max.min(seg.end()) - seg.start());
+    // A local segment's map covers it from its start; any other is read through the reader.
+    let Some(map) = seg
+        .mapped()
+        .filter(|m| seg.is_local() && m.len() as u64 >= hi && lo <= hi)
+    else {
         return reader::read(state, from).ok().map(|r| r.timestamp_ms());
     };
-    let (lo, hi) = (from - seg.start(), max.min(seg.end()) - seg.start());
     match decode(map.bytes(lo as usize, hi as usize), from, u32::MAX as usize) {
         Slot::Record(h) => Some(h.timestamp_ms),
         _ => None,

@@ -157,6 +157,11 @@ pub(crate) fn catch_up(state: &State) -> Result<()> {
     catch_up_with(state, true)
 }
 
+/// [`catch_up`] for a caller that holds the append lock (an append looking records up).
+pub(crate) fn catch_up_locked(state: &State) -> Result<()> {
+    catch_up_with(state, false)
+}
+
 /// [`catch_up`]; `may_lock` false for a caller holding the append lock already (a roll): the
 /// store changing under every listing is then an error, not a wait for the lock.
 fn catch_up_with(state: &State, may_lock: bool) -> Result<()> {

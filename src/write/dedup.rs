@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::read::count::records_between;
+use crate::read::count::records_between_locked;
 use crate::read::lookup::{self, IdAt, Indexes};
 use crate::state::State;
 use crate::storage::key_index::KeyIndex;
@@ -116,6 +116,6 @@ pub(crate) fn check(
 fn in_count(state: &State, at: u64, more: u64) -> Result<bool> {
     match state.opts.dedup_window_records {
         None => Ok(true),
-        Some(n) => Ok(records_between(state, at, u64::MAX)? + more <= n),
+        Some(n) => Ok(records_between_locked(state, at, u64::MAX)? + more <= n),
     }
 }
