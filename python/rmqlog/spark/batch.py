@@ -24,8 +24,9 @@ if sys.byteorder != "little":  # pragma: no cover
 
 class RangePartition(InputPartition):
     """The records that start in the byte ranges ``spans`` of one segment (by default the one
-    range ``[lo, hi)``; the records a key lookup found: of several, ``_packed``): one Spark task. ``lo`` and ``hi`` bound every span. ``store``: the tier
-    URL of the store it reads, in a fleet (None: the read's one store)."""
+    range ``[lo, hi)``; the records a key lookup found: of several, ``_packed``): one Spark
+    task. ``lo`` and ``hi`` bound every span. ``store``: the tier URL of the store it reads, in
+    a fleet (None: the read's one store)."""
 
     def __init__(
         self,
