@@ -373,11 +373,12 @@ def test_keys_kwargs_with_a_table_and_keys_on_a_format_1_store_are_refused(make_
     assert old.read_record(offs[0].as_py()).key is None
 
 
-def test_dump_shows_keys_and_headers_of_the_records_that_have_them(make_log, dirs, capsys):
+def test_dump_shows_keys_ids_and_headers_of_the_records_that_have_them(make_log, dirs, capsys):
     log = make_log()
     plain = log.append(b"plain")
     keyed = log.append(b"b", key=NOT_UTF8, headers=[("t", b"x"), ("t", b"a=b, c")])
     empty = log.append(b"e", key=b"")
+    once = log.append(b"o", msg_id="evt-1")
     path = os.pathsep.join(map(str, dirs))
     assert rmqlog_cli.main(["dump", path, "--json"]) == 0
     got = {r["offset"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
@@ -385,6 +386,8 @@ def test_dump_shows_keys_and_headers_of_the_records_that_have_them(make_log, dir
     assert got[keyed]["key"] == "\\xff\\xfe\\x00k"
     assert got[keyed]["headers"] == [["t", "x"], ["t", "a=b, c"]]
     assert got[empty]["key"] == "" and "headers" not in got[empty]
+    assert got[once]["msg_id"] == "evt-1" and "key" not in got[once]
+    assert "msg_id" not in got[keyed]
     assert rmqlog_cli.main(["dump", path, "--data"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert (
@@ -392,6 +395,7 @@ def test_dump_shows_keys_and_headers_of_the_records_that_have_them(make_log, dir
     )
     assert lines[1].endswith(" key: \\xff\\xfe\\x00k headers: [t=x, t=a=b, c] data: b")
     assert lines[2].endswith(" key:  data: e")
+    assert lines[3].endswith(" msg_id: evt-1 data: o") and "key:" not in lines[3]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,8 +23,8 @@ def iter_records(
 ) -> Iterator[dict[str, Any]]:
     """Records from ``start`` (default ``min_offset``), at most ``count``, as dicts with
     ``offset``, ``timestamp_ms``, ``size``, ``next_offset``, the ``key`` (bytes) of a record
-    that has one, the ``headers`` (``[(name, value)]``) of a record that has some, and the
-    ``body`` (a memoryview); ``follow``: then the records appended later, as they come (no
+    that has one, the ``msg_id`` (bytes) of a record appended with one, the ``headers``
+    (``[(name, value)]``) of a record that has some, and the ``body`` (a memoryview); ``follow``: then the records appended later, as they come (no
     progress bar)."""
     lo, hi = clog.min_offset, clog.max_offset
     if start is not None and not lo <= start <= hi:
@@ -50,6 +50,8 @@ def iter_records(
             }
             if rec.key is not None:
                 row["key"] = rec.key
+            if rec.msg_id is not None:
+                row["msg_id"] = rec.msg_id
             if rec.headers:
                 row["headers"] = rec.headers
             row["body"] = body
@@ -66,18 +68,22 @@ def _headers_text(headers: list[tuple[str, bytes]]) -> str:
 
 
 def cmd_dump(args: argparse.Namespace, out: TextIO) -> int:
-    """``rmqlog dump``: one line per record, like Kafka's ``kafka-dump-log``. A record's key and
-    headers follow its offsets, as text with :func:`render_text`'s escapes (JSON: ``key``, a
-    string, and ``headers``, a list of ``[name, value]``); a record without them shows neither."""
+    """``rmqlog dump``: one line per record, like Kafka's ``kafka-dump-log``. A record's key,
+    message id and headers follow its offsets, as text with :func:`render_text`'s escapes (JSON:
+    ``key`` and ``msg_id``, strings, and ``headers``, a list of ``[name, value]``); a record
+    without them shows none."""
     with open_read_only(args.paths, dict(args.tier_option or [])) as clog:
         for rec in iter_records(clog, args.start, args.count, args.follow):
             body = rec.pop("body")
             key, headers = rec.pop("key", None), rec.pop("headers", None)
+            msg_id = rec.pop("msg_id", None)
             ts = iso_utc(rec["timestamp_ms"])
             if args.json:
                 row = {**rec, "timestamp": ts}
                 if key is not None:
                     row["key"] = render_text(key)
+                if msg_id is not None:
+                    row["msg_id"] = render_text(msg_id)
                 if headers:
                     row["headers"] = [[n, render_text(v)] for n, v in headers]
                 if args.data:
@@ -94,6 +100,8 @@ def cmd_dump(args: argparse.Namespace, out: TextIO) -> int:
             )
             if key is not None:
                 line += f" key: {render_text(key)}"
+            if msg_id is not None:
+                line += f" msg_id: {render_text(msg_id)}"
             if headers:
                 line += f" headers: {_headers_text(headers)}"
             if args.data:
