@@ -24,8 +24,8 @@ def iter_records(
     """Records from ``start`` (default ``min_offset``), at most ``count``, as dicts with
     ``offset``, ``timestamp_ms``, ``size``, ``next_offset``, the ``key`` (bytes) of a record
     that has one, the ``msg_id`` (bytes) of a record appended with one, the ``headers``
-    (``[(name, value)]``) of a record that has some, and the ``body`` (a memoryview); ``follow``: then the records appended later, as they come (no
-    progress bar)."""
+    (``[(name, value)]``) of a record that has some, and the ``body`` (a memoryview);
+    ``follow``: then the records appended later, as they come (no progress bar)."""
     lo, hi = clog.min_offset, clog.max_offset
     if start is not None and not lo <= start <= hi:
         raise UsageError(f"--from {start} is out of range: the log holds [{lo}, {hi})")
