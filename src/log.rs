@@ -745,6 +745,7 @@ impl CommitLog {
         if let Some(writer) = &self.writer {
             writer.stop();
         }
+        self.indexes.clear();
         result
     }
 }

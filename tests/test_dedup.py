@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import collections
 import os
+import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -125,6 +127,55 @@ def test_a_writer_that_looked_up_before_mending_a_damaged_index_finds_every_id(t
         log.lookup(b"anything")
         again = {i: log.append(b"retry", msg_id=i) for i in offsets}
         assert again == offsets and len(log) == 1000
+
+
+def test_a_batch_is_as_the_same_appends_one_by_one_under_a_count_window(tmp_path):
+    """Random batches of ids from a small pool (repeats in a batch, ids without, ids that left
+    the 3-record window) on one store, the same records one by one on another: the two logs and
+    every offset returned are the same."""
+    rng = random.Random(5)
+    batched = CommitLog(str(tmp_path / "a"), segment_size=SEGMENT, dedup_window_records=3)
+    single = CommitLog(str(tmp_path / "b"), segment_size=SEGMENT, dedup_window_records=3)
+    for _ in range(150):
+        ids = [rng.choice(["a", "b", "c", None]) for _ in range(rng.randint(1, 6))]
+        bodies = [b"%d" % rng.randrange(1000) for _ in ids]
+        got = batched.append_batch(bodies, msg_ids=ids)
+        one = [single.append(b, msg_id=i) for b, i in zip(bodies, ids, strict=True)]
+        assert list(got) == one, (ids, got, one)
+    assert batched.max_offset == single.max_offset
+    batched.close()
+    single.close()
+
+
+def test_ids_beyond_a_lost_directory_are_still_found(tmp_path):
+    """A directory lost (``accept_lost``) leaves holes in the log: the ids of the records on
+    either side of them are still in the window."""
+    dirs = [str(tmp_path / n) for n in "abc"]
+    with CommitLog(dirs, segment_size=4096) as log:
+        offsets = {f"id{i}": log.append(b"x" * 100, msg_id=f"id{i}") for i in range(200)}
+    lost = dirs.pop(1)
+    shutil.rmtree(lost)
+    with CommitLog(dirs, accept_lost=lost) as log:
+        kept = {}
+        for i, o in offsets.items():
+            try:
+                assert log.read_record(o).msg_id == i.encode()
+            except CommitLogError:
+                continue  # in the hole
+            kept[i] = o
+        assert 0 < len(kept) < len(offsets) and min(kept.values()) == 0
+        assert {i: log.append(b"again", msg_id=i) for i in kept} == kept
+
+
+def test_close_lets_go_of_the_index_files(tmp_path):
+    d = tmp_path / "d"
+    log = CommitLog(str(d), segment_size=4096)
+    for i in range(125):
+        log.append(b"x" * 100, msg_id=f"id{i}")
+    log.lookup(b"k")  # maps the sealed segments' indexes
+    log.close()
+    with open("/proc/self/maps") as maps:
+        assert [line for line in maps if str(d) in line] == []
 
 
 PRODUCER = """

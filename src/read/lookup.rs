@@ -62,6 +62,11 @@ fn index_path(state: &State, seg: &Segment) -> PathBuf {
 }
 
 impl Indexes {
+    /// Lets go of every index map (the log closes).
+    pub fn clear(&self) {
+        locked(&self.mapped).by_start.clear();
+    }
+
     /// Says once per segment that its index is damaged (every lookup walks it).
     fn damaged(&self, seg: &Segment) {
         if locked(&self.damaged).insert(seg.start()) {
@@ -230,10 +235,13 @@ fn find_id_once(
         if seg.start() >= max {
             continue; // rolled to, nothing published in it yet
         }
+        if seg.is_lost() {
+            continue; // a lost directory's hole: no record, nothing to tell the window by
+        }
         if local_only && !seg.is_local() {
             return Ok(IdAt::Remote);
         }
-        if !seg.is_lost() {
+        {
             let own = active
                 .filter(|(start, _)| *start == seg.start())
                 .map(|(_, ix)| ix);

@@ -81,31 +81,41 @@ pub(crate) fn check(
 ) -> Result<Option<Vec<Seen>>> {
     let window = u64::try_from(state.opts.dedup_window.as_millis()).unwrap_or(u64::MAX);
     let since = now_ms.saturating_sub(window);
-    // Each id's first record in the batch, and what it found.
-    let mut first: HashMap<&[u8], (usize, Seen)> = HashMap::new();
+    // Each id's record in the batch that holds it: its position, what it found, and how many of
+    // the batch's records were written before it.
+    let mut held: HashMap<&[u8], (usize, Seen, u64)> = HashMap::new();
     let mut seen = Vec::with_capacity(blocks.len());
+    // As if appended alone: the batch's records written before the one checked count.
+    let mut written = 0u64;
     for (i, block) in blocks.iter().enumerate() {
-        let Some(Some(id)) = props::id_of(block) else {
-            seen.push(Seen::New);
-            continue;
-        };
-        let s = match first.get(id) {
-            Some(&(j, Seen::New)) => Seen::InBatch(j),
-            Some(&(_, s)) => s,
-            None => {
-                // The records of the batch written before this one count as if appended alone.
-                let before = seen.iter().filter(|s| **s == Seen::New).count() as u64;
-                let s = match lookup::find_id(state, indexes, id, since, local_only, active)? {
-                    IdAt::At(at) if in_count(state, at, before)? => Seen::Stored(at),
-                    IdAt::At(_) | IdAt::Nowhere => Seen::New,
-                    IdAt::Remote => return Ok(None),
+        let s = match props::id_of(block) {
+            Some(Some(id)) => {
+                let s = match held.get(id) {
+                    // Written earlier in the batch: in the window unless too many came since.
+                    Some(&(j, Seen::New, w)) => match state.opts.dedup_window_records {
+                        Some(n) if written - w > n => Seen::New,
+                        _ => Seen::InBatch(j),
+                    },
+                    Some(&(_, Seen::Stored(at), _)) if in_count(state, at, written)? => {
+                        Seen::Stored(at)
+                    }
+                    Some(_) => Seen::New,
+                    None => match lookup::find_id(state, indexes, id, since, local_only, active)? {
+                        IdAt::At(at) if in_count(state, at, written)? => Seen::Stored(at),
+                        IdAt::At(_) | IdAt::Nowhere => Seen::New,
+                        IdAt::Remote => return Ok(None),
+                    },
                 };
-                if blocks.len() > 1 {
-                    first.insert(id, (i, s));
+                // The record that holds the id for the rest of the batch: the last one written,
+                // else the one in the log.
+                if blocks.len() > 1 && (s == Seen::New || !held.contains_key(id)) {
+                    held.insert(id, (i, s, written));
                 }
                 s
             }
+            _ => Seen::New,
         };
+        written += u64::from(s == Seen::New);
         seen.push(s);
     }
     Ok(Some(seen))
