@@ -174,7 +174,12 @@ fn catch_up_with(state: &State, may_lock: bool) -> Result<()> {
         state.max_offset(),
         shared.seen.load(Ordering::Acquire),
     )?;
-    for _ in 0..ATTEMPTS {
+    for attempt in 0..ATTEMPTS {
+        if !may_lock && attempt > 1 {
+            // Holding the append lock, no roll changes the list: the deletions and moves that
+            // do (another open's tier deleting local copies) end soon, given the time.
+            std::thread::sleep(std::time::Duration::from_micros(100 << attempt));
+        }
         let before = ctl.generation();
         let (end, ts) = (ctl.end(), ctl.last_ts());
         let unchanged = before == ctl.generation() && before == shared.seen.load(Ordering::Acquire);
@@ -184,7 +189,7 @@ fn catch_up_with(state: &State, may_lock: bool) -> Result<()> {
         }
     }
     if !may_lock {
-        return Err(changing(state));
+        return Err(changing(state, "holding the append lock"));
     }
     // The store changed under every listing: once more with the lock (no roll runs then).
     let mut guard = ctl.lock_appends(state.opts.lock_timeout, &|| state.check_open())?;
@@ -230,7 +235,12 @@ pub(crate) fn sync_locked(state: &State, ctl: &Control, guard: &mut PageGuard<'_
         repair(state, ctl)?;
         ctl.set_repair_pending(false);
     }
-    for _ in 0..ATTEMPTS {
+    for attempt in 0..ATTEMPTS {
+        if attempt > 1 {
+            // Only deletions and moves change the list while the lock is held (no roll): they
+            // end soon (a tier deleting local copies runs out of them), given the time.
+            std::thread::sleep(std::time::Duration::from_micros(100 << attempt));
+        }
         let generation = ctl.generation();
         if generation == shared.seen.load(Ordering::Acquire)
             && take_end(state, ctl.end(), ctl.last_ts())
@@ -243,12 +253,13 @@ pub(crate) fn sync_locked(state: &State, ctl: &Control, guard: &mut PageGuard<'_
             return Ok(());
         }
     }
-    Err(changing(state))
+    Err(changing(state, "listing under the append lock"))
 }
 
-fn changing(state: &State) -> Error {
+/// `how`: where the listings ran, for whoever reads the error.
+fn changing(state: &State, how: &str) -> Error {
     Error::Unsupported(format!(
-        "the store in {} kept changing while a shared writer listed it; try again",
+        "the store in {} kept changing while a shared writer listed it ({how}); try again",
         state.dirs[0].path.display()
     ))
 }
@@ -293,17 +304,19 @@ fn take_end(state: &State, end: u64, ts: u64) -> bool {
 
 /// Lists the store and takes it as of `generation`, ending at the published end: segments
 /// wholly below it are sealed, the one holding it is the last and is mapped for writing. False
-/// (nothing taken) when the generation moved during the listing, or this open took a later end
-/// meanwhile: the caller looks again. With `locked` false a thread of this open may hold the
-/// append lock, rolled and not published yet: the segments of its roll (in the view, past the
-/// end: the listing leaves them out) stay in the view.
+/// (nothing taken) when the generation moved during the listing (without the append lock), the
+/// store's metadata changed during every attempt of the listing (another open's tier deleting
+/// local copies, a move), or this open took a later end meanwhile: the caller looks again. With
+/// `locked` false a thread of this open may hold the append lock, rolled and not published yet:
+/// the segments of its roll (in the view, past the end: the listing leaves them out) stay in the
+/// view.
 fn reload(state: &State, ctl: &Control, generation: u64, locked: bool) -> Result<bool> {
     let Some(shared) = &state.shared else {
         return Ok(true);
     };
     let paths: Vec<_> = state.dirs.iter().map(|d| d.path.clone()).collect();
     let ids: Vec<_> = state.dirs.iter().map(|d| d.id.clone()).collect();
-    let view = listing::consistent(
+    let Some(view) = listing::consistent(
         &paths,
         &ids,
         state.opts.segment_size,
@@ -311,12 +324,17 @@ fn reload(state: &State, ctl: &Control, generation: u64, locked: bool) -> Result
         0,
         state.tier.as_ref(),
     )?
-    .ok_or_else(|| changing(state))?;
+    else {
+        return Ok(false);
+    };
     fail_point!("shared::listed");
     // A roll bumps the generation before it publishes an end in its new segment: with the
-    // generation unchanged since before the listing, the end lies in a listed segment.
+    // generation unchanged since before the listing, the end lies in a listed segment. With the
+    // append lock held no roll runs: what moved the generation was a deletion or a move of sealed
+    // segments (another open's tier deleting local copies), and the listing, consistent in
+    // itself, is taken as of the generation before it, so that the next catch-up lists again.
     let (end, ts) = (ctl.end(), ctl.last_ts());
-    if ctl.generation() != generation {
+    if ctl.generation() != generation && !locked {
         return Ok(false);
     }
     let mut found = view.segments;
