@@ -96,9 +96,35 @@ def _missing() -> str | None:
     return None
 
 
-def _append_row(s: Sizes, wd: Workdir) -> Row:
+def _appends(
+    wd: Workdir, n: int, loop: Callable[[Callable[..., int]], None]
+) -> Callable[[], float]:
+    """A side of an append row: ``loop(log.append)`` on a fresh log of 1 GiB segments, timed
+    (open and close outside the clock); it must append ``n`` records."""
     from rmqlog import CommitLog
 
+    def side() -> float:
+        d = wd.new()
+        log = CommitLog(os.path.join(d, "log"), segment_size=SEGMENT)
+        append = log.append
+        t = timed(lambda: loop(append))
+        assert len(log) == n, len(log)
+        log.close()
+        shutil.rmtree(d)
+        return t
+
+    return side
+
+
+def _plain(n: int) -> Callable[[Callable[..., int]], None]:
+    def loop(append: Callable[..., int]) -> None:
+        for _ in range(n):
+            append(BODY_100)
+
+    return loop
+
+
+def _append_row(s: Sizes, wd: Workdir) -> Row:
     n = s.records_100
     rng = random.Random(7)
     pool = []
@@ -111,36 +137,11 @@ def _append_row(s: Sizes, wd: Workdir) -> Row:
         pool.append((key, [("type", b"payment"), ("trace", rng.randbytes(16))]))
     items = [pool[i % KEYED_POOL] for i in range(n)]
 
-    def ours() -> float:
-        d = wd.new()
-        log = CommitLog(os.path.join(d, "log"), segment_size=SEGMENT)
-        append = log.append
+    def keyed(append: Callable[..., int]) -> None:
+        for key, headers in items:
+            append(BODY_100, key=key, headers=headers)
 
-        def go() -> None:
-            for key, headers in items:
-                append(BODY_100, key=key, headers=headers)
-
-        t = timed(go)
-        assert len(log) == n, len(log)
-        log.close()
-        shutil.rmtree(d)
-        return t
-
-    def base() -> float:
-        d = wd.new()
-        log = CommitLog(os.path.join(d, "log"), segment_size=SEGMENT)
-        append = log.append
-
-        def go() -> None:
-            for _ in range(n):
-                append(BODY_100)
-
-        t = timed(go)
-        assert len(log) == n, len(log)
-        log.close()
-        shutil.rmtree(d)
-        return t
-
+    ours, base = _appends(wd, n, keyed), _appends(wd, n, _plain(n))
     say(f"appends with a key and two headers (100 B, single) against plain appends ({n})")
     to, tb = alternate(s.reps, ours, base)
     return throughput(
@@ -158,41 +159,14 @@ def _append_row(s: Sizes, wd: Workdir) -> Row:
 
 
 def _dedup_row(s: Sizes, wd: Workdir) -> Row:
-    from rmqlog import CommitLog
-
     n = s.records_100
     ids = [b"evt-%012d" % i for i in range(n)]
 
-    def ours() -> float:
-        d = wd.new()
-        log = CommitLog(os.path.join(d, "log"), segment_size=SEGMENT)
-        append = log.append
+    def with_ids(append: Callable[..., int]) -> None:
+        for i in ids:
+            append(BODY_100, msg_id=i)
 
-        def go() -> None:
-            for i in ids:
-                append(BODY_100, msg_id=i)
-
-        t = timed(go)
-        assert len(log) == n, len(log)
-        log.close()
-        shutil.rmtree(d)
-        return t
-
-    def base() -> float:
-        d = wd.new()
-        log = CommitLog(os.path.join(d, "log"), segment_size=SEGMENT)
-        append = log.append
-
-        def go() -> None:
-            for _ in ids:
-                append(BODY_100)
-
-        t = timed(go)
-        assert len(log) == n, len(log)
-        log.close()
-        shutil.rmtree(d)
-        return t
-
+    ours, base = _appends(wd, n, with_ids), _appends(wd, n, _plain(n))
     say(f"appends with a fresh message id (100 B, single) against plain appends ({n})")
     to, tb = alternate(s.reps, ours, base)
     return throughput(
@@ -202,7 +176,7 @@ def _dedup_row(s: Sizes, wd: Workdir) -> Row:
         tb,
         "CommitLog(path, segment_size=1 GiB) (flush='async', dedup_window_ms 120,000), "
         "append(100 B, msg_id=16 B), a fresh id each, for i in a list of ids",
-        "the same log's append(100 B) alone, for _ in the same list",
+        "the same log's append(100 B) alone, for _ in range(n)",
         id_len=16,
     )
 
