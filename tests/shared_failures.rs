@@ -1198,3 +1198,26 @@ fn positions_damaged_in_every_copy_are_an_error() {
         );
     }
 }
+
+/// The segment list changes under every listing an append takes, with and without the append
+/// lock (`shared::changed_while_listed` moves the generation as another open's deletion does:
+/// a tier deleting local copies needs no append lock). The append still goes through: under
+/// the append lock no roll runs, so a listing consistent in itself is taken. It failed with
+/// "kept changing ... try again" after eight listings (a review found it under tier churn).
+#[test]
+fn an_append_goes_through_while_the_segment_list_changes_under_every_listing() {
+    let _serial = serial();
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    let a = CommitLog::open(&dirs, opts()).unwrap();
+    let b = CommitLog::open(&dirs, opts()).unwrap();
+    for i in 0..200u32 {
+        b.append(&tagged(9, i, 1000)).unwrap(); // b rolls: a's view is behind, it lists
+    }
+    fail::cfg("shared::changed_while_listed", "return").unwrap();
+    let appended = a.append(b"through");
+    fail::remove("shared::changed_while_listed");
+    let at = appended.unwrap();
+    assert_eq!(&*a.read(at).unwrap(), b"through");
+    assert_eq!(&*b.read(at).unwrap(), b"through");
+}

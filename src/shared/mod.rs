@@ -328,6 +328,12 @@ fn reload(state: &State, ctl: &Control, generation: u64, locked: bool) -> Result
         return Ok(false);
     };
     fail_point!("shared::listed");
+    // A test's stand-in for another open's deletion during the listing (no roll: it needs no
+    // append lock), which bumps the generation.
+    #[cfg(feature = "failpoints")]
+    if fail::eval("shared::changed_while_listed", |_| ()).is_some() {
+        ctl.bump_generation();
+    }
     // A roll bumps the generation before it publishes an end in its new segment: with the
     // generation unchanged since before the listing, the end lies in a listed segment. With the
     // append lock held no roll runs: what moved the generation was a deletion or a move of sealed
