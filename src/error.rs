@@ -196,26 +196,31 @@ pub enum Error {
     )]
     ConsumerBusy { name: String },
 
-    /// A shared writer waited longer than `lock_timeout` for the store's append lock: its holder
-    /// is alive and not letting go (stopped by SIGSTOP, a debugger or a frozen cgroup; a holder
-    /// that dies hands the lock over at once). Nothing was appended.
+    /// A shared writer waited longer than `lock_timeout` for the store's append lock, or a
+    /// maintenance call for its maintenance lock: the holder is alive and not letting go (stopped
+    /// by SIGSTOP, a debugger or a frozen cgroup; a holder that dies hands the lock over at
+    /// once). Nothing was done.
     #[error(
-        "the shared writers' append lock in {} was held longer than lock_timeout ({} ms){}; \
-         nothing was appended (a holder stopped by SIGSTOP, a debugger or a frozen cgroup keeps \
+        "the shared writers' {lock} in {} was held longer than lock_timeout ({} ms){}; \
+         nothing was {undone} (a holder stopped by SIGSTOP, a debugger or a frozen cgroup keeps \
          it until it runs again)",
         path.display(),
         waited_ms,
         holder.map(|p| format!(" by process {p}")).unwrap_or_default()
     )]
     LockTimeout {
+        /// `append lock` or `maintenance lock`.
+        lock: &'static str,
+        /// `appended` or `changed`.
+        undone: &'static str,
         path: PathBuf,
         waited_ms: u64,
         holder: Option<u32>,
     },
 
-    /// A signal interrupted a wait for the append lock (Python: the handler's exception, such as
-    /// `KeyboardInterrupt`, is raised instead). Nothing was appended.
-    #[error("interrupted while waiting for the append lock; nothing was appended")]
+    /// A signal interrupted a wait for the append or the maintenance lock (Python: the
+    /// handler's exception, such as `KeyboardInterrupt`, is raised instead). Nothing was done.
+    #[error("interrupted while waiting for a lock of the store; nothing was done")]
     Interrupted,
 
     /// An operating-system error, with the file it concerned.

@@ -1221,3 +1221,56 @@ fn an_append_goes_through_while_the_segment_list_changes_under_every_listing() {
     assert_eq!(&*a.read(at).unwrap(), b"through");
     assert_eq!(&*b.read(at).unwrap(), b"through");
 }
+
+/// A maintenance call behind another open holding the maintenance lock and not letting go
+/// (paused inside `truncate_before`, as a SIGSTOPped process is): it fails with a lock timeout
+/// after `lock_timeout`, changing nothing. It waited without a bound.
+#[test]
+fn a_maintenance_call_behind_a_holder_that_does_not_let_go_times_out() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    static RELEASE: AtomicBool = AtomicBool::new(false);
+    let _serial = serial();
+    let t = tempfile::tempdir().unwrap();
+    let dirs = two_dirs(t.path());
+    let a = CommitLog::open(&dirs, opts().lock_timeout(Duration::from_millis(300))).unwrap();
+    let b = CommitLog::open(&dirs, opts()).unwrap();
+    for i in 0..300u32 {
+        a.append(&tagged(9, i, 1000)).unwrap();
+    }
+    let starts: Vec<u64> = a
+        .segments()
+        .unwrap()
+        .iter()
+        .map(|s| s.start_offset)
+        .collect();
+    assert!(starts.len() > 3);
+    RELEASE.store(false, SeqCst);
+    let (tx, rx) = channel();
+    let tx = Mutex::new(tx);
+    fail::cfg_callback("truncate::planning", move || {
+        let _ = tx.lock().unwrap().send(());
+        while !RELEASE.load(SeqCst) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    })
+    .unwrap();
+    let first = starts[1];
+    let holder = std::thread::spawn(move || b.truncate_before(first).map(|_| ()));
+    rx.recv_timeout(BOUND)
+        .expect("b holds the maintenance lock");
+    let started = std::time::Instant::now();
+    match a.truncate_before(starts[2]) {
+        Err(Error::LockTimeout { lock, .. }) => assert_eq!(lock, "maintenance lock"),
+        other => panic!("a lock timeout, got {other:?}"),
+    }
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300) && waited < BOUND,
+        "{waited:?}"
+    );
+    RELEASE.store(true, SeqCst);
+    holder.join().unwrap().unwrap();
+    fail::remove("truncate::planning");
+    // b's truncation alone: a's changed nothing.
+    assert_eq!(a.segments().unwrap()[0].start_offset, first);
+}

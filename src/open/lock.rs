@@ -15,6 +15,7 @@ use std::os::fd::{FromRawFd, IntoRawFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Once;
+use std::time::Duration;
 
 use crate::error::{Error, IoContext, Result};
 
@@ -281,16 +282,39 @@ impl MaintenanceLock {
         }
     }
 
-    /// Waits for the lock: for another thread of this open, then for the other opens.
-    pub fn hold(&self) -> Result<MaintenanceGuard<'_>> {
+    /// Waits for the lock: for another thread of this open, then for the other opens, at most
+    /// `bound` ([`Error::LockTimeout`]), asking [`crate::interrupt::interrupted`] between slices
+    /// ([`Error::Interrupted`]): a holder stopped by SIGSTOP keeps the lock until it runs again.
+    pub fn hold(&self, bound: Duration) -> Result<MaintenanceGuard<'_>> {
         let mut held = crate::sync::locked(&self.held);
         let h = match held.as_mut() {
             Some(h) => h,
             None => held.insert(Held::new(open_lock_file(&self.path)?)),
         };
-        h.wait()
-            .map_err(|e| Error::io("taking the maintenance lock", &self.path, e))?;
-        Ok(MaintenanceGuard(held))
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_micros(100);
+        loop {
+            match h.flock(libc::LOCK_EX | libc::LOCK_NB) {
+                Ok(true) => return Ok(MaintenanceGuard(held)),
+                Ok(false) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::io("taking the maintenance lock", &self.path, e)),
+            }
+            if crate::interrupt::interrupted() {
+                return Err(Error::Interrupted);
+            }
+            if started.elapsed() >= bound {
+                return Err(Error::LockTimeout {
+                    lock: "maintenance lock",
+                    undone: "changed",
+                    path: self.path.clone(),
+                    waited_ms: started.elapsed().as_millis() as u64,
+                    holder: None,
+                });
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
     }
 
     /// The lock if no other thread or open holds it now; never waits (a holder of the append

@@ -983,7 +983,9 @@ impl PyCommitLog {
             .into_iter()
             .next()
             .ok_or_else(|| PyTypeError::new_err("dest_path must be one directory"))?;
-        Ok(py.detach(|| self.log.move_segment(start_offset, &dest))?)
+        Ok(interrupt::detach(py, || {
+            self.log.move_segment(start_offset, &dest)
+        })?)
     }
 
     /// Moves sealed segments from the most to the least used directory while that narrows the
@@ -996,7 +998,7 @@ impl PyCommitLog {
         max_bytes: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<(u64, String, String)>> {
         let max_bytes = max_bytes.map(|m| args::uint(m, "max_bytes")).transpose()?;
-        let moves = py.detach(|| self.log.rebalance(max_bytes))?;
+        let moves = interrupt::detach(py, || self.log.rebalance(max_bytes))?;
         Ok(moves
             .into_iter()
             .map(|(s, a, b)| {
@@ -1062,7 +1064,7 @@ impl PyCommitLog {
     /// `delete_hours`. With no retention configured (the default) it deletes nothing: 0.
     #[pyo3(signature = (force = false))]
     fn clean(&self, py: Python<'_>, force: bool) -> PyResult<usize> {
-        let n = py.detach(|| self.log.clean(force))?;
+        let n = interrupt::detach(py, || self.log.clean(force))?;
         self.prune_views();
         Ok(n)
     }
@@ -1075,7 +1077,7 @@ impl PyCommitLog {
             o if o > i128::from(u64::MAX) => u64::MAX,
             _ => self.offset_in_range(offset)?,
         };
-        let min = py.detach(|| self.log.truncate_before(off))?;
+        let min = interrupt::detach(py, || self.log.truncate_before(off))?;
         self.prune_views();
         Ok(min)
     }

@@ -563,6 +563,8 @@ impl Control {
             open()?;
             if started.elapsed() >= bound {
                 return Err(Error::LockTimeout {
+                    lock: "append lock",
+                    undone: "appended",
                     path: self.path().map(Path::to_path_buf).unwrap_or_default(),
                     waited_ms: started.elapsed().as_millis() as u64,
                     holder: lock.holder(),

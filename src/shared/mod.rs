@@ -91,7 +91,7 @@ pub(crate) fn maintenance(state: &State) -> Result<Option<MaintenanceGuard<'_>>>
     let Some(shared) = &state.shared else {
         return Ok(None);
     };
-    let guard = shared.maintenance.hold()?;
+    let guard = shared.maintenance.hold(state.opts.lock_timeout)?;
     maintenance_taken(state, false)?;
     Ok(Some(guard))
 }
