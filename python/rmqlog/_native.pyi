@@ -167,8 +167,8 @@ class ClaimLostError(CommitLogError):
     """The name's committed position after the call."""
 
 class LockTimeoutError(CommitLogError, TimeoutError):
-    """A shared writer waited longer than lock_timeout_ms for the append lock (its holder
-    stopped); nothing was appended."""
+    """A shared writer waited longer than lock_timeout_ms for the append lock, or a maintenance
+    call for the maintenance lock (its holder stopped); nothing was done."""
 
 class TierError(CommitLogError, OSError):
     """The remote tier's object store failed a request (unreachable, refused)."""
