@@ -60,6 +60,9 @@ mod log;
 #[cfg(feature = "python")]
 mod python;
 
+#[cfg(feature = "jvm")]
+mod jvm;
+
 pub use crate::consumers::consumer::{
     Consumer, ConsumerOptions, Lag, OnLoss, Start, FILTER_SKIP_BYTES, FILTER_SKIP_RECORDS,
     LAG_WALK_BYTES,

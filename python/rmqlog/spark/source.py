@@ -133,12 +133,25 @@ class _RefusedStreamReader(DataSourceStreamReader):
         """Nothing to release."""
 
 
+class PythonSource(RmqlogDataSource):
+    """The Python source under the name ``rmqlog_python``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rmqlog_python"
+
+
 def register(spark: Any, pushdown: bool = True) -> type[RmqlogDataSource]:
     """Registers the ``rmqlog`` data source (batch and streaming) with a SparkSession. With
     ``pushdown`` (the default) it also turns on ``spark.sql.python.filterPushdown.enabled``, the
     session's switch for filters reaching Python sources (off by default; sources without
     ``pushFilters`` read the same with it on)."""
-    spark.dataSource.register(RmqlogDataSource)
+    try:
+        spark.dataSource.register(RmqlogDataSource)
+    except Exception as e:
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(e):
+            raise
+        spark.dataSource.register(PythonSource)
     if pushdown:
         spark.conf.set(PUSHDOWN_CONF, "true")
     return RmqlogDataSource
