@@ -59,7 +59,16 @@ REQUIREMENTS = $(PY) -c 'import sys, tomllib; p = tomllib.load(open("pyproject.t
 	if a == "build" else \
 	[r for e in a.split(",") for r in p["project"]["optional-dependencies"][e]]), sep="\n")'
 
-.PHONY: all help demo develop test test-rust test-python bench-build bench-quick bench fuzz-quick chaos lint fmt wheel wheel-aarch64 doc clean
+# The JVM reader (jvm/, src/jvm): its Java classes compiled with the JDK's javac against the jars
+# the pyspark wheel ships (no Maven), and the JNI library (cargo feature jvm, release, stripped),
+# packed into one jar under python/rmqlog, which the wheel ships. The library is a cargo build of
+# its own, in target/release: the extension's build (maturin, zig) cannot be shared with it.
+JAR := python/rmqlog/jvm/rmqlog-spark.jar
+JAVA_SOURCES := $(shell find jvm -type f)
+JVM_BUILD := target/jvm
+JNI_IN_JAR := $(JVM_BUILD)/classes/io/rmqlog/spark/native/linux-x86_64/librmqlog_jvm.so
+
+.PHONY: all help demo develop jar test test-rust test-python bench-build bench-quick bench fuzz-quick chaos lint fmt wheel wheel-aarch64 doc clean
 
 ## all: lint, test and build the wheel.
 all: test wheel
@@ -112,6 +121,22 @@ $(EXTRAS_STAMP): $(TOOLS)
 ## by side.
 develop: $(TOOLS)
 	@$(MAKE) --no-print-directory -j2 $(BUILT) $(EXTRAS_STAMP)
+	@$(MAKE) --no-print-directory $(JAR)
+
+## jar: the JVM reader's jar (the Spark DataSource V2 reader with its JNI library), into
+## python/rmqlog/jvm/ where rmqlog.spark finds it and the wheel takes it.
+jar: $(JAR)
+
+$(JAR): $(EXTRAS_STAMP) $(SOURCES) $(JAVA_SOURCES)
+	@echo "building the JVM reader: the JNI library (release, features jvm, tier) and the jar"
+	cargo build --release --lib --features jvm,tier
+	rm -rf $(JVM_BUILD) && mkdir -p $(dir $(JNI_IN_JAR))
+	javac -d $(JVM_BUILD)/classes --release 17 -Xlint:all,-path,-serial -Werror \
+		-cp "$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*" \
+		$(filter %.java,$(JAVA_SOURCES))
+	strip -o $(JNI_IN_JAR) target/release/librmqlog.so
+	cp -r jvm/META-INF $(JVM_BUILD)/classes/
+	mkdir -p $(dir $@) && jar --create --file $@ -C $(JVM_BUILD)/classes .
 
 ## demo: the main job: write across three directories, read back zero-copy, show placement.
 ## Installs rmqlog alone (no extras, built without the tier) into .venv.
@@ -191,7 +216,7 @@ fmt: $(EXTRAS_STAMP)
 ## wheel: build the portable abi3 wheel into dist/ (replacing older rmqlog wheels there):
 ## manylinux2014 x86_64 (glibc 2.17 and newer), and show what `auditwheel show` finds in it.
 ## After `make develop` (the same build), it only packs.
-wheel: $(TOOLS)
+wheel: $(TOOLS) $(JAR)
 	rm -f dist/rmqlog-*.whl
 	$(VENV_PATH) $(VENV)/bin/maturin build --release $(ZIG_BUILD) --out dist
 	$(VENV)/bin/auditwheel show dist/rmqlog-*.whl

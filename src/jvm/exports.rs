@@ -328,3 +328,34 @@ pub extern "system" fn Java_io_rmqlog_spark_Native_closeReader(
         Ok(())
     })
 }
+
+/// Waits up to `timeout_ms` (0: not at all, after catching up with the writer) for records past
+/// `offset`; returns the end of the records visible then.
+#[no_mangle]
+pub extern "system" fn Java_io_rmqlog_spark_Native_waitFor(
+    raw: *mut JNIEnv,
+    _class: jclass,
+    handle: jlong,
+    offset_: jlong,
+    timeout_ms: jlong,
+) -> jlong {
+    call(raw, 0, |_| {
+        // SAFETY: a live log handle.
+        let log = unsafe { log(handle) }?;
+        let timeout = std::time::Duration::from_millis(offset(timeout_ms, "timeout")?);
+        Ok(log.wait(offset(offset_, "offset")?, Some(timeout))? as jlong)
+    })
+}
+
+/// Picks up what the writer appended since (a read-only log); returns `max_offset`.
+#[no_mangle]
+pub extern "system" fn Java_io_rmqlog_spark_Native_refresh(
+    raw: *mut JNIEnv,
+    _class: jclass,
+    handle: jlong,
+) -> jlong {
+    call(raw, 0, |_| {
+        // SAFETY: a live log handle.
+        Ok(unsafe { log(handle) }?.refresh()? as jlong)
+    })
+}

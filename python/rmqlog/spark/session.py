@@ -9,6 +9,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from rmqlog.spark.jvm import jar
 from rmqlog.spark.source import register
 
 # What a local session needs here: Spark's own address and the driver on the loopback, no web
@@ -21,6 +22,7 @@ _LOCAL_CONF = {
 }
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+JARS = "spark.jars"
 
 # Spark's own patterns for these masters (SparkContext's LOCAL_N_REGEX, LOCAL_N_FAILURES_REGEX and
 # LOCAL_CLUSTER_REGEX), with plain "local".
@@ -48,9 +50,15 @@ def local_session(
     app_name: str = "rmqlog",
     conf: Mapping[str, str] | None = None,
     pushdown: bool = True,
+    jvm: bool | None = None,
 ) -> Any:
     """A SparkSession for ``master`` (``local[N]``, or ``local-cluster[...]`` for executors in
-    their own JVMs) with the ``rmqlog`` source registered (``register(spark, pushdown)``).
+    their own JVMs) with the ``rmqlog`` source registered (``register(spark, pushdown, jvm)``).
+
+    ``jvm``: whether ``format("rmqlog")`` is the JVM reader, the jar rmqlog ships (docs/spark.md;
+    the Python source is then ``rmqlog_python``). None (the default): where this install has the
+    jar, it goes into ``spark.jars``; True: the same, and ValueError without it; False: the
+    Python source alone, as ``rmqlog``.
 
     Spark's Python workers run this interpreter (``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON``
     unless set) and Spark binds to 127.0.0.1 (``SPARK_LOCAL_IP`` unless set); no UI; session
@@ -67,13 +75,18 @@ def local_session(
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    settings = {**_LOCAL_CONF, **(conf or {})}
+    path = jar()
+    if jvm is not False and path is not None:
+        jars = settings.get(JARS)
+        settings[JARS] = path if not jars else f"{jars},{path}"
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in {**_LOCAL_CONF, **(conf or {})}.items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     cores = local_cores(spark.sparkContext.master or master)  # a reused session keeps its own
     if cores is not None and SHUFFLE_PARTITIONS not in (conf or {}):
         spark.conf.set(SHUFFLE_PARTITIONS, str(cores))
     spark.sparkContext.setLogLevel("ERROR")
-    register(spark, pushdown=pushdown)
+    register(spark, pushdown=pushdown, jvm=jvm)
     return spark

@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
+from rmqlog.spark import jvm as _jvm
 from rmqlog.spark.batch import NoPushdownReader, RmqlogReader, _open
 from rmqlog.spark.errors import store_gone
 from rmqlog.spark.fleet_stream import FleetStreamReader
@@ -134,24 +135,29 @@ class _RefusedStreamReader(DataSourceStreamReader):
 
 
 class PythonSource(RmqlogDataSource):
-    """The Python source under the name ``rmqlog_python``."""
+    """The Python source under the name it has beside the JVM reader: ``rmqlog_python``."""
 
     @classmethod
     def name(cls) -> str:
-        return "rmqlog_python"
+        return _jvm.PYTHON_NAME
 
 
-def register(spark: Any, pushdown: bool = True) -> type[RmqlogDataSource]:
-    """Registers the ``rmqlog`` data source (batch and streaming) with a SparkSession. With
-    ``pushdown`` (the default) it also turns on ``spark.sql.python.filterPushdown.enabled``, the
-    session's switch for filters reaching Python sources (off by default; sources without
+def register(spark: Any, pushdown: bool = True, jvm: bool | None = None) -> type[DataSource]:
+    """Registers the ``rmqlog`` data source (batch and streaming) with a SparkSession.
+
+    ``jvm``: whether ``rmqlog`` is the JVM reader (the jar rmqlog ships, a DataSource V2 reader
+    over the Rust core: docs/spark.md). None (the default): where the jar is, it is put on the
+    session's classpath (``ADD JAR``) unless there already; True: the same, and ValueError without
+    a jar; False: the jar is not added (a session that has it keeps it). Where the JVM reader is
+    on the classpath, the Python source is registered as ``rmqlog_python``; elsewhere as
+    ``rmqlog``. Returns the Python source's class.
+
+    With ``pushdown`` (the default) it also turns on ``spark.sql.python.filterPushdown.enabled``,
+    the session's switch for filters reaching Python sources (off by default; sources without
     ``pushFilters`` read the same with it on)."""
-    try:
-        spark.dataSource.register(RmqlogDataSource)
-    except Exception as e:
-        if "DATA_SOURCE_ALREADY_EXISTS" not in str(e):
-            raise
-        spark.dataSource.register(PythonSource)
+    on_jvm = _jvm.add(spark, bool(jvm)) if jvm is not False else _jvm.on_classpath(spark)
+    source = PythonSource if on_jvm else RmqlogDataSource
+    spark.dataSource.register(source)
     if pushdown:
         spark.conf.set(PUSHDOWN_CONF, "true")
-    return RmqlogDataSource
+    return source

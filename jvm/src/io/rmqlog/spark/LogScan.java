@@ -6,6 +6,7 @@ import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
@@ -42,25 +43,34 @@ final class LogScan implements Scan, Batch {
 
   @Override
   public Batch toBatch() {
+    opts.check("batch");
     return this;
+  }
+
+  @Override
+  public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+    return new LogStream(opts.check("stream"), schema);
   }
 
   @Override
   public InputPartition[] planInputPartitions() {
     try (NativeLog log = NativeLog.open(opts)) {
       long[] range = range(log);
-      long[] ranges = pushed.ranges(log, range[0], range[1]);
-      long[] flat = Native.plan(log.handle(), ranges, opts.maxPartitionBytes, pushed.byKey());
-      InputPartition[] parts = new InputPartition[(int) flat[0]];
-      int at = 1;
-      for (int i = 0; i < parts.length; i++) {
-        int n = (int) flat[at];
-        long[] spans = java.util.Arrays.copyOfRange(flat, at + 1, at + 1 + 2 * n);
-        parts[i] = new SpanPartition(i, spans);
-        at += 1 + 2 * n;
-      }
-      return parts;
+      return partitions(log, pushed.ranges(log, range[0], range[1]), opts, pushed.byKey());
     }
+  }
+
+  /** The partitions over {@code ranges} ({@code [lo, hi)} pairs): src/jvm/plan.rs. */
+  static InputPartition[] partitions(NativeLog log, long[] ranges, ReadOptions opts, boolean keys) {
+    long[] flat = Native.plan(log.handle(), ranges, opts.maxPartitionBytes, keys);
+    InputPartition[] parts = new InputPartition[(int) flat[0]];
+    int at = 1;
+    for (int i = 0; i < parts.length; i++) {
+      int n = (int) flat[at];
+      parts[i] = new SpanPartition(i, java.util.Arrays.copyOfRange(flat, at + 1, at + 1 + 2 * n));
+      at += 1 + 2 * n;
+    }
+    return parts;
   }
 
   /** {@code [lo, hi)} of the read from the options, on the log as it is now. */
@@ -92,6 +102,10 @@ final class LogScan implements Scan, Batch {
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
+    return new Factory(opts, schema);
+  }
+
+  static PartitionReaderFactory readerFactory(ReadOptions opts, StructType schema) {
     return new Factory(opts, schema);
   }
 

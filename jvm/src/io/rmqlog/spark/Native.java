@@ -63,6 +63,10 @@ final class Native {
   static native long openReader(
       long log, long from, long to, long[] columns, long maxRecords, long maxBytes);
 
+  static native long waitFor(long log, long offset, long timeoutMs);
+
+  static native long refresh(long log);
+
   static native long[] next(long reader);
 
   static native long position(long reader);

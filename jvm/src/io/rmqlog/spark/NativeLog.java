@@ -45,6 +45,15 @@ final class NativeLog implements AutoCloseable {
     return Native.recordStartAtOrAfter(handle(), pos);
   }
 
+  /** Waits up to {@code ms} (0: catches up only) for records past {@code offset}. */
+  long waitFor(long offset, long ms) {
+    return Native.waitFor(handle(), offset, ms);
+  }
+
+  long refresh() {
+    return Native.refresh(handle());
+  }
+
   long[] lookup(byte[] key) {
     return Native.lookup(handle(), key);
   }

@@ -24,6 +24,7 @@ final class ReadOptions implements Serializable {
   private static final long MIN_PARTITION_BYTES = 4096;
   private static final List<String> STREAM_ONLY =
       List.of("max_bytes_per_trigger", "max_records_per_trigger", "wait_ms");
+  private static final List<String> BATCH_ONLY = List.of("end_offset", "end_timestamp", "pushdown");
   private static final List<String> KNOWN =
       List.of(
           "path", "paths", "start_offset", "end_offset", "start_timestamp", "end_timestamp",
@@ -50,8 +51,15 @@ final class ReadOptions implements Serializable {
   final String tierUrl;
   final TreeMap<String, String> tierOptions;
   final String tierCacheDir;
+  /** A stream's limits per micro-batch (null: none), and its wait for records (ms). */
+  final Long maxBytesPerTrigger;
+  final Long maxRecordsPerTrigger;
+  final long waitMs;
+  /** The options given, lowercased: what {@link #check} refuses by the kind of read. */
+  private final java.util.Set<String> given;
 
   private ReadOptions(Map<String, String> keys) {
+    given = java.util.Set.copyOf(keys.keySet());
     paths = parsePaths(keys);
     String so = keys.get("start_offset");
     boolean latest = false;
@@ -87,6 +95,17 @@ final class ReadOptions implements Serializable {
         keys.containsKey("batch_records")
             ? integer("batch_records", keys.get("batch_records"), 1, "an integer >= 1")
             : DEFAULT_BATCH_RECORDS;
+    maxBytesPerTrigger =
+        keys.containsKey("max_bytes_per_trigger")
+            ? size("max_bytes_per_trigger", keys.get("max_bytes_per_trigger"), 1, Long.MAX_VALUE)
+            : null;
+    maxRecordsPerTrigger = optional(keys, "max_records_per_trigger", "an integer >= 1", 1);
+    String wait = keys.get("wait_ms");
+    String ms60 = "milliseconds, an integer in [0, 60000]";
+    waitMs = wait == null ? 100 : integer("wait_ms", wait, 0, "milliseconds, an integer >= 0");
+    if (waitMs > 60_000) {
+      throw bad("wait_ms", wait, ms60);
+    }
     failOnDataLoss = bool(keys, "fail_on_data_loss", true);
     pushdown = bool(keys, "pushdown", true);
     tierOptions = new TreeMap<>();
@@ -136,7 +155,27 @@ final class ReadOptions implements Serializable {
     }
   }
 
-  /** Checks the options of a batch read (the JVM reader reads batches only). */
+  /**
+   * Refuses an option of the other kind of read: {@code "batch"} (spark.read) or
+   * {@code "stream"} (spark.readStream), known only once Spark plans the read.
+   */
+  ReadOptions check(String mode) {
+    for (String k : mode.equals("batch") ? STREAM_ONLY : BATCH_ONLY) {
+      if (given.contains(k) && mode.equals("batch")) {
+        throw new IllegalArgumentException(
+            "rmqlog: option " + k + " applies to spark.readStream only");
+      }
+      if (given.contains(k)) {
+        String why = k.startsWith("end_") ? "a stream has no end" : "a stream takes no filter";
+        throw new IllegalArgumentException(
+            "rmqlog: option " + k + " applies to spark.read only, not to spark.readStream ("
+                + why + ")");
+      }
+    }
+    return this;
+  }
+
+  /** Checks the options' names and values, for either kind of read. */
   static ReadOptions parse(Map<String, String> options) {
     Map<String, String> keys = new TreeMap<>();
     options.forEach((k, v) -> keys.put(k.toLowerCase(Locale.ROOT), v));
@@ -151,12 +190,6 @@ final class ReadOptions implements Serializable {
       throw new IllegalArgumentException(
           "rmqlog: unknown " + what + String.join(", ", unknown) + "; accepted options: "
               + String.join(", ", KNOWN) + ", " + TIER_PREFIX + "<key>");
-    }
-    for (String k : STREAM_ONLY) {
-      if (keys.containsKey(k)) {
-        throw new IllegalArgumentException(
-            "rmqlog: option " + k + " applies to spark.readStream only");
-      }
     }
     return new ReadOptions(keys);
   }
@@ -242,8 +275,12 @@ final class ReadOptions implements Serializable {
   }
 
   private static Long optional(Map<String, String> keys, String name, String accepted) {
+    return optional(keys, name, accepted, 0);
+  }
+
+  private static Long optional(Map<String, String> keys, String name, String accepted, long min) {
     String v = keys.get(name);
-    return v == null ? null : integer(name, v, 0, accepted);
+    return v == null ? null : integer(name, v, min, accepted);
   }
 
   private static long integer(String name, String value, long minimum, String accepted) {

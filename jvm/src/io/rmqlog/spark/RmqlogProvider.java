@@ -41,7 +41,7 @@ public final class RmqlogProvider implements TableProvider, DataSourceRegister {
     return new LogTable(Columns.checked(schema), ReadOptions.parse(props));
   }
 
-  /** One store, read as batches. */
+  /** One store, read as batches or as a stream. */
   @SuppressWarnings("deprecation") // schema(): Spark 4 still reads a table's columns from it
   private record LogTable(StructType schema, ReadOptions opts) implements SupportsRead {
     @Override
@@ -51,7 +51,7 @@ public final class RmqlogProvider implements TableProvider, DataSourceRegister {
 
     @Override
     public Set<TableCapability> capabilities() {
-      return Set.of(TableCapability.BATCH_READ);
+      return Set.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ);
     }
 
     @Override
