@@ -232,11 +232,6 @@ final class ReadOptions implements Serializable {
       if (urls > 0 && urls < parts.size()) {
         throw new IllegalArgumentException("rmqlog: paths " + repr(raw) + " mix " + MIXED);
       }
-      if (urls > 1) {
-        throw new IllegalArgumentException(
-            "rmqlog: paths " + repr(raw) + " name a fleet of stores, which the JVM reader does"
-                + " not read yet; read it through the Python source (rmqlog.spark.register)");
-      }
       found.add(parts);
     }
     if (found.size() == 2 && !found.get(0).equals(found.get(1))) {
