@@ -90,7 +90,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
             continue
-        if {"spark", "spark_cluster"} & set(item.fixturenames):
+        if {"spark", "spark_cluster", "spark_session", "spark_cluster_session"} & set(
+            item.fixturenames
+        ):
             item.add_marker(pytest.mark.xdist_group("spark"))
         elif item.module is not None and item.module.__name__ == "test_wheel":
             item.add_marker(pytest.mark.xdist_group("wheel"))
@@ -262,6 +264,7 @@ class _SparkSessions:
             conf={"spark.scheduler.minRegisteredResourcesRatio": "1.0"},  # jobs wait for all
         )
         assert session.conf.get(rs.PUSHDOWN_CONF) == "true"
+        assert rs.jvm.on_classpath(session), "the JVM reader's jar: `make jar` builds it"
         self.session = session
         return session
 
@@ -300,15 +303,37 @@ def _spark_sessions():
             os.environ[k] = v
 
 
-@pytest.fixture
-def spark(_spark_sessions):
+def _as_reader(session, which: str):
+    from _spark_sources import PythonSourceSession
+
+    return session if which == "jvm" else PythonSourceSession(session)
+
+
+@pytest.fixture(params=("jvm", "python"))
+def spark(_spark_sessions, request):
     """A local[2] SparkSession (UTC session time zone) with the rmqlog source registered, shared
-    by the Spark tests. The modules skip themselves first where java or pyspark is missing."""
+    by the Spark tests, once for each reader of ``format("rmqlog")`` (tests/_spark_sources.py):
+    the JVM reader (the jar) and the Python source. The modules skip themselves first where java
+    or pyspark is missing."""
+    return _as_reader(_spark_sessions.get(SPARK_LOCAL), request.param)
+
+
+@pytest.fixture
+def spark_session(_spark_sessions):
+    """The local[2] session of ``spark`` alone, for the tests that do not read through
+    ``format("rmqlog")`` (the body UDF, the session builder) and for fleets, which the JVM
+    reader hands to the Python source: ``format("rmqlog")`` is the JVM reader there."""
     return _spark_sessions.get(SPARK_LOCAL)
 
 
 @pytest.fixture
-def spark_cluster(_spark_sessions):
+def spark_cluster_session(_spark_sessions):
+    """The local-cluster session of ``spark_cluster`` alone (see ``spark_session``)."""
+    return _spark_sessions.get(SPARK_CLUSTER)
+
+
+@pytest.fixture(params=("jvm", "python"))
+def spark_cluster(_spark_sessions, request):
     """Like ``spark`` on a local-cluster: executors in 2 JVMs of their own (not the driver's),
     each with its Python workers, as on a real cluster."""
-    return _spark_sessions.get(SPARK_CLUSTER)
+    return _as_reader(_spark_sessions.get(SPARK_CLUSTER), request.param)

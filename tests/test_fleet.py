@@ -273,19 +273,19 @@ def _spark_rows(df) -> list[tuple[str, int, str]]:
 
 
 @pytest.mark.parametrize("fleet", ["s3"], indirect=True)
-def test_a_cluster_reads_the_fleet_as_one_table(spark_cluster, fleet):
-    df = _spark_read(spark_cluster, fleet).load(fleet.root)
+def test_a_cluster_reads_the_fleet_as_one_table(spark_cluster_session, fleet):
+    df = _spark_read(spark_cluster_session, fleet).load(fleet.root)
     assert df.columns == ["offset", "timestamp", "body", "segment", "key", "headers", "store"]
     assert df.rdd.getNumPartitions() == sum(fleet.segments.values())  # one per remote segment
     assert _spark_rows(df.select("store", "offset", "body")) == fleet.rows()
     # With pushdown (each query loads anew), a filter on store plans that store's partitions
     # only; one on offset applies to each store's own log.
     web1, db1 = fleet.url("web-1"), fleet.url("db-1")
-    one = _spark_read(spark_cluster, fleet, pushdown="true").load(fleet.root)
+    one = _spark_read(spark_cluster_session, fleet, pushdown="true").load(fleet.root)
     one = one.filter(f"store = '{web1}'")
     assert one.rdd.getNumPartitions() == fleet.segments[web1]
     assert _spark_rows(one) == fleet.rows(("web-1",))
-    two = _spark_read(spark_cluster, fleet, pushdown="true").load(fleet.root)
+    two = _spark_read(spark_cluster_session, fleet, pushdown="true").load(fleet.root)
     two = two.filter(f"store IN ('{web1}', '{db1}') AND offset < {SEG}")
     assert two.rdd.getNumPartitions() == 2  # each store's first segment
     assert _spark_rows(two) == [r for r in fleet.rows(("web-1", "db-1")) if r[1] < SEG]
@@ -294,17 +294,17 @@ def test_a_cluster_reads_the_fleet_as_one_table(spark_cluster, fleet):
     assert unpushed.rdd.getNumPartitions() == sum(fleet.segments.values())
     assert _spark_rows(unpushed) == fleet.rows(("web-1",))
     # a glob, and a list of URLs
-    webs = _spark_read(spark_cluster, fleet).load(f"{fleet.root}/web-*")
+    webs = _spark_read(spark_cluster_session, fleet).load(f"{fleet.root}/web-*")
     assert _spark_rows(webs) == fleet.rows(("web-1", "web-2"))
-    listed = _spark_read(spark_cluster, fleet).load([web1, db1])
+    listed = _spark_read(spark_cluster_session, fleet).load([web1, db1])
     assert _spark_rows(listed) == fleet.rows(("web-1", "db-1"))
     # the store column alone
     assert df.select("store").distinct().count() == len(NAMES)
 
 
 @pytest.mark.parametrize("fleet", ["s3"], indirect=True)
-def test_a_fleet_stream_refuses_trigger_limits(spark, fleet):
-    stream = spark.readStream.format("rmqlog").option("max_records_per_trigger", "10")
+def test_a_fleet_stream_refuses_trigger_limits(spark_session, fleet):
+    stream = spark_session.readStream.format("rmqlog").option("max_records_per_trigger", "10")
     for k, v in fleet.options.items():
         stream = stream.option(f"tier.{k}", v)
     q = stream.load(fleet.root).writeStream.format("memory").queryName("fleet_limits").start()
@@ -352,7 +352,7 @@ def test_the_fleet_example_in_the_docs_runs_as_written(tmp_path):
 
 
 @pytest.mark.parametrize("fleet", ["s3"], indirect=True)
-def test_a_stream_of_a_fleet_takes_new_uploads_and_new_stores(spark, fleet, tmp_path):
+def test_a_stream_of_a_fleet_takes_new_uploads_and_new_stores(spark_session, fleet, tmp_path):
     """A stream of the prefix reads every store's uploaded records; then what a store uploads
     later, and a store that starts publishing under the prefix, from its head."""
     got: list[tuple[str, int, str]] = []
@@ -360,7 +360,7 @@ def test_a_stream_of_a_fleet_takes_new_uploads_and_new_stores(spark, fleet, tmp_
     def collect(df, _batch_id):
         got.extend(_spark_rows(df.select("store", "offset", "body")))
 
-    stream = spark.readStream.format("rmqlog")
+    stream = spark_session.readStream.format("rmqlog")
     for k, v in fleet.options.items():
         stream = stream.option(f"tier.{k}", v)
     q = (
@@ -425,11 +425,11 @@ def test_a_fleet_s_columns_range_and_spelling_are_checked(fleet):
 
 
 @pytest.mark.parametrize("fleet", ["file"], indirect=True)
-def test_a_store_deleted_after_load_follows_fail_on_data_loss(spark, fleet):
+def test_a_store_deleted_after_load_follows_fail_on_data_loss(spark_session, fleet):
     """The stores are found in load(); one whose objects are deleted before the query runs fails
     it with DataLossError naming the store, or, with fail_on_data_loss=false, is skipped."""
-    strict = _spark_read(spark, fleet).load(fleet.root)
-    lenient = _spark_read(spark, fleet, fail_on_data_loss="false").load(fleet.root)
+    strict = _spark_read(spark_session, fleet).load(fleet.root)
+    lenient = _spark_read(spark_session, fleet, fail_on_data_loss="false").load(fleet.root)
     gone = fleet.url("web-2")
     shutil.rmtree(gone.removeprefix("file://"))
     with pytest.raises(Exception, match=f"the fleet's store {gone} is gone"):
@@ -438,7 +438,9 @@ def test_a_store_deleted_after_load_follows_fail_on_data_loss(spark, fleet):
 
 
 @pytest.mark.parametrize("fleet", ["file"], indirect=True)
-def test_a_listed_store_gone_from_a_stream_follows_fail_on_data_loss(spark, fleet, tmp_path):
+def test_a_listed_store_gone_from_a_stream_follows_fail_on_data_loss(
+    spark_session, fleet, tmp_path
+):
     """A stream of an explicit list of stores, restarted from its checkpoint after one store's
     objects were deleted: with fail_on_data_loss=false it goes on with the others; by default the
     load refuses the list, naming the store."""
@@ -446,7 +448,7 @@ def test_a_listed_store_gone_from_a_stream_follows_fail_on_data_loss(spark, flee
     got: list[tuple[str, int, str]] = []
 
     def start(**options):
-        stream = spark.readStream.format("rmqlog").option("paths", json.dumps(urls))
+        stream = spark_session.readStream.format("rmqlog").option("paths", json.dumps(urls))
         for k, v in options.items():
             stream = stream.option(k, v)
         return (

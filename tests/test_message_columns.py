@@ -498,11 +498,11 @@ def test_spark_batch_and_stream_read_keys_and_headers(spark, dirs, tmp_path):
     assert sorted(got) == _want(want)
 
 
-def test_spark_reads_a_fleet_with_keys_and_headers(spark, fleet, tmp_path):
+def test_spark_reads_a_fleet_with_keys_and_headers(spark_session, fleet, tmp_path):
     url, uploaded = fleet
     want = sorted((s, *r) for s, recs in uploaded.items() for r in _want(recs))
 
-    df = spark.read.format("rmqlog").schema(f"store STRING, {SPARK_COLS}").load(url)
+    df = spark_session.read.format("rmqlog").schema(f"store STRING, {SPARK_COLS}").load(url)
     got = sorted(
         (
             r.store,
@@ -515,7 +515,7 @@ def test_spark_reads_a_fleet_with_keys_and_headers(spark, fleet, tmp_path):
     assert got == want
     streamed: list = []
     q = (
-        spark.readStream.format("rmqlog")
+        spark_session.readStream.format("rmqlog")
         .schema(f"{SPARK_COLS}, store STRING")
         .load(url)
         .writeStream.foreachBatch(

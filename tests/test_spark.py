@@ -29,6 +29,8 @@ except ImportError as exc:
         allow_module_level=True,
     )
 
+from _spark_sources import named
+
 import rmqlog.spark as rs
 
 SEG = 64 * 1024
@@ -257,7 +259,7 @@ def test_max_partition_bytes_splits_segments_without_loss_or_duplicates(spark, s
 def test_bad_option_fails_at_planning(spark, store):
     with pytest.raises(Exception, match="batch_bytes='many'") as e:
         load(spark, store.paths, batch_bytes="many")  # fails in load(): no job runs
-    assert "ValueError" in str(e.value)
+    assert named(spark, e.value, "ValueError")
     with pytest.raises(Exception, match=r"unknown option startoffset \(did you mean start_offset"):
         load(spark, store.paths, startOffset=5)
     with pytest.raises(Exception, match=r"spark\.readStream only"):
@@ -312,7 +314,7 @@ def test_bad_value_of_every_option_fails_at_load(spark, store, kind, name, bad, 
     msg = str(e.value)
     assert f"rmqlog: option {name}={bad!r} is not valid" in msg, msg
     assert accepted in msg, msg
-    assert "ValueError" in msg and "UnboundLocalError" not in msg
+    assert named(spark, e.value, "ValueError") and "UnboundLocalError" not in msg
 
 
 @pytest.mark.parametrize("kind", BOTH)
@@ -460,12 +462,12 @@ def test_read_while_another_process_appends(spark, tmp_path):
 # the body UDF
 
 
-def test_body_udf_on_spark(spark, store):
+def test_body_udf_on_spark(spark_session, store):
     from pyspark.sql import functions as F
 
     sample = store.offsets[::37]
     bad = [store.offsets[5] + 1, store.max_offset + 10_000, None]
-    df = spark.createDataFrame([(o,) for o in sample + bad], "o BIGINT")
+    df = spark_session.createDataFrame([(o,) for o in sample + bad], "o BIGINT")
     got = dict(
         (r.o, r.b) for r in df.select("o", rs.body_udf(store.paths)("o").alias("b")).collect()
     )
@@ -473,7 +475,7 @@ def test_body_udf_on_spark(spark, store):
     assert {o: bytes(got[o]) for o in sample} == {o: bodies[o] for o in sample}
     assert [got[o] for o in bad] == [None, None, None]
     # joined to the data source: the lookup gives the same bodies as the scan
-    joined = load(spark, store.paths).select(
+    joined = load(spark_session, store.paths).select(
         F.col("body"), rs.body_udf(store.dirs)(F.col("offset")).alias("looked_up")
     )
     assert joined.where("body <> looked_up OR looked_up IS NULL").count() == 0
@@ -746,16 +748,16 @@ def test_local_cores_of_a_master(master, cores):
     assert local_cores(master) == cores
 
 
-def test_local_session_sizes_shuffle_partitions_to_its_cores_unless_conf_sets_them(spark):
+def test_local_session_sizes_shuffle_partitions_to_its_cores_unless_conf_sets_them(spark_session):
     # conftest.py's session sets none: local[2] has 2 (Spark's default is 200).
     from rmqlog.spark.session import SHUFFLE_PARTITIONS
 
-    master = spark.sparkContext.master
-    assert spark.conf.get(SHUFFLE_PARTITIONS) == "2"
+    master = spark_session.sparkContext.master
+    assert spark_session.conf.get(SHUFFLE_PARTITIONS) == "2"
     try:
         again = rs.local_session(master, "rmqlog-test-spark", conf={SHUFFLE_PARTITIONS: "7"})
-        assert again is spark  # the live session, given conf: the caller's value wins
-        assert spark.conf.get(SHUFFLE_PARTITIONS) == "7"
+        assert again is spark_session  # the live session, given conf: the caller's value wins
+        assert spark_session.conf.get(SHUFFLE_PARTITIONS) == "7"
     finally:
-        assert rs.local_session(master, "rmqlog-test-spark") is spark
-    assert spark.conf.get(SHUFFLE_PARTITIONS) == "2"
+        assert rs.local_session(master, "rmqlog-test-spark") is spark_session
+    assert spark_session.conf.get(SHUFFLE_PARTITIONS) == "2"

@@ -371,7 +371,7 @@ def test_stream_follows_three_producer_processes(spark, tmp_path, producers):
 # the body UDF
 
 
-def test_body_udf_resolves_bodies_of_every_producer_process(spark, tmp_path, producers):
+def test_body_udf_resolves_bodies_of_every_producer_process(spark_session, tmp_path, producers):
     """body_udf over a metadata-only read (offsets only) gives each record's body, whichever
     process wrote it, on a store that stays open (never closed clean); and the records of a
     producer that came after the lookups had opened the log (Spark reuses its Python workers:
@@ -382,7 +382,7 @@ def test_body_udf_resolves_bodies_of_every_producer_process(spark, tmp_path, pro
     lookup = body_udf(paths)
 
     def looked_up() -> list[tuple[int, bytes | None]]:
-        meta = spark.read.format("rmqlog").schema("offset long").load(paths)
+        meta = spark_session.read.format("rmqlog").schema("offset long").load(paths)
         rows = meta.select("offset", lookup("offset").alias("body")).collect()
         return sorted((r.offset, None if r.body is None else bytes(r.body)) for r in rows)
 

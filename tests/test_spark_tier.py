@@ -390,14 +390,14 @@ def test_streams_follow_uploads_from_a_remote_head(spark, s3_bucket, tmp_path):
     assert all(q.exception() is None for q in queries)
 
 
-def test_body_udf_reads_remote_records_by_range(spark, tier, tmp_path):
+def test_body_udf_reads_remote_records_by_range(spark_session, tier, tmp_path):
     w = _write(tmp_path / "store", tier, 2, local_retention_bytes=0)
     bodies = {r[0]: r[2] for r in w.rows}
     remote = {r[0] for r in w.sealed}
     sample = [r[0] for r in w.rows[::41]]
     assert remote & set(sample) and set(sample) - remote
     bad = [w.rows[3][0] + 1, None]
-    df = spark.createDataFrame([(o,) for o in sample + bad], "o BIGINT")
+    df = spark_session.createDataFrame([(o,) for o in sample + bad], "o BIGINT")
     by_url = rs.body_udf(w.url, tier_options=w.options)
     by_paths = rs.body_udf(w.dirs, tier_url=w.url, tier_options=w.options)
     got = {

@@ -39,21 +39,27 @@ fn call<T>(raw: *mut JNIEnv, failed: T, f: impl FnOnce(&Env) -> Result<T>) -> T 
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            env.throw("Internal", &format!("rmqlog panicked: {text}"));
+            env.throw("RmqlogError", &format!("rmqlog panicked: {text}"));
             failed
         }
     }
 }
 
-/// The kind Java sees: the variants it decides on by name, the others as `Error`.
+/// The kind Java sees: the name of the Python exception the error maps to (src/python/errors.rs),
+/// so that a Spark job's error names the same type whichever reader ran it.
 fn kind(e: &Error) -> &'static str {
     match e {
-        Error::OffsetOutOfRange { .. } => "OffsetOutOfRange",
-        Error::StoreNotFound { .. } => "StoreNotFound",
-        Error::Corruption { .. } => "Corruption",
-        Error::InvalidArgument(_) | Error::Configuration(_) => "InvalidArgument",
-        Error::Closed => "Closed",
-        _ => "Error",
+        Error::InvalidArgument(_) => "ValueError",
+        Error::Io { .. } => "OSError",
+        Error::StoreNotFound { .. } => "StoreNotFoundError",
+        Error::OffsetOutOfRange { .. } => "OffsetOutOfRangeError",
+        Error::InvalidOffset { .. } => "InvalidOffsetError",
+        Error::Configuration(_) => "ConfigurationError",
+        Error::Corruption { .. } => "CorruptionError",
+        Error::Closed => "ClosedError",
+        Error::Tier { .. } => "TierError",
+        Error::DataLoss { .. } => "DataLossError",
+        _ => "RmqlogError",
     }
 }
 

@@ -24,10 +24,10 @@
 //! so its pages stay mapped after the segment is deleted or moved.
 //!
 //! # Errors
-//! A failed call throws `io.rmqlog.spark.NativeException` whose message is the error's kind, a
-//! unit separator (U+001F) and its text; Java turns the kinds it acts on (`OffsetOutOfRange`,
-//! `StoreNotFound`) into its own decisions (`fail_on_data_loss`). A panic is caught at the
-//! boundary and thrown as kind `Internal`: no unwind crosses into the JVM.
+//! A failed call throws `io.rmqlog.spark.NativeException` whose message is the error's kind (the
+//! Python exception it maps to: `StoreNotFoundError`), a unit separator (U+001F) and its text;
+//! Java acts on some kinds (`OffsetOutOfRangeError` below the head: `fail_on_data_loss`). A panic
+//! is caught at the boundary and thrown as `RmqlogError`: no unwind crosses into the JVM.
 
 mod columns;
 mod env;

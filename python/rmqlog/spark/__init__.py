@@ -8,6 +8,11 @@
     stream = spark.readStream.format("rmqlog").load("/d0/store:/d1/store")
     remote = spark.read.format("rmqlog").option("tier.region", "eu-west-1").load("s3://bucket/log")
 
+Two readers: with the JVM reader's jar on the classpath (``local_session`` and ``register`` put
+the jar rmqlog ships there), ``format("rmqlog")`` is a DataSource V2 reader in Java over the Rust
+core (JNI), and this Python source is ``rmqlog_python``; without the jar, ``rmqlog`` is the Python
+source. Same schema, options and results (``rmqlog.spark.jvm``, docs/spark.md).
+
 Executors read the segment files directly (read-only, no lock), so every executor must see the
 store's directories: Spark local mode, executors on the broker host, or directories on a shared
 filesystem. A store with an object storage tier is also read from the tier's URL alone
@@ -27,6 +32,7 @@ from rmqlog.spark import versions as versions  # isort: skip
 
 from pyspark.sql.datasource import InputPartition as InputPartition
 
+from rmqlog.spark import jvm as jvm
 from rmqlog.spark.batch import NoPushdownReader as NoPushdownReader
 from rmqlog.spark.batch import RangePartition, RmqlogReader
 from rmqlog.spark.batch import read_range as read_range

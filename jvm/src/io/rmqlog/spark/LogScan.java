@@ -12,16 +12,19 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
- * A planned batch read: the options' range on the log as it is at planning, narrowed by the
- * pushed filters, cut into partitions as the Python source cuts it (src/jvm/plan.rs).
+ * A planned batch read: the table's range (the options' range on the log as the DataFrame's
+ * first query found it), narrowed by the pushed filters, cut into partitions as the Python source
+ * cuts it (src/jvm/plan.rs).
  */
 final class LogScan implements Scan, Batch {
+  private final LogTable table;
   private final ReadOptions opts;
   private final StructType schema;
   private final Pushed pushed;
 
-  LogScan(ReadOptions opts, StructType schema, Pushed pushed) {
-    this.opts = opts;
+  LogScan(LogTable table, StructType schema, Pushed pushed) {
+    this.table = table;
+    this.opts = table.opts;
     this.schema = schema;
     this.pushed = pushed;
   }
@@ -55,7 +58,7 @@ final class LogScan implements Scan, Batch {
   @Override
   public InputPartition[] planInputPartitions() {
     try (NativeLog log = NativeLog.open(opts)) {
-      long[] range = range(log);
+      long[] range = table.range(log);
       return partitions(log, pushed.ranges(log, range[0], range[1]), opts, pushed.byKey());
     }
   }
@@ -71,33 +74,6 @@ final class LogScan implements Scan, Batch {
       at += 1 + 2 * n;
     }
     return parts;
-  }
-
-  /** {@code [lo, hi)} of the read from the options, on the log as it is now. */
-  private long[] range(NativeLog log) {
-    long min = log.minOffset();
-    long max = log.maxOffset();
-    long lo = min;
-    long hi = max;
-    if (opts.startLatest) {
-      lo = max;
-    } else if (opts.startOffset != null) {
-      if (opts.startOffset < min) {
-        SpanReader.dataLoss(
-            opts, "start_offset=" + opts.startOffset + " is below the log's min_offset=" + min);
-      }
-      lo = Math.max(opts.startOffset, min);
-    }
-    if (opts.startTimestamp != null) {
-      lo = Math.max(lo, log.offsetForTimestamp(opts.startTimestamp));
-    }
-    if (opts.endOffset != null) {
-      hi = Math.min(hi, opts.endOffset);
-    }
-    if (opts.endTimestamp != null) {
-      hi = Math.min(hi, log.offsetForTimestamp(opts.endTimestamp));
-    }
-    return new long[] {lo, Math.max(lo, hi)};
   }
 
   @Override

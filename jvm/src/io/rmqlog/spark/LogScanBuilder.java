@@ -16,12 +16,14 @@ import org.apache.spark.sql.types.StructType;
  */
 final class LogScanBuilder implements ScanBuilder, SupportsPushDownFilters,
     SupportsPushDownRequiredColumns {
+  private final LogTable table;
   private final ReadOptions opts;
   private StructType schema;
   private final Pushed pushed = new Pushed();
 
-  LogScanBuilder(ReadOptions opts, StructType schema) {
-    this.opts = opts;
+  LogScanBuilder(LogTable table, StructType schema) {
+    this.table = table;
+    this.opts = table.opts;
     this.schema = schema;
   }
 
@@ -51,6 +53,6 @@ final class LogScanBuilder implements ScanBuilder, SupportsPushDownFilters,
 
   @Override
   public Scan build() {
-    return new LogScan(opts, schema, pushed);
+    return new LogScan(table, schema, pushed);
   }
 }

@@ -1,9 +1,9 @@
 package io.rmqlog.spark;
 
 /**
- * An error of the Rust core: {@link #kind} names its variant where the reader decides on it
- * ({@code OffsetOutOfRange}, {@code StoreNotFound}, {@code Corruption}, {@code InvalidArgument},
- * {@code Closed}, {@code Internal}), else {@code Error}.
+ * An error of the Rust core. {@link #kind} is the rmqlog error type it is, as the Python package
+ * names it ({@code StoreNotFoundError}, {@code CorruptionError}, {@code OffsetOutOfRangeError},
+ * ...; {@code RmqlogError} for the others), and the message starts with it.
  */
 public final class NativeException extends RuntimeException {
   private static final long serialVersionUID = 1L;
@@ -15,12 +15,12 @@ public final class NativeException extends RuntimeException {
   public NativeException(String raw) {
     super(message(raw));
     int cut = raw.indexOf('\u001f');
-    this.kind = cut < 0 ? "Error" : raw.substring(0, cut);
+    this.kind = cut < 0 ? "RmqlogError" : raw.substring(0, cut);
   }
 
   private static String message(String raw) {
     int cut = raw.indexOf('\u001f');
-    return "rmqlog: " + (cut < 0 ? raw : raw.substring(cut + 1));
+    return cut < 0 ? "rmqlog: " + raw : "rmqlog: " + raw.substring(0, cut) + ": " + raw.substring(cut + 1);
   }
 
   boolean is(String k) {

@@ -12,14 +12,33 @@ final class NativeLog implements AutoCloseable {
     this.handle = handle;
   }
 
-  /** Opens the store the options name. */
+  /**
+   * Opens the store the options name. A setting the object store refuses is an
+   * IllegalArgumentException naming its option {@code tier.<key>} (the core quotes the key it
+   * refuses, or the value it cannot parse), as the Python source's.
+   */
   static NativeLog open(ReadOptions opts) {
-    return new NativeLog(
-        Native.open(
-            joined(opts.paths),
-            utf8(opts.tierUrl),
-            joined(flat(opts.tierOptions)),
-            utf8(opts.tierCacheDir)));
+    try {
+      return new NativeLog(
+          Native.open(
+              joined(opts.paths),
+              utf8(opts.tierUrl),
+              joined(flat(opts.tierOptions)),
+              utf8(opts.tierCacheDir)));
+    } catch (NativeException e) {
+      if (e.is("ConfigurationError")) {
+        for (Map.Entry<String, String> kv : opts.tierOptions.entrySet()) {
+          String text = e.getMessage();
+          if (text.contains("\"" + kv.getKey() + "\"")
+              || (!kv.getValue().isEmpty() && text.contains("\"" + kv.getValue() + "\""))) {
+            throw new IllegalArgumentException(
+                "rmqlog: option " + ReadOptions.TIER_PREFIX + kv.getKey() + " was refused: "
+                    + text, e);
+          }
+        }
+      }
+      throw e;
+    }
   }
 
   long handle() {

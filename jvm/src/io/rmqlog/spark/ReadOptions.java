@@ -186,12 +186,59 @@ final class ReadOptions implements Serializable {
       }
     }
     if (!unknown.isEmpty()) {
+      List<String> named = new ArrayList<>();
+      for (String k : unknown) {
+        String close = closest(k.replace('-', '_'));
+        named.add(
+            k.equals("tier_options")
+                ? k + " (give each setting as its own option " + TIER_PREFIX + "<key>)"
+                : close == null ? k : k + " (did you mean " + close + "?)");
+      }
       String what = unknown.size() == 1 ? "option " : "options ";
       throw new IllegalArgumentException(
-          "rmqlog: unknown " + what + String.join(", ", unknown) + "; accepted options: "
+          "rmqlog: unknown " + what + String.join(", ", named) + "; accepted options: "
               + String.join(", ", KNOWN) + ", " + TIER_PREFIX + "<key>");
     }
     return new ReadOptions(keys);
+  }
+
+  /** The known option most like {@code name} (Python's difflib ratio, at least 0.75), or null. */
+  private static String closest(String name) {
+    String best = null;
+    double score = 0.75;
+    for (String k : KNOWN) {
+      double r = 2.0 * matched(name, 0, name.length(), k, 0, k.length())
+          / (name.length() + k.length());
+      if (r > score || (r == score && (best == null || k.compareTo(best) > 0))) {
+        best = k;
+        score = r;
+      }
+    }
+    return best;
+  }
+
+  /** The characters difflib's SequenceMatcher matches between a[alo:ahi] and b[blo:bhi]. */
+  private static int matched(String a, int alo, int ahi, String b, int blo, int bhi) {
+    int bi = alo;
+    int bj = blo;
+    int size = 0;
+    for (int i = alo; i < ahi; i++) {
+      for (int j = blo; j < bhi; j++) {
+        int k = 0;
+        while (i + k < ahi && j + k < bhi && a.charAt(i + k) == b.charAt(j + k)) {
+          k++;
+        }
+        if (k > size) {
+          bi = i;
+          bj = j;
+          size = k;
+        }
+      }
+    }
+    if (size == 0) {
+      return 0;
+    }
+    return size + matched(a, alo, bi, b, blo, bj) + matched(a, bi + size, ahi, b, bj + size, bhi);
   }
 
   static boolean isUrl(String path) {
@@ -306,9 +353,9 @@ final class ReadOptions implements Serializable {
       try {
         long n = Math.multiplyExact(Long.parseLong(m.group(1).replace("_", "")), unit);
         if (n < minimum) {
-          why = n + " bytes is too small: at least " + minimum;
+          why = n + " bytes is too small: at least " + described(minimum);
         } else if (n > maximum) {
-          why = n + " bytes is too large: at most " + maximum;
+          why = n + " bytes is too large: at most " + described(maximum);
         } else {
           return n;
         }
@@ -320,6 +367,18 @@ final class ReadOptions implements Serializable {
     }
     throw new IllegalArgumentException(
         "rmqlog: option " + name + "=" + repr(value) + " is not valid: " + why);
+  }
+
+  /** {@code n} bytes in both forms when they differ: {@code 4096 (4k)}. */
+  private static String described(long n) {
+    String[] units = {"t", "g", "m", "k"};
+    for (int i = 0; i < units.length; i++) {
+      long scale = 1L << (10 * (4 - i));
+      if (n != 0 && n % scale == 0) {
+        return n + " (" + n / scale + units[i] + ")";
+      }
+    }
+    return Long.toString(n);
   }
 
   private static boolean bool(Map<String, String> keys, String name, boolean dflt) {

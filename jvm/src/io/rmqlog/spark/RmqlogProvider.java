@@ -1,13 +1,9 @@
 package io.rmqlog.spark;
 
 import java.util.Map;
-import java.util.Set;
-import org.apache.spark.sql.connector.catalog.SupportsRead;
 import org.apache.spark.sql.connector.catalog.Table;
-import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.catalog.TableProvider;
 import org.apache.spark.sql.connector.expressions.Transform;
-import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.types.StructType;
@@ -64,7 +60,7 @@ public final class RmqlogProvider implements TableProvider, DataSourceRegister {
       NativeLog.open(opts).close();
       return false;
     } catch (NativeException e) {
-      if (e.is("StoreNotFound") && ReadOptions.isUrl(opts.paths.get(0))) {
+      if (e.is("StoreNotFoundError") && ReadOptions.isUrl(opts.paths.get(0))) {
         return true; // the Python source lists the URL's stores, or says that none publishes
       }
       throw e;
@@ -92,24 +88,5 @@ public final class RmqlogProvider implements TableProvider, DataSourceRegister {
     }
     python = source;
     return source;
-  }
-
-  /** One store, read as batches or as a stream. */
-  @SuppressWarnings("deprecation") // schema(): Spark 4 still reads a table's columns from it
-  private record LogTable(StructType schema, ReadOptions opts) implements SupportsRead {
-    @Override
-    public String name() {
-      return "rmqlog(" + String.join(":", opts.paths) + ")";
-    }
-
-    @Override
-    public Set<TableCapability> capabilities() {
-      return Set.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ);
-    }
-
-    @Override
-    public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
-      return new LogScanBuilder(ReadOptions.parse(options), schema);
-    }
   }
 }

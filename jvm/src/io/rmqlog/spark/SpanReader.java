@@ -35,13 +35,13 @@ final class SpanReader implements PartitionReader<ColumnarBatch> {
 
   /** Records lost to retention: an error, unless the read was told to go on. */
   static void dataLoss(ReadOptions opts, String what) {
-    String text =
-        "rmqlog: data loss: " + what + " (deleted by retention); set option"
-            + " fail_on_data_loss=false to skip lost records";
     if (opts.failOnDataLoss) {
-      throw new IllegalStateException(text);
+      throw new DataLossException(
+          "rmqlog: DataLossError: " + what + ": those records were deleted (retention) before"
+              + " the query read them. Set option fail_on_data_loss=\"false\" to skip them with"
+              + " a warning instead");
     }
-    LOG.warn(text);
+    LOG.warn("rmqlog: {}; skipping the missing records", what);
   }
 
   @Override
@@ -58,7 +58,7 @@ final class SpanReader implements PartitionReader<ColumnarBatch> {
       try {
         d = Native.next(reader);
       } catch (NativeException e) {
-        if (!e.is("OffsetOutOfRange")) {
+        if (!e.is("OffsetOutOfRangeError")) {
           throw e;
         }
         long at = Native.position(reader); // deleted by retention since it was planned?
@@ -125,7 +125,7 @@ final class SpanReader implements PartitionReader<ColumnarBatch> {
       try {
         return log.recordStartAtOrAfter(pos);
       } catch (NativeException e) {
-        if (!e.is("OffsetOutOfRange") || log.minOffset() <= pos) {
+        if (!e.is("OffsetOutOfRangeError") || log.minOffset() <= pos) {
           throw e;
         }
       }
