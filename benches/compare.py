@@ -42,6 +42,7 @@ import rows_peers
 import rows_read
 import rows_rust
 import rows_spark
+import rows_spark_jvm
 import rows_spark_tier
 import rows_tier
 import rows_verify
@@ -68,6 +69,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "arrow": rows_arrow.NAMES,
     "rust": rows_rust.NAMES,
     "spark": rows_spark.NAMES,
+    "spark_jvm": rows_spark_jvm.NAMES,
     "tier": rows_tier.NAMES,
     "spark_tier": rows_spark_tier.NAMES,
     "wait": rows_wait.NAMES,
@@ -95,6 +97,7 @@ def one_pass(s: Sizes, wd: Workdir, rust: rows_rust.RustRows, want: Callable[[st
         "arrow": lambda: rows_arrow.run(s, wd, rust),
         "rust": lambda: rows_rust.run(rust, rows_rust.NAMES, reps),
         "spark": lambda: rows_spark.run(s, wd),
+        "spark_jvm": lambda: rows_spark_jvm.run(s, wd),
         "tier": lambda: rows_tier.run(s, wd),
         "spark_tier": lambda: rows_spark_tier.run(s, wd),
         "wait": lambda: rows_wait.run(s, wd),

@@ -43,9 +43,11 @@ def _missing() -> str | None:
 
 
 def _session():
+    """The Python source's session: without the JVM reader's jar, ``rmqlog`` is the Python
+    source (benches/rows_spark_jvm.py measures the JVM reader)."""
     from rmqlog.spark import local_session
 
-    return local_session("local[2]", "rmqlog-compare")
+    return local_session("local[2]", "rmqlog-compare", jvm=False)
 
 
 def _write_store(s: Sizes, store: str) -> None:
@@ -257,7 +259,9 @@ def _key_filter(s: Sizes, wd: Workdir, spark: Any) -> Row:
     )
 
 
-def _time_window(s: Sizes, pq_df: Callable[[], Any], log_df: Callable[[], Any], n: int) -> Row:
+def _time_window(
+    s: Sizes, pq_df: Callable[[], Any], log_df: Callable[[], Any], n: int, name: str = NAMES[2]
+) -> Row:
     """spark_time_window_vs_full: three runs of one query on the rmqlog source, count(*) under one
     comparison on timestamp, that differ only in it: timestamp < the first record's (the floor:
     an empty range, what any query costs reading nothing), timestamp >= the 90th percentile (the
@@ -267,7 +271,6 @@ def _time_window(s: Sizes, pq_df: Callable[[], Any], log_df: Callable[[], Any], 
     with at most one offset_for_timestamp lookup that walks records (the window's)."""
     from pyspark.sql import functions as F
 
-    name = NAMES[2]
     bounds = pq_df().agg(
         F.min("timestamp").alias("first"),
         F.percentile_approx("timestamp", 0.9, 1_000_000).alias("cut"),

@@ -8,6 +8,7 @@ use jni_sys::{jboolean, jbyteArray, jclass, jlong, jlongArray, JNIEnv};
 
 use super::columns::{column, describe};
 use super::env::Env;
+use super::fault;
 use super::plan;
 use crate::arrow::{BatchOptions, BatchReader, BodyLayout, Column};
 use crate::error::{Error, Result};
@@ -27,7 +28,18 @@ struct Reader {
 fn call<T>(raw: *mut JNIEnv, failed: T, f: impl FnOnce(&Env) -> Result<T>) -> T {
     // SAFETY: `raw` is the JNIEnv the JVM passed to the native method calling this.
     let env = unsafe { Env::new(raw) };
-    match catch_unwind(AssertUnwindSafe(|| f(&env))) {
+    fault::install();
+    let guard = fault::Guard::enter();
+    let result = catch_unwind(AssertUnwindSafe(|| f(&env)));
+    if guard.faulted() {
+        env.throw(
+            "CorruptionError",
+            "a segment file was truncated under this read (a mapped page faulted): another \
+             program changed the store's files",
+        );
+        return failed;
+    }
+    match result {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => {
             env.throw(kind(&e), &e.to_string());
@@ -364,4 +376,14 @@ pub extern "system" fn Java_io_rmqlog_spark_Native_refresh(
         // SAFETY: a live log handle.
         Ok(unsafe { log(handle) }?.refresh()? as jlong)
     })
+}
+
+/// The address of the count of faults taken (`fault.rs`), which Java's column vectors read.
+#[no_mangle]
+pub extern "system" fn Java_io_rmqlog_spark_Native_faults(
+    _raw: *mut JNIEnv,
+    _class: jclass,
+) -> jlong {
+    fault::install();
+    std::ptr::addr_of!(fault::FAULTS) as jlong
 }

@@ -23,6 +23,11 @@
 //! `binary_view` column: views into the mapped segments, no copy; the batch holds the mappings,
 //! so its pages stay mapped after the segment is deleted or moved.
 //!
+//! # Truncated files
+//! A segment file truncated by another program under a read faults the mapping (SIGBUS). The
+//! bridge takes that fault in its own calls and fails them with `CorruptionError` instead of
+//! letting the JVM die (`fault.rs`).
+//!
 //! # Errors
 //! A failed call throws `io.rmqlog.spark.NativeException` whose message is the error's kind (the
 //! Python exception it maps to: `StoreNotFoundError`), a unit separator (U+001F) and its text;
@@ -32,4 +37,5 @@
 mod columns;
 mod env;
 mod exports;
+mod fault;
 mod plan;

@@ -24,7 +24,16 @@ final class Native {
     }
   }
 
+  /** The address of the native count of faults taken (src/jvm/fault.rs). */
+  static final long FAULTS = faults();
+
   private Native() {}
+
+  /** The native count of faults taken, read after every load before it. */
+  static long faultCount() {
+    java.lang.invoke.VarHandle.fullFence();
+    return org.apache.spark.unsafe.Platform.getLong(null, FAULTS);
+  }
 
   private static void loadBundled() {
     String os = System.getProperty("os.name", "") + "/" + System.getProperty("os.arch", "");
@@ -45,6 +54,8 @@ final class Native {
       throw new UnsatisfiedLinkError("rmqlog: cannot unpack the native library: " + e);
     }
   }
+
+  private static native long faults();
 
   static native long open(byte[] paths, byte[] tierUrl, byte[] tierOptions, byte[] cacheDir);
 

@@ -22,8 +22,11 @@ final class NativeColumns {
 
   private NativeColumns() {}
 
-  /** The batch a description names, its columns those of {@code schema} (codes {@code codes}). */
-  static ColumnarBatch batch(long[] d, StructType schema, long[] codes) {
+  /**
+   * The batch a description names, its columns those of {@code schema} (codes {@code codes}),
+   * made when the native count of faults was {@code faults}.
+   */
+  static ColumnarBatch batch(long[] d, StructType schema, long[] codes, long faults) {
     int rows = (int) d[0];
     ColumnVector[] vectors = new ColumnVector[codes.length];
     for (int i = 0; i < codes.length; i++) {
@@ -33,7 +36,7 @@ final class NativeColumns {
           switch ((int) codes[i]) {
             case Columns.OFFSET, Columns.SEGMENT -> new Longs(type, d[s], 1);
             case Columns.TIMESTAMP -> new Longs(type, d[s], 1000); // ms to Spark's µs
-            case Columns.BODY -> new Views(type, d[s], (int) d[s + 1], d[s + 2]);
+            case Columns.BODY -> new Views(type, d[s], (int) d[s + 1], d[s + 2], faults);
             case Columns.KEY -> new Binaries(type, d[s], d[s + 1], d[s + 2], d[s + 3], rows);
             case Columns.HEADERS -> headers(type, d, s);
             default -> throw new IllegalStateException("rmqlog: column code " + codes[i]);
@@ -57,6 +60,12 @@ final class NativeColumns {
     byte[] out = new byte[len];
     Platform.copyMemory(null, address, out, Platform.BYTE_ARRAY_OFFSET, len);
     return out;
+  }
+
+  private static IllegalStateException truncated(Throwable cause) {
+    return new IllegalStateException(
+        "rmqlog: CorruptionError: a segment file was truncated under this read (a mapped page"
+            + " faulted): another program changed the store's files", cause);
   }
 
   /** A vector without nulls whose getters this source does not use throw. */
@@ -170,14 +179,21 @@ final class NativeColumns {
     }
   }
 
-  /** A {@code binary_view} column: 16-byte views, a body of up to 12 bytes inline. */
+  /**
+   * A {@code binary_view} column: 16-byte views, a body of up to 12 bytes inline, the others in
+   * the mapped segments. A body is copied out of the mapping: a page zeroed since the batch was
+   * made (a truncated file, src/jvm/fault.rs) or one that faults now (the JVM's InternalError)
+   * fails the read instead.
+   */
   private static final class Views extends Base {
     private final long views;
     private final long[] buffers;
+    private final long faults;
 
-    Views(DataType type, long views, int count, long addresses) {
+    Views(DataType type, long views, int count, long addresses, long faults) {
       super(type);
       this.views = views;
+      this.faults = faults;
       this.buffers = new long[count];
       for (int i = 0; i < count; i++) {
         buffers[i] = Platform.getLong(null, addresses + 8L * i);
@@ -192,7 +208,16 @@ final class NativeColumns {
         return copy(view + 4, len);
       }
       long data = buffers[int32(view + 8)] + Integer.toUnsignedLong(int32(view + 12));
-      return copy(data, len);
+      byte[] body;
+      try {
+        body = copy(data, len);
+      } catch (InternalError e) { // a fault inside Unsafe.copyMemory
+        throw truncated(e);
+      }
+      if (Native.faultCount() != faults) {
+        throw truncated(null);
+      }
+      return body;
     }
   }
 

@@ -55,6 +55,7 @@ final class SpanReader implements PartitionReader<ColumnarBatch> {
         return false;
       }
       long[] d;
+      long faults = Native.faultCount();
       try {
         d = Native.next(reader);
       } catch (NativeException e) {
@@ -82,7 +83,7 @@ final class SpanReader implements PartitionReader<ColumnarBatch> {
         }
         continue;
       }
-      current = NativeColumns.batch(d, schema, codes);
+      current = NativeColumns.batch(d, schema, codes, faults);
       return true;
     }
   }
