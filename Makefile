@@ -46,7 +46,7 @@ EXTRAS ?= test,spark,bench
 BENCH_RUNS ?= 5
 # Cargo features: the Rust tests' build, and every feature (clippy). The lean core has none.
 TEST_FEATURES := failpoints,arrow,tier
-ALL_FEATURES := python,$(TEST_FEATURES)
+ALL_FEATURES := python,jvm,$(TEST_FEATURES)
 # Seconds of the randomized chaos test (tests/chaos.rs) in `make test`; `make chaos` runs longer.
 CHAOS_SECS ?= 30
 # `make demo` numbers its steps: [1/3], [2/3], [3/3].

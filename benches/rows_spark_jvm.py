@@ -1,7 +1,7 @@
-"""Spark rows of the JVM reader (the jar: a DataSource V2 reader in Java over the Rust core), local[2]:
-against Parquet written by Spark from the same records, against the Python source in the same
-session, a time window net of the empty query, and the latency of a stream. Every timed query
-builds its DataFrame anew and checks what it saw (rows_spark.py's conventions)."""
+"""Spark rows of the JVM reader (the jar: a DataSource V2 reader in Java over the Rust core),
+local[2]: against Parquet written by Spark from the same records, against the Python source in
+the same session, a time window net of the empty query, and the latency of a stream. Every timed
+query builds its DataFrame anew and checks what it saw (rows_spark.py's conventions)."""
 
 from __future__ import annotations
 

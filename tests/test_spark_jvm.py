@@ -97,13 +97,15 @@ def test_a_damaged_record_fails_every_read_path(spark, tmp_path):
     reads = {
         "full": lambda: spark.read.format("rmqlog").load(path),
         "meta": lambda: spark.read.format("rmqlog").schema("offset long").load(path),
-        "range": lambda: spark.read.format("rmqlog")
-        .option("pushdown", "true")
-        .load(path)
-        .where(f"offset >= {offsets[1100]} and offset < {offsets[1300]}"),
+        "range": lambda: (
+            spark.read.format("rmqlog")
+            .option("pushdown", "true")
+            .load(path)
+            .where(f"offset >= {offsets[1100]} and offset < {offsets[1300]}")
+        ),
     }
     for name, df in reads.items():
-        with pytest.raises(Exception, match="CorruptionError|checksum|CRC") as e:
+        with pytest.raises(Exception, match=r"CorruptionError|checksum|CRC") as e:
             df().collect()
         assert "rmqlog" in str(e.value), (name, str(e.value)[-2000:])
     before = spark.read.format("rmqlog").option("end_offset", str(bad)).load(path)
@@ -180,7 +182,7 @@ def test_a_segment_truncated_under_a_running_task_fails_the_query_not_the_jvm(
     def run() -> None:
         try:
             df.where(f"offset < {first.size}").rdd.mapPartitions(slow).sum()
-        except BaseException as e:  # noqa: BLE001 - the query's failure is the point
+        except BaseException as e:  # the query's failure is the point
             failed.append(e)
 
     t = threading.Thread(target=run)

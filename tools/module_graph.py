@@ -8,8 +8,8 @@ The nodes are the core's modules, files and folders alike: `log`, `storage::reco
 (`use` lines and inline paths, including `use crate::{a, b::c}` groups), each resolved to the
 deepest module it names; a name a folder's mod.rs re-exports (`pub(crate) use
 self::shipper::start_shipper;`) resolves to the module that defines it (to each one, when `#[cfg]`
-picks between two). `lib.rs` (the crate root) and `python/` (bindings, above the core) are left
-out.
+picks between two). `lib.rs` (the crate root), `python/` and `jvm/` (bindings, above the core)
+are left out.
 Checks:
 - the graph has no cycle (no two core modules import each other, directly or through others);
 - no core module imports `log` (the `CommitLog` facade): it is the top, nothing below it calls up.
@@ -47,7 +47,7 @@ def _sources() -> dict[str, list[Path]]:
     out: dict[str, list[Path]] = {}
     for p in sorted(SRC.rglob("*.rs")):
         rel = p.relative_to(SRC)
-        if rel.parts[0] == "python" or rel == Path("lib.rs"):
+        if rel.parts[0] in ("python", "jvm") or rel == Path("lib.rs"):
             continue
         out.setdefault(_name(p), []).append(p)
     return out
