@@ -12,6 +12,7 @@ venv gets its packages from the package index through pip's cache.
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
 import re
@@ -160,6 +161,12 @@ def test_wheel_contents(wheel):
     ):
         assert f"rmqlog/{name}" in names
     assert [n for n in names if n.endswith(".so")] == ["rmqlog/_native.abi3.so"]
+    # The JVM reader: its jar, with the JNI library inside (docs/spark.md).
+    assert [n for n in names if n.endswith(".jar")] == ["rmqlog/jvm/rmqlog-spark.jar"]
+    with zipfile.ZipFile(wheel) as z, z.open("rmqlog/jvm/rmqlog-spark.jar") as jar:
+        inner = zipfile.ZipFile(io.BytesIO(jar.read())).namelist()
+    assert "io/rmqlog/spark/native/linux-x86_64/librmqlog_jvm.so" in inner, inner
+    assert "META-INF/services/org.apache.spark.sql.sources.DataSourceRegister" in inner
     assert re.search(r"^Requires-Dist: tqdm>=4$", metadata, re.M), metadata
     assert re.search(r"^Requires-Dist: pyspark.*; extra == .spark.$", metadata, re.M), metadata
     assert re.search(r"^Requires-Python: >=3\.11$", metadata, re.M)
@@ -288,12 +295,17 @@ SPARK_READ = textwrap.dedent(
     with CommitLog(dirs, segment_size=4096) as log:
         offsets = log.append_batch([b"event-%d" % i for i in range(300)])
     spark = rmqlog.spark.local_session("local[1]", "rmqlog-wheel-test")
-    rows = spark.read.format("rmqlog").load(os.pathsep.join(dirs)).select("offset", "body")
-    got = sorted((r.offset, bytes(r.body)) for r in rows.collect())
+    got = {}
+    for source in ("rmqlog", "rmqlog_python"):  # the JVM reader, the Python source
+        rows = spark.read.format(source).load(os.pathsep.join(dirs)).select("offset", "body")
+        got[source] = sorted((r.offset, bytes(r.body)) for r in rows.collect())
+    jvm = rmqlog.spark.jvm.on_classpath(spark)
     spark.stop()
+    want = [(o, b"event-%d" % i) for i, o in enumerate(offsets)]
     print(json.dumps({
-        "ok": got == [(o, b"event-%d" % i) for i, o in enumerate(offsets)],
-        "rows": len(got),
+        "ok": all(rows == want for rows in got.values()),
+        "rows": len(got["rmqlog"]),
+        "jvm": jvm,
         "spark_file": rmqlog.spark.__file__,
     }))
     """
@@ -301,15 +313,17 @@ SPARK_READ = textwrap.dedent(
 
 
 def test_spark_read_in_fresh_venv(installed, tmp_path):
-    """The installed data source on a local Spark (its Python workers import the installed
-    package). Spark's launch scripts need a full PATH: the venv's bin goes first on it."""
+    """The installed data source on a local Spark, both readers: the JVM reader from the jar the
+    wheel ships (its JNI library unpacked from it), and the Python source (its Python workers
+    import the installed package). Spark's launch scripts need a full PATH: the venv's bin goes
+    first on it."""
     if shutil.which("java") is None:
         pytest.skip("Spark needs a JVM: `java` is not on PATH")
     venv_dir, env, _ = installed
     env = dict(env, PATH=os.pathsep.join([str(venv_dir / "bin"), os.environ["PATH"]]))
     proc = _run(["python", "-c", SPARK_READ, tmp_path], env=env, cwd=tmp_path, timeout=300)
     got = json.loads(proc.stdout.splitlines()[-1])
-    assert got["ok"] is True and got["rows"] == 300, got
+    assert got["ok"] is True and got["rows"] == 300 and got["jvm"] is True, got
     assert Path(got["spark_file"]).resolve().is_relative_to(venv_dir.resolve()), got
 
 
