@@ -130,13 +130,15 @@ jar: $(JAR)
 $(JAR): $(EXTRAS_STAMP) $(SOURCES) $(JAVA_SOURCES)
 	@echo "building the JVM reader: the JNI library (release, features jvm, tier) and the jar"
 	cargo build --release --lib --features jvm,tier
-	rm -rf $(JVM_BUILD) && mkdir -p $(dir $(JNI_IN_JAR))
-	javac -d $(JVM_BUILD)/classes --release 17 -Xlint:all,-path,-serial -Werror \
+	@rm -rf $(JVM_BUILD) && mkdir -p $(dir $(JNI_IN_JAR))
+	@echo "javac (release 17, against pyspark's jars): $(words $(filter %.java,$(JAVA_SOURCES))) files"
+	@javac -d $(JVM_BUILD)/classes --release 17 -Xlint:all,-path,-serial -Werror \
 		-cp "$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*" \
 		$(filter %.java,$(JAVA_SOURCES))
-	strip -o $(JNI_IN_JAR) target/release/librmqlog.so
-	cp -r jvm/META-INF $(JVM_BUILD)/classes/
-	mkdir -p $(dir $@) && jar --create --file $@ -C $(JVM_BUILD)/classes .
+	@strip -o $(JNI_IN_JAR) target/release/librmqlog.so
+	@cp -r jvm/META-INF $(JVM_BUILD)/classes/
+	@mkdir -p $(dir $@) && jar --create --file $@ -C $(JVM_BUILD)/classes .
+	@echo "built $@ ($$(du -h $@ | cut -f1))"
 
 ## demo: the main job: write across three directories, read back zero-copy, show placement.
 ## Installs rmqlog alone (no extras, built without the tier) into .venv.
