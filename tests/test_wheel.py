@@ -175,6 +175,18 @@ def test_wheel_contents(wheel):
     assert re.search(r"^Tag: cp311-abi3-", wheel_info, re.M)
 
 
+def test_the_jni_library_needs_no_newer_glibc_than_the_extension(wheel, tmp_path):
+    """The jar's JNI library is linked as the extension is (zig, glibc 2.17): the glibc symbol
+    versions it needs are 2.17 or older (objdump, from binutils, which `make jar` uses too)."""
+    with zipfile.ZipFile(wheel) as z, z.open("rmqlog/jvm/rmqlog-spark.jar") as jar:
+        inner = zipfile.ZipFile(io.BytesIO(jar.read()))
+        lib = tmp_path / "librmqlog_jvm.so"
+        lib.write_bytes(inner.read("io/rmqlog/spark/native/linux-x86_64/librmqlog_jvm.so"))
+    out = _run(["objdump", "-T", lib], env=os.environ, cwd=tmp_path).stdout
+    versions = {tuple(map(int, v.split("."))) for v in re.findall(r"GLIBC_([0-9.]+)", out)}
+    assert versions and max(versions) <= (2, 17), sorted(versions)
+
+
 def test_install_without_extra_pulls_no_spark(installed):
     """`pip install "$(ls dist/*.whl)"` (the dry run in a fresh venv): rmqlog and tqdm only."""
     _, _, report = installed
