@@ -84,8 +84,39 @@ def _timed_query(build: Callable[[], Any], check: Callable[[Any], None]) -> Call
     return run
 
 
-def _rows(s: Sizes, wd: Workdir, spark) -> list[Row]:
+def full_query(load: Callable[[], Any], n: int) -> Callable[[], float]:
+    """The full scan: count(*), sum(length(body)), max(timestamp) of the ``n`` records of
+    ``_write_store``; Parquet can skip no column it needs (a bare count() would be answered from
+    Parquet footers)."""
     from pyspark.sql import functions as F
+
+    def check(got: Any) -> None:
+        assert got["n"] == n and got["bytes"] == n * BODY_LEN, got
+        assert got["last"] is not None, got
+
+    return _timed_query(
+        lambda: load().agg(
+            F.count("*").alias("n"),
+            F.sum(F.length("body")).alias("bytes"),
+            F.max("timestamp").alias("last"),
+        ),
+        check,
+    )
+
+
+def meta_query(load: Callable[[], Any], n: int) -> Callable[[], float]:
+    """Metadata only: max(timestamp), count(*)."""
+    from pyspark.sql import functions as F
+
+    def check(got: Any) -> None:
+        assert got["n"] == n and got["last"] is not None, got
+
+    return _timed_query(
+        lambda: load().agg(F.max("timestamp").alias("last"), F.count("*").alias("n")), check
+    )
+
+
+def _rows(s: Sizes, wd: Workdir, spark) -> list[Row]:
 
     n = s.spark_rows
     d = wd.new()
@@ -98,23 +129,7 @@ def _rows(s: Sizes, wd: Workdir, spark) -> list[Row]:
     say("  parquet written")
     rows = []
 
-    # Full scan: count(*), sum(length(body)), max(timestamp): Parquet can skip no needed column
-    # (a bare count() would be answered from Parquet footers).
-    def full(load: Callable[[], Any]) -> Callable[[], float]:
-        def check(got: Any) -> None:
-            assert got["n"] == n and got["bytes"] == n * BODY_LEN, got
-            assert got["last"] is not None, got
-
-        return _timed_query(
-            lambda: load().agg(
-                F.count("*").alias("n"),
-                F.sum(F.length("body")).alias("bytes"),
-                F.max("timestamp").alias("last"),
-            ),
-            check,
-        )
-
-    ours, base = full(log_df), full(pq_df)
+    ours, base = full_query(log_df, n), full_query(pq_df, n)
     if not s.quick:
         ours()  # the first queries start the Python workers: not timed
         base()
@@ -133,21 +148,13 @@ def _rows(s: Sizes, wd: Workdir, spark) -> list[Row]:
     )
 
     # Metadata only: the body-less user schema against Parquet (which reads the column alone).
-    def meta(load: Callable[[], Any]) -> Callable[[], float]:
-        def check(got: Any) -> None:
-            assert got["n"] == n and got["last"] is not None, got
-
-        return _timed_query(
-            lambda: load().agg(F.max("timestamp").alias("last"), F.count("*").alias("n")), check
-        )
-
-    ours = meta(lambda: spark.read.format("rmqlog").schema(META_SCHEMA).load(store))
+    ours = meta_query(lambda: spark.read.format("rmqlog").schema(META_SCHEMA).load(store), n)
     try:
         ours()  # untimed: starts the workers, and tells whether the schema is accepted
     except Exception as e:
         rows.append(skipped(NAMES[1], f"the source refused .schema({META_SCHEMA!r}): {_why(e)}"))
     else:
-        to, tb = alternate(s.spark_reps, ours, meta(pq_df))
+        to, tb = alternate(s.spark_reps, ours, meta_query(pq_df, n))
         rows.append(
             throughput(
                 NAMES[1],

@@ -15,7 +15,7 @@ from typing import Any
 
 import rows_spark
 from harness import Row, Sizes, Workdir, alternate, row, say, skipped, throughput
-from rows_spark import BODY_LEN, META_SCHEMA, _timed_query, _write_store
+from rows_spark import META_SCHEMA, _timed_query, _write_store, full_query, meta_query
 
 NAMES = (
     "spark_jvm_scan_vs_parquet",
@@ -35,23 +35,6 @@ def _session():
     return local_session("local[2]", "rmqlog-compare-jvm", jvm=True)
 
 
-def _full(load: Callable[[], Any], n: int) -> Callable[[], float]:
-    """rows_spark's full scan: count(*), sum(length(body)), max(timestamp)."""
-    from pyspark.sql import functions as F
-
-    def check(got: Any) -> None:
-        assert got["n"] == n and got["bytes"] == n * BODY_LEN and got["last"] is not None, got
-
-    return _timed_query(
-        lambda: load().agg(
-            F.count("*").alias("n"),
-            F.sum(F.length("body")).alias("bytes"),
-            F.max("timestamp").alias("last"),
-        ),
-        check,
-    )
-
-
 def _rows(s: Sizes, wd: Workdir, spark: Any) -> list[Row]:
     from pyspark.sql import functions as F
 
@@ -69,7 +52,7 @@ def _rows(s: Sizes, wd: Workdir, spark: Any) -> list[Row]:
     say("  parquet written")
     rows: list[Row] = []
 
-    ours, base, py = _full(jvm, n), _full(pq, n), _full(python, n)
+    ours, base, py = full_query(jvm, n), full_query(pq, n), full_query(python, n)
     for q in (ours, base, py):
         q()  # untimed: the first query of each source loads its classes or starts its workers
     to, tb, tp = alternate(s.spark_reps, ours, base, py)
@@ -95,16 +78,8 @@ def _rows(s: Sizes, wd: Workdir, spark: Any) -> list[Row]:
         )
     )
 
-    def meta(load: Callable[[], Any]) -> Callable[[], float]:
-        def check(got: Any) -> None:
-            assert got["n"] == n and got["last"] is not None, got
-
-        return _timed_query(
-            lambda: load().agg(F.max("timestamp").alias("last"), F.count("*").alias("n")), check
-        )
-
-    ours = meta(lambda: spark.read.format("rmqlog").schema(META_SCHEMA).load(store))
-    to, tb = alternate(s.spark_reps, ours, meta(pq))
+    ours = meta_query(lambda: spark.read.format("rmqlog").schema(META_SCHEMA).load(store), n)
+    to, tb = alternate(s.spark_reps, ours, meta_query(pq, n))
     rows.append(
         throughput(
             NAMES[1],
