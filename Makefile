@@ -45,8 +45,8 @@ EXTRAS ?= test,spark,bench
 # Full passes of benches/compare.py in `make bench` (each row reported as min/median/max).
 BENCH_RUNS ?= 5
 # Cargo features: the Rust tests' build, and every feature (clippy). The lean core has none.
-TEST_FEATURES := failpoints,arrow,tier
-ALL_FEATURES := python,jvm,$(TEST_FEATURES)
+TEST_FEATURES := failpoints,arrow,tier,jvm
+ALL_FEATURES := python,$(TEST_FEATURES)
 # Seconds of the randomized chaos test (tests/chaos.rs) in `make test`; `make chaos` runs longer.
 CHAOS_SECS ?= 30
 # `make demo` numbers its steps: [1/3], [2/3], [3/3].
