@@ -90,7 +90,7 @@ final class SpanReader implements PartitionReader<ColumnarBatch> {
 
   /** Opens the next span's reader; false when no span is left. */
   private boolean openSpan() {
-    while (span + 2 < spans.length + 1 && 2 * (span + 1) < spans.length) {
+    while (2 * (span + 1) < spans.length) { // spans: [lo, hi, lo, hi, ...]
       span++;
       hi = spans[2 * span + 1];
       Long start = startAt(spans[2 * span]);
