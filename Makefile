@@ -128,16 +128,18 @@ $(EXTRAS_STAMP): $(TOOLS)
 ## and the extras' install (two pip runs into one venv; their packages do not overlap) run side
 ## by side.
 develop: $(TOOLS)
-	@$(MAKE) --no-print-directory -j2 $(BUILT) $(EXTRAS_STAMP)
+	@$(MAKE) --no-print-directory -j3 $(BUILT) $(EXTRAS_STAMP) $(JNI_LIB)
 	@$(MAKE) --no-print-directory $(JAR)
 
 ## jar: the JVM reader's jar (the Spark DataSource V2 reader with its JNI library), into
 ## python/rmqlog/jvm/ where rmqlog.spark finds it and the wheel takes it.
 jar: $(JAR)
 
-$(JAR): $(EXTRAS_STAMP) $(SOURCES) $(JAVA_SOURCES)
-	@echo "building the JVM reader: the JNI library (release, features jvm, tier; about 180 \
-	crates, 4 minutes here) and the jar"
+# The two cargo builds (the extension's and this one) run side by side in `make develop`: two
+# target directories, and each build's serial steps (build scripts, the link) leave cores idle.
+$(JNI_LIB): $(TOOLS) $(SOURCES)
+	@echo "building the JVM reader's JNI library (release, features jvm, tier; about 180 \
+	crates, 4 minutes here)"
 	@mkdir -p $(JNI_TARGET)
 	@printf '#!/bin/sh\nexec "%s" zig cc -- -g -fno-sanitize=all -target x86_64-linux-gnu.2.17 "$$@"\n' \
 		"$(abspath $(VENV))/bin/maturin" > $(JNI_TARGET)/zig-cc
@@ -145,6 +147,9 @@ $(JAR): $(EXTRAS_STAMP) $(SOURCES) $(JAVA_SOURCES)
 	@chmod +x $(JNI_TARGET)/zig-cc $(JNI_TARGET)/zig-ar
 	$(VENV_PATH) $(JNI_ZIG) cargo build --release --lib --features jvm,tier \
 		--target x86_64-unknown-linux-gnu --target-dir $(JNI_TARGET)
+	@touch $@
+
+$(JAR): $(EXTRAS_STAMP) $(JNI_LIB) $(JAVA_SOURCES)
 	@rm -rf $(JVM_BUILD) && mkdir -p $(dir $(JNI_IN_JAR))
 	@echo "javac (release 17, against pyspark's jars): $(words $(filter %.java,$(JAVA_SOURCES))) files"
 	@javac -d $(JVM_BUILD)/classes --release 17 -Xlint:all,-path,-serial -Werror \
