@@ -326,6 +326,9 @@ def test_a_folder_without_a_store_fails_at_load(spark, tmp_path, kind):
             _reader(spark, kind).load(str(path))
         msg = str(e.value)
         assert "StoreNotFoundError" in msg and f"no rmqlog store at {path}" in msg, msg
+        # Spark's own exception (AnalysisException, or IllegalArgumentException from the JVM
+        # reader's load()), never a Py4J error wrapping a Java one.
+        assert type(e.value).__module__.startswith("pyspark.errors"), type(e.value)
     assert list((tmp_path / "empty").iterdir()) == []
 
 
@@ -428,6 +431,26 @@ WRITER = textwrap.dedent(
     print(i, flush=True)
     """
 )
+
+
+def test_a_dataframe_whose_records_retention_deleted_follows_fail_on_data_loss(spark, tmp_path):
+    """A DataFrame keeps its range; when retention deletes part of it before a later query, that
+    query fails with DataLossError, or with fail_on_data_loss=false reads what is left."""
+    dirs = [str(tmp_path / "d0")]
+    with CommitLog(dirs, segment_size=SEG) as log:
+        first = log.append_batch([bytes(1000)] * 300)
+        strict = load(spark, dirs)
+        lenient = load(spark, dirs, fail_on_data_loss="false")
+        assert strict.count() == lenient.count() == len(first)
+        log.append_batch([bytes(1000)] * 100)
+        head = log.segments()[1].start_offset
+        assert log.truncate_before(head) == head
+        with pytest.raises(Exception, match="DataLossError") as e:
+            strict.count()
+        assert "fail_on_data_loss" in str(e.value)
+        assert sorted(r.offset for r in lenient.select("offset").collect()) == [
+            o for o in first if o >= head
+        ]
 
 
 def test_read_while_another_process_appends(spark, tmp_path):

@@ -360,6 +360,18 @@ def test_offset_ranges_and_in_equal_what_spark_computes_unpushed(spark, store):
     assert got == want == offs[-1:] and n == 1
     (got, _), (want, _) = run((col < offs[10]) | (col >= offs[-3]))  # an OR: not pushed
     assert got == want == offs[:10] + offs[-3:]
+    top = 2**63 - 1  # the largest BIGINT: bounds there hold every offset, or none
+    for condition, expect in [
+        (col <= top, offs),
+        (col.between(0, top), offs),
+        (col < top, offs),
+        (col > top, []),
+        (col >= top, []),
+        (col == top, []),
+        (col.isin(top, offs[3]), offs[3:4]),
+    ]:
+        (got, _), (want, _) = run(condition)
+        assert got == want == expect
 
 
 def test_subset_schemas_on_spark(spark, store):

@@ -59,7 +59,16 @@ final class LogScan implements Scan, Batch {
   public InputPartition[] planInputPartitions() {
     try (NativeLog log = NativeLog.open(opts)) {
       long[] range = table.range(log);
-      return partitions(log, pushed.ranges(log, range[0], range[1]), opts, pushed.byKey());
+      long[] ranges = pushed.ranges(log, range[0], range[1]);
+      // The DataFrame's range is kept (LogTable): retention may have deleted its head since.
+      long min = log.minOffset();
+      if (ranges.length > 0 && ranges[0] < min) {
+        SpanReader.dataLoss(
+            opts, "offsets [" + ranges[0] + ", " + Math.min(ranges[ranges.length - 1], min)
+                + ") are below min_offset=" + min);
+        ranges = Pushed.intersect(ranges, new long[] {min, Pushed.TOP});
+      }
+      return partitions(log, ranges, opts, pushed.byKey());
     }
   }
 

@@ -175,7 +175,7 @@ final class Pushed implements Serializable {
     if (f instanceof In || f instanceof EqualTo || f instanceof EqualNullSafe) {
       List<Long> spans = new ArrayList<>();
       for (long x : k) {
-        if (x >= 0 && x % unit == 0) {
+        if (x >= 0 && x % unit == 0 && x / unit < TOP) { // TOP: above every offset and ms
           spans.add(x / unit);
           spans.add(x / unit + 1);
         }
@@ -183,8 +183,9 @@ final class Pushed implements Serializable {
       return union(spans.stream().mapToLong(Long::longValue).toArray());
     }
     long x = k.get(0);
-    long below = Math.floorDiv(x + unit - 1, unit); // the first unit value >= x
-    long above = Math.floorDiv(x, unit) + 1; // the first one > x
+    long q = Math.floorDiv(x, unit);
+    long below = Math.floorMod(x, unit) == 0 ? q : q + 1; // the first unit value >= x
+    long above = q == TOP ? TOP : q + 1; // the first one > x (none above TOP: TOP itself)
     long[] b =
         f instanceof GreaterThan ? new long[] {above, TOP}
             : f instanceof GreaterThanOrEqual ? new long[] {below, TOP}
@@ -193,9 +194,15 @@ final class Pushed implements Serializable {
     return union(new long[] {Math.max(b[0], 0), Math.max(b[1], 0)});
   }
 
+  /** A timestamp literal in µs; null (not taken) for one a long of µs cannot hold. */
   private static Long micros(Object v) {
     if (v instanceof Instant i) {
-      return Math.addExact(Math.multiplyExact(i.getEpochSecond(), 1_000_000L), i.getNano() / 1000);
+      try {
+        return Math.addExact(
+            Math.multiplyExact(i.getEpochSecond(), 1_000_000L), i.getNano() / 1000);
+      } catch (ArithmeticException e) {
+        return null;
+      }
     }
     if (v instanceof Timestamp t) {
       return micros(t.toInstant());

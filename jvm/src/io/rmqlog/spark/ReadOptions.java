@@ -33,7 +33,9 @@ final class ReadOptions implements Serializable {
           "tier_url", "tier_cache_dir");
   private static final String SIZE_FORMS =
       "a number of bytes (4096) or a binary size: 64k, 64m, 1g, 1t, 64KiB, 64MiB (1k = 1024)";
-  private static final Pattern SIZE = Pattern.compile("(\\d+(?:_\\d+)*)\\s*(?:([kmgt])(?:i?b)?|b)?");
+  private static final Pattern SIZE =
+      Pattern.compile(
+          "(\\d+(?:_\\d+)*)\\s*(?:([kmgt])(?:i?b)?|b)?", Pattern.UNICODE_CHARACTER_CLASS);
 
   final List<String> paths;
   /** A start offset; null: the log's first record. */
@@ -360,7 +362,8 @@ final class ReadOptions implements Serializable {
           return n;
         }
       } catch (ArithmeticException | NumberFormatException e) {
-        why = "too large";
+        why = m.group(1) + (m.group(2) == null ? "" : m.group(2)) + " is too large: at most "
+            + described(maximum);
       }
     } else {
       why = "expected " + SIZE_FORMS;

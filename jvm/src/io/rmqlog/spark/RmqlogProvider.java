@@ -63,7 +63,8 @@ public final class RmqlogProvider implements TableProvider, DataSourceRegister {
       if (e.is("StoreNotFoundError") && ReadOptions.isUrl(opts.paths.get(0))) {
         return true; // the Python source lists the URL's stores, or says that none publishes
       }
-      throw e;
+      // What load() names that holds no store it can read (PySpark: IllegalArgumentException).
+      throw new IllegalArgumentException(e.getMessage(), e);
     }
   }
 
