@@ -116,17 +116,23 @@ def meta_query(load: Callable[[], Any], n: int) -> Callable[[], float]:
     )
 
 
-def _rows(s: Sizes, wd: Workdir, spark) -> list[Row]:
-
-    n = s.spark_rows
+def store_and_parquet(s: Sizes, wd: Workdir, spark: Any) -> tuple[str, str, str]:
+    """A new directory with ``_write_store``'s store and Parquet of its rows written by Spark
+    (through ``format("rmqlog")``): (directory, store, parquet)."""
     d = wd.new()
     store = os.path.join(d, "store")
     _write_store(s, store)
     parquet = os.path.join(d, "parquet")
     spark.read.format("rmqlog").load(store).write.parquet(parquet)
+    say("  parquet written")
+    return d, store, parquet
+
+
+def _rows(s: Sizes, wd: Workdir, spark) -> list[Row]:
+    n = s.spark_rows
+    d, store, parquet = store_and_parquet(s, wd, spark)
     log_df = lambda: spark.read.format("rmqlog").load(store)  # noqa: E731
     pq_df = lambda: spark.read.parquet(parquet)  # noqa: E731
-    say("  parquet written")
     rows = []
 
     ours, base = full_query(log_df, n), full_query(pq_df, n)

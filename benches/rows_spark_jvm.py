@@ -15,7 +15,7 @@ from typing import Any
 
 import rows_spark
 from harness import Row, Sizes, Workdir, alternate, row, say, skipped, throughput
-from rows_spark import META_SCHEMA, _timed_query, _write_store, full_query, meta_query
+from rows_spark import META_SCHEMA, _timed_query, full_query, meta_query, store_and_parquet
 
 NAMES = (
     "spark_jvm_scan_vs_parquet",
@@ -41,15 +41,10 @@ def _rows(s: Sizes, wd: Workdir, spark: Any) -> list[Row]:
     from rmqlog.spark.jvm import PYTHON_NAME
 
     n = s.spark_rows
-    d = wd.new()
-    store = os.path.join(d, "store")
-    _write_store(s, store)
-    parquet = os.path.join(d, "parquet")
-    spark.read.format("rmqlog").load(store).write.parquet(parquet)
+    d, store, parquet = store_and_parquet(s, wd, spark)
     jvm = lambda: spark.read.format("rmqlog").load(store)  # noqa: E731
     python = lambda: spark.read.format(PYTHON_NAME).load(store)  # noqa: E731
     pq = lambda: spark.read.parquet(parquet)  # noqa: E731
-    say("  parquet written")
     rows: list[Row] = []
 
     ours, base, py = full_query(jvm, n), full_query(pq, n), full_query(python, n)
