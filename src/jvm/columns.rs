@@ -30,6 +30,19 @@ pub(super) fn column(code: i64) -> Result<Column> {
         .ok_or_else(|| Error::InvalidArgument(format!("unknown column code {code}")))
 }
 
+/// The address ranges of `batch`'s body buffers: the mapped segments Java copies bodies from.
+pub(super) fn mapped(batch: &RecordBatch, columns: &[Column]) -> Vec<(usize, usize)> {
+    let Some(i) = columns.iter().position(|c| matches!(c, Column::Body)) else {
+        return Vec::new();
+    };
+    let views = batch.column(i).as_binary_view();
+    views
+        .data_buffers()
+        .iter()
+        .map(|b| (b.as_ptr() as usize, b.len()))
+        .collect()
+}
+
 /// Describes `batch`, whose columns are `columns`; `body_buffers` receives the addresses of the
 /// body column's data buffers (the description points at it: keep it with the batch).
 pub(super) fn describe(

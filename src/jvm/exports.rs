@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use arrow_array::RecordBatch;
 use jni_sys::{jboolean, jbyteArray, jclass, jlong, jlongArray, JNIEnv};
 
-use super::columns::{column, describe};
+use super::columns::{column, describe, mapped};
 use super::env::Env;
 use super::fault;
 use super::plan;
@@ -17,6 +17,9 @@ use crate::options::{Options, TierOptions};
 
 /// A reader handle: the batches of one span, and the last one, alive until the next call.
 struct Reader {
+    /// The last batch's body buffers, which Java reads (`fault.rs`); first, so that a dropped
+    /// reader stops watching them before it frees them.
+    watched: fault::Watched,
     batches: BatchReader,
     columns: Vec<Column>,
     batch: Option<RecordBatch>,
@@ -288,6 +291,7 @@ pub extern "system" fn Java_io_rmqlog_spark_Native_openReader(
         let (from, to) = (offset(from, "offset")?, offset(to, "offset")?);
         let batches = log.scan_batches(Some(from), Some(to), opts)?;
         let reader = Reader {
+            watched: fault::Watched::default(),
             batches,
             columns,
             batch: None,
@@ -308,10 +312,16 @@ pub extern "system" fn Java_io_rmqlog_spark_Native_next(
     call(raw, std::ptr::null_mut(), |env| {
         // SAFETY: a live reader handle, used by its task's thread alone.
         let r = unsafe { reader(handle) }?;
+        r.watched.clear();
         r.batch = None;
         r.batch = r.batches.next_batch()?;
         let described = match &r.batch {
-            Some(batch) => describe(batch, &r.columns, &mut r.body_buffers)?,
+            Some(batch) => {
+                for (start, len) in mapped(batch, &r.columns) {
+                    r.watched.add(start, len);
+                }
+                describe(batch, &r.columns, &mut r.body_buffers)?
+            }
             None => Vec::new(),
         };
         Ok(env.longs(&described))

@@ -181,9 +181,10 @@ final class NativeColumns {
 
   /**
    * A {@code binary_view} column: 16-byte views, a body of up to 12 bytes inline, the others in
-   * the mapped segments. A body is copied out of the mapping: a page zeroed since the batch was
-   * made (a truncated file, src/jvm/fault.rs) or one that faults now (the JVM's InternalError)
-   * fails the read instead.
+   * the mapped segments. A body is copied out of the mapping, then the native count of faults is
+   * checked: a page of a truncated file reads zeros and is counted (src/jvm/fault.rs watches the
+   * batch's body buffers), and the read fails instead. The JVM's InternalError, where the fault
+   * was left to it and is thrown in the copy, fails it too.
    */
   private static final class Views extends Base {
     private final long views;
