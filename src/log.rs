@@ -430,15 +430,19 @@ impl CommitLog {
         Ok(self.append_encoded(&rows.bodies, &rows.props)?.offsets)
     }
 
-    /// The first record boundary at or after `offset` (walking headers from the start of its
-    /// segment; bodies are not checked), or `max_offset`. Lets a reader split a segment at any
-    /// byte position without a scan at planning time.
+    /// The first record boundary at or after `offset` (walking headers from the nearest record
+    /// start known before it: its segment's, or one an earlier walk in this process noted;
+    /// bodies are not checked), or `max_offset`. Lets a reader split a segment at any byte
+    /// position without a scan at planning time.
     pub fn record_start_at_or_after(&self, offset: u64) -> Result<u64> {
         self.state.check_open()?;
         reader::record_start_at_or_after(&self.state, offset)
     }
 
     /// Offset of the first record with a timestamp at or after `timestamp_ms`, else `max_offset`.
+    /// A binary search over the segments, then a walk of headers inside one from the last record
+    /// start known older (one an earlier walk in this process noted, about every 1/1024 of the
+    /// segment), which notes starts for the next search.
     pub fn offset_for_timestamp(&self, timestamp_ms: u64) -> Result<u64> {
         self.current()?;
         reader::offset_for_timestamp(&self.state, timestamp_ms)

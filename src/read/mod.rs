@@ -3,8 +3,9 @@
 //! picking up what a writer in another process did (`follow.rs`), waiting for the next record
 //! without spinning (`wait.rs`), a thread that waits on behalf of waiters that cannot block
 //! (`watch.rs`: asyncio's), how many records the log or a range of it holds (`count.rs`), the
-//! records with a key (`lookup.rs`), and reads done again when a segment moved under them
-//! (`moved.rs`). Arrow batches are `crate::arrow`; named consumers are
+//! records with a key (`lookup.rs`), reads done again when a segment moved under them
+//! (`moved.rs`), and the header walks to a position or a time that learn where records start
+//! (`walk.rs`). Arrow batches are `crate::arrow`; named consumers are
 //! `crate::consumers`.
 
 pub(crate) mod count;
@@ -14,4 +15,5 @@ pub(crate) mod lookup;
 pub(crate) mod moved;
 pub(crate) mod reader;
 pub(crate) mod wait;
+pub(crate) mod walk;
 pub(crate) mod watch;

@@ -12,9 +12,9 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-pub(crate) use crate::open::recovery::next_boundary;
 use crate::read::filter::Filter;
 use crate::read::follow;
+use crate::read::walk::{walk, Until};
 use crate::state::State;
 use crate::storage::props::{self, Props};
 use crate::storage::record::{
@@ -462,7 +462,20 @@ pub(crate) fn offset_for_timestamp(state: &Arc<State>, timestamp_ms: u64) -> Res
         }
     }
     let min = state.min_offset();
-    let from = lo.checked_sub(1).map_or(min, |i| starts[i]).max(min);
+    let mut from = lo.checked_sub(1).map_or(min, |i| starts[i]).max(min);
+    // In a local segment, from the last start known older (one an earlier walk of this file
+    // noted), then to the last record older by a walk that notes starts for the next search. A
+    // walk that fails leaves the scan below to meet the damage where it did before.
+    if let Ok((seg, map)) = locate_record(state, &mut list, from) {
+        if !seg.is_remote() && !seg.is_lost() {
+            if let Some(known) = seg.boundaries().and_then(|b| b.last_older(timestamp_ms)) {
+                from = from.max(seg.start() + known);
+            }
+            if let Ok((_, Some(older))) = walk(&seg, &map, from, max, Until::Time(timestamp_ms)) {
+                from = older;
+            }
+        }
+    }
     // Timestamps never decrease in a log: the answer is the first record whose header says
     // `>= timestamp_ms`, and the headers are walked without CRCs. The two records that decide
     // it are then checked whole: a damaged timestamp (or any damage) in either is an error, and
@@ -520,9 +533,15 @@ pub(crate) fn record_start_at_or_after(state: &State, offset: u64) -> Result<u64
     })?;
     let mut at = walk_from(&seg);
     if !seg.is_remote() {
-        while at < offset {
-            at = next_boundary(&seg, &map, at, max)?;
+        // From the furthest start known before it (the segment's own, or one an earlier walk of
+        // this file noted): `min` and a known start are both record starts.
+        if let Some(known) = seg
+            .boundaries()
+            .and_then(|b| b.at_or_before(offset - seg.start()))
+        {
+            at = at.max(seg.start() + known);
         }
+        let (at, _) = walk(&seg, &map, at, max, Until::Offset(offset))?;
         return Ok(at.min(max));
     }
     // A remote segment's records are checked whole as they are walked: their bytes are fetched

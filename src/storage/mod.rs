@@ -4,9 +4,11 @@
 //! checkpoint `rmqlog.meta` (`checkpoint.rs`), a directory's identity `rmqlog.id` (`identity.rs`),
 //! the recovery hint `rmqlog.tail` (`tail_hint.rs`) and the writer settings it records
 //! (`settings.rs`). `counts.rs` counts a segment's records and keeps the counts a writer records
-//! (`rmqlog.counts`, a cache). `fs.rs` has the file-system helpers (names, preallocation,
+//! (`rmqlog.counts`, a cache); `boundaries.rs` keeps where records start inside a segment, learnt
+//! by walks (in memory, shared by the process's logs). `fs.rs` has the file-system helpers (names, preallocation,
 //! directory sync). Nothing here knows the log's state.
 
+pub(crate) mod boundaries;
 pub(crate) mod checkpoint;
 pub(crate) mod counts;
 pub(crate) mod crc_line;

@@ -16,11 +16,13 @@
 //! further.
 
 use std::fs::OpenOptions;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::{Error, IoContext, Result};
+use crate::storage::boundaries::{self, Boundaries, FileKey};
 pub use crate::storage::mapping::Mapping;
 use crate::sync::locked;
 use crate::tier::{Entry, Manifest, Tier};
@@ -136,6 +138,8 @@ pub struct Segment {
     /// End of the records in this segment, relative to `start` (the filler is not counted).
     written: AtomicU64,
     map: OnceLock<Arc<Mapping>>,
+    /// Its known record starts (a local file's, set when it is mapped).
+    boundaries: OnceLock<Arc<Boundaries>>,
     /// Its record count as far as it is known: the writer's (no lock per append) and what
     /// anything else learnt (a walk holds the mutex only to read or store a pair).
     appended: Appended,
@@ -156,6 +160,7 @@ impl Segment {
             remote: OnceLock::new(),
             written: AtomicU64::new(0),
             map: OnceLock::new(),
+            boundaries: OnceLock::new(),
             appended: Appended::default(),
             count: Mutex::new(Counts::default()),
         }
@@ -459,7 +464,8 @@ impl Segment {
             .write(self.writable)
             .open(&self.path)
             .ctx("opening segment", &self.path)?;
-        let len = file.metadata().ctx("reading length of", &self.path)?.len();
+        let meta = file.metadata().ctx("reading length of", &self.path)?;
+        let len = meta.len();
         if len != self.size {
             // Mapping past the end of a file would SIGBUS on access, and a longer file overlaps
             // the next segment (the listing took its length from the names): refuse both.
@@ -474,7 +480,22 @@ impl Segment {
         }
         let map = Mapping::of_file(&file, self.size, self.writable, &self.path)?;
         let m = self.map.get_or_init(|| Arc::new(map));
+        self.boundaries.get_or_init(|| {
+            boundaries::of_file(FileKey {
+                dev: meta.dev(),
+                ino: meta.ino(),
+                ctime: meta.ctime(),
+                ctime_nsec: meta.ctime_nsec(),
+                size: self.size,
+                start: self.start,
+            })
+        });
         Ok(Arc::clone(m))
+    }
+
+    /// Its known record starts: a local segment's once mapped (`boundaries.rs`).
+    pub(crate) fn boundaries(&self) -> Option<&Arc<Boundaries>> {
+        self.boundaries.get()
     }
 
     /// Makes bytes `[lo, hi)` of the file durable: through the map where it is writable (msync

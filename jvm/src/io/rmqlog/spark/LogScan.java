@@ -7,7 +7,9 @@ import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
@@ -74,7 +76,8 @@ final class LogScan implements Scan, Batch {
 
   /** The partitions over {@code ranges} ({@code [lo, hi)} pairs): src/jvm/plan.rs. */
   static InputPartition[] partitions(NativeLog log, long[] ranges, ReadOptions opts, boolean keys) {
-    long[] flat = Native.plan(log.handle(), ranges, opts.maxPartitionBytes, keys);
+    long limit = splitBytes(log, ranges, opts.maxPartitionBytes);
+    long[] flat = Native.plan(log.handle(), ranges, limit, keys);
     InputPartition[] parts = new InputPartition[(int) flat[0]];
     int at = 1;
     for (int i = 0; i < parts.length; i++) {
@@ -83,6 +86,31 @@ final class LogScan implements Scan, Batch {
       at += 1 + 2 * n;
     }
     return parts;
+  }
+
+  /**
+   * The most bytes a partition takes: Spark's rule for its file sources (FilePartition's
+   * maxSplitBytes), so that a small read is spread over the cores too: {@code
+   * max_partition_bytes}, or the bytes of the read over the session's cores ({@code
+   * spark.sql.files.minPartitionNum}, else the default parallelism) where that is less, but not
+   * below {@code spark.sql.files.openCostInBytes} (4 MiB).
+   */
+  static long splitBytes(NativeLog log, long[] ranges, long max) {
+    long lo = log.minOffset();
+    long hi = log.maxOffset();
+    long total = 0;
+    for (int i = 0; i + 1 < ranges.length; i += 2) {
+      total += Math.max(0, Math.min(ranges[i + 1], hi) - Math.max(ranges[i], lo));
+    }
+    SQLConf conf = SQLConf.get();
+    long cores = 1; // no session here: the read is not spread further
+    if (conf.filesMinPartitionNum().isDefined()) {
+      cores = ((Number) conf.filesMinPartitionNum().get()).longValue();
+    } else if (SparkSession.getActiveSession().isDefined()) {
+      cores = SparkSession.getActiveSession().get().sparkContext().defaultParallelism();
+    }
+    long perCore = total / Math.max(1, cores);
+    return Math.min(max, Math.max(conf.filesOpenCostInBytes(), perCore));
   }
 
   @Override

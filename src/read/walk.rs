@@ -1,0 +1,72 @@
+//! Walks over a local segment's record headers (no CRC), from a record start forward, noting a
+//! start about every stride in the segment's index (`storage/boundaries.rs`), so that the next
+//! walk into that part of the segment starts near its target.
+
+use crate::error::{Error, Result};
+use crate::storage::record::{decode, Slot};
+use crate::storage::segment::{Mapping, Segment};
+
+/// Where a walk stops.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Until {
+    /// At the first record starting at or after this offset (its header is not read).
+    Offset(u64),
+    /// At the first record whose header's timestamp is at or after this one.
+    Time(u64),
+}
+
+/// Walks `seg`'s records from `from` (a record start) to where `until` says, and returns that
+/// offset, with the last record start walked before it (none when it stopped at `from`). A walk
+/// reaching `limit` (no header is read at or past it) returns where it stopped; one reaching the
+/// segment's end (or its filler) returns that end. A header that does not decode is an error, as
+/// for `next_boundary`.
+pub(crate) fn walk(
+    seg: &Segment,
+    map: &Mapping,
+    from: u64,
+    limit: u64,
+    until: Until,
+) -> Result<(u64, Option<u64>)> {
+    let index = seg.boundaries();
+    let stride = index.map_or(u64::MAX, |b| b.stride());
+    let limit = limit.min(seg.end());
+    let mut noted = from;
+    let mut before = None;
+    let mut at = from;
+    while at < limit {
+        if matches!(until, Until::Offset(o) if at >= o) {
+            break;
+        }
+        let pos = at - seg.start();
+        let h = match decode(
+            map.bytes(pos as usize, seg.size() as usize),
+            at,
+            u32::MAX as usize,
+        ) {
+            Slot::Record(h) => h,
+            Slot::EndOfSegment => return Ok((seg.end(), before)),
+            other => {
+                return Err(Error::corruption(
+                    Some(seg.path().to_path_buf()),
+                    Some(at),
+                    format!(
+                        "no valid record header while walking the segment: {}",
+                        other.defect().unwrap_or("?")
+                    ),
+                ))
+            }
+        };
+        if at - noted >= stride {
+            if let Some(b) = index {
+                b.note(pos, h.timestamp_ms);
+            }
+            noted = at;
+        }
+        if matches!(until, Until::Time(t) if h.timestamp_ms >= t) {
+            break;
+        }
+        before = Some(at);
+        at += u64::from(h.len);
+    }
+    Ok((at, before))
+}
