@@ -123,13 +123,13 @@ class Mounts:
         self._mounted.append(path)
         return path
 
-    def ext4(self, name: str, size: int | str) -> Path:
-        """An ext4 filesystem in a ``size``-byte image file (``truncate -s``, ``mkfs.ext4 -q -F``),
-        mounted read-write through a loop device at ``base/name``; ``mkfs.ext4`` defaults keep 5 %
-        of the blocks reserved for root."""
+    def ext4(self, name: str, size: int | str, *mkfs: str) -> Path:
+        """An ext4 filesystem in a ``size``-byte image file (``truncate -s``, ``mkfs.ext4 -q -F``
+        with the options ``mkfs``), mounted read-write through a loop device at ``base/name``;
+        ``mkfs.ext4`` defaults keep 5 % of the blocks reserved for root."""
         image = self.base / f"{name}.img"
         _must("truncate", "-s", str(size), str(image))
-        _must("mkfs.ext4", "-q", "-F", str(image))
+        _must("mkfs.ext4", "-q", "-F", *mkfs, str(image))
         path = self.base / name
         path.mkdir(parents=True, exist_ok=True)
         dev = _out("losetup", "--find", "--show", str(image))

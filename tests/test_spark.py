@@ -121,6 +121,8 @@ def test_import_rmqlog_does_not_import_pyspark():
         ({"path": "/x", "batch_bytes": "4g"}, None, "at most 2147483647"),
         ({"path": "/x", "max_partition_bytes": "1k"}, None, "at least 4096"),
         ({"path": "/x", "batch_records": "0"}, None, "batch_records='0'"),
+        ({"path": "/x", "batch_records": "9" * 23}, None, "at most 2^63-1"),
+        ({"path": "/x", "start_offset": str(1 << 63)}, None, "start_offset='9223372036854775808'"),
         ({"path": "/x", "max_partition_bytes": "-5"}, None, "max_partition_bytes='-5'"),
         ({"path": "/x", "start_offset": "first"}, None, '"earliest" or "latest"'),
         ({"path": "/x", "end_offset": "1.5"}, None, "end_offset='1.5'"),

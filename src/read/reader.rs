@@ -14,7 +14,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::read::filter::Filter;
 use crate::read::follow;
-use crate::read::walk::{walk, Until};
+use crate::read::walk::{known, walk, Until};
 use crate::state::State;
 use crate::storage::props::{self, Props};
 use crate::storage::record::{
@@ -468,8 +468,9 @@ pub(crate) fn offset_for_timestamp(state: &Arc<State>, timestamp_ms: u64) -> Res
     // walk that fails leaves the scan below to meet the damage where it did before.
     if let Ok((seg, map)) = locate_record(state, &mut list, from) {
         if !seg.is_remote() && !seg.is_lost() {
-            if let Some(known) = seg.boundaries().and_then(|b| b.last_older(timestamp_ms)) {
-                from = from.max(seg.start() + known);
+            let found = seg.boundaries().and_then(|b| b.last_older(timestamp_ms));
+            if let Some(start) = known(&seg, &map, found) {
+                from = from.max(start);
             }
             if let Ok((_, Some(older))) = walk(&seg, &map, from, max, Until::Time(timestamp_ms)) {
                 from = older;
@@ -535,11 +536,11 @@ pub(crate) fn record_start_at_or_after(state: &State, offset: u64) -> Result<u64
     if !seg.is_remote() {
         // From the furthest start known before it (the segment's own, or one an earlier walk of
         // this file noted): `min` and a known start are both record starts.
-        if let Some(known) = seg
+        let found = seg
             .boundaries()
-            .and_then(|b| b.at_or_before(offset - seg.start()))
-        {
-            at = at.max(seg.start() + known);
+            .and_then(|b| b.at_or_before(offset - seg.start()));
+        if let Some(start) = known(&seg, &map, found) {
+            at = at.max(start);
         }
         let (at, _) = walk(&seg, &map, at, max, Until::Offset(offset))?;
         return Ok(at.min(max));

@@ -1,10 +1,29 @@
 //! Walks over a local segment's record headers (no CRC), from a record start forward, noting a
 //! start about every stride in the segment's index (`storage/boundaries.rs`), so that the next
-//! walk into that part of the segment starts near its target.
+//! walk into that part of the segment starts near its target. A record is noted only if it is
+//! whole (its CRC checks), and a known start is used only once its record is checked again
+//! ([`known`]): a damaged timestamp never enters the index, and a stale entry never leads a walk.
 
 use crate::error::{Error, Result};
-use crate::storage::record::{decode, Slot};
+use crate::storage::record::{decode, validate, Slot};
 use crate::storage::segment::{Mapping, Segment};
+
+/// The offset of `found`, a start the segment's index gave with its timestamp, if the record
+/// there is whole, at that offset, with that timestamp; else none, and the index is dropped.
+pub(crate) fn known(seg: &Segment, map: &Mapping, found: Option<(u64, u64)>) -> Option<u64> {
+    let (pos, ts) = found?;
+    let at = seg.start() + pos;
+    let rest = map.bytes(pos as usize, seg.size() as usize);
+    match validate(rest, at, u32::MAX as usize) {
+        Slot::Record(h) if h.timestamp_ms == ts => Some(at),
+        _ => {
+            if let Some(b) = seg.boundaries() {
+                b.forget();
+            }
+            None
+        }
+    }
+}
 
 /// Where a walk stops.
 #[derive(Debug, Clone, Copy)]
@@ -57,7 +76,8 @@ pub(crate) fn walk(
             }
         };
         if at - noted >= stride {
-            if let Some(b) = index {
+            let rest = map.bytes(pos as usize, seg.size() as usize);
+            if let (Some(b), Slot::Record(_)) = (index, validate(rest, at, u32::MAX as usize)) {
                 b.note(pos, h.timestamp_ms);
             }
             noted = at;

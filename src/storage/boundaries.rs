@@ -4,13 +4,18 @@
 //! nearest before its target instead of at the segment's start.
 //!
 //! The index of a segment file lives in a process-wide cache keyed by the file's identity
-//! (device, inode, ctime, size), so every log this process opens on the file shares it: a Spark
-//! executor's tasks, and its queries, each open the store anew and walk a segment once between
-//! them. What makes sharing safe: an entry is a record start below an end a reader saw published,
-//! and such bytes never change while the file exists (an append writes past them; a recovery
-//! cuts only what was never published). A file replaced, rewritten or touched (write, chmod,
-//! rename) has another ctime, so another index. At most `CAPACITY` files are kept; the least
-//! recently opened goes first.
+//! (device, inode, ctime, size, start), so every log this process opens on the file shares it: a
+//! Spark executor's tasks, and its queries, each open the store anew and walk a segment once
+//! between them. An entry is a record start below an end a reader saw published, and such bytes
+//! do not change while the file exists (an append writes past them; a recovery cuts only what was
+//! never published); a file rewritten or touched (write, chmod, rename) has another ctime, so
+//! another index. At most `CAPACITY` files are kept; the least recently opened goes first.
+//!
+//! The key is a hint, not a proof: a new file can get an old one's key (a store deleted and
+//! written again within one tick of a coarse ctime: an inode reused, on a file system that keeps
+//! seconds), and a record can be damaged after it was noted. So a walk notes only a record whose
+//! CRC checks, and checks the record again before it starts from it: whole, at that offset, with
+//! the noted timestamp (`read/walk.rs`). A record that fails drops the file's index.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -58,19 +63,24 @@ impl Boundaries {
         self.stride
     }
 
-    /// The furthest known record start at or before `pos`, if any.
-    pub fn at_or_before(&self, pos: u64) -> Option<u64> {
+    /// The furthest known record start at or before `pos`, with its timestamp, if any.
+    pub fn at_or_before(&self, pos: u64) -> Option<(u64, u64)> {
         let starts = locked(&self.starts);
         let i = starts.partition_point(|&(p, _)| p <= pos);
-        i.checked_sub(1).map(|i| starts[i].0)
+        i.checked_sub(1).map(|i| starts[i])
     }
 
     /// The furthest known record start whose timestamp is below `timestamp_ms` (timestamps never
-    /// decrease along a log), if any.
-    pub fn last_older(&self, timestamp_ms: u64) -> Option<u64> {
+    /// decrease along a log), with its timestamp, if any.
+    pub fn last_older(&self, timestamp_ms: u64) -> Option<(u64, u64)> {
         let starts = locked(&self.starts);
         let i = starts.partition_point(|&(_, ts)| ts < timestamp_ms);
-        i.checked_sub(1).map(|i| starts[i].0)
+        i.checked_sub(1).map(|i| starts[i])
+    }
+
+    /// Drops every entry: one of them no longer holds (see the module's doc).
+    pub fn forget(&self) {
+        locked(&self.starts).clear();
     }
 
     /// Notes the record start `pos` and its timestamp, unless a known start lies less than a
@@ -146,18 +156,23 @@ mod tests {
         b.note(3 << 20, 30);
         b.note(2 << 20, 20);
         assert_eq!(b.len(), 3);
-        assert_eq!(b.at_or_before((2 << 20) + 7), Some(2 << 20));
+        assert_eq!(b.at_or_before((2 << 20) + 7), Some((2 << 20, 20)));
         assert_eq!(b.at_or_before((1 << 20) - 1), None);
-        assert_eq!(b.last_older(20), Some(1 << 20));
-        assert_eq!(b.last_older(21), Some(2 << 20));
+        assert_eq!(b.last_older(20), Some((1 << 20, 10)));
+        assert_eq!(b.last_older(21), Some((2 << 20, 20)));
         assert_eq!(b.last_older(10), None);
+        b.forget();
+        assert_eq!(b.at_or_before(5 << 20), None);
     }
 
     #[test]
     fn one_index_a_file_and_a_touched_file_gets_another() {
         let a = of_file(key(1_000_001));
         a.note(1 << 20, 5);
-        assert_eq!(of_file(key(1_000_001)).at_or_before(2 << 20), Some(1 << 20));
+        assert_eq!(
+            of_file(key(1_000_001)).at_or_before(2 << 20),
+            Some((1 << 20, 5))
+        );
         let touched = FileKey {
             ctime_nsec: 4,
             ..key(1_000_001)

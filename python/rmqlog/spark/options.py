@@ -71,6 +71,9 @@ def _bad(name: str, value: Any, accepted: str) -> ValueError:
     return ValueError(f"rmqlog: option {name}={value!r} is not valid: expected {accepted}")
 
 
+_INT_MAX = (1 << 63) - 1  # the JVM reader's (a Java long), and the core's offsets and counts
+
+
 def _int(name: str, value: str, minimum: int = 0) -> int:
     try:
         n = int(str(value).strip().replace("_", ""))
@@ -78,6 +81,8 @@ def _int(name: str, value: str, minimum: int = 0) -> int:
         raise _bad(name, value, f"an integer >= {minimum}") from None
     if n < minimum:
         raise _bad(name, value, f"an integer >= {minimum}")
+    if n > _INT_MAX:
+        raise _bad(name, value, f"an integer >= {minimum} and at most 2^63-1")
     return n
 
 
