@@ -355,7 +355,7 @@ def fmt_rate(v: object) -> str:
 def fmt_range(r: Row, key: str) -> str:
     """The median rate, with the min - max over the runs when there were several."""
     text = fmt_rate(r[key])
-    if r.get("runs", 1) > 1:
+    if r.get("runs", 1) > 1 and key + "_min" in r:  # a row without a baseline has no range
         text += f" ({fmt_rate(r[key + '_min'])}-{fmt_rate(r[key + '_max'])})"
     return text
 
