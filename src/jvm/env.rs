@@ -69,12 +69,20 @@ impl Env {
     }
 
     /// Throws `NativeException("<kind>\u{1f}<message>")`; the native method then returns.
+    /// An exception already pending (the JVM's OutOfMemoryError from an allocation) is kept:
+    /// JNI allows no other call but a few while one is.
     pub(super) fn throw(&self, kind: &str, message: &str) {
         let text = format!("{kind}\u{1f}{message}").replace('\0', " ");
         let text = CString::new(text).unwrap_or_default();
-        // SAFETY: FindClass and ThrowNew with NUL-terminated strings; a class that cannot be
-        // found leaves its NoClassDefFoundError pending instead.
+        // SAFETY: ExceptionOccurred and DeleteLocalRef may be called with an exception pending;
+        // FindClass and ThrowNew only without one, with NUL-terminated strings; a class that
+        // cannot be found leaves its NoClassDefFoundError pending instead.
         unsafe {
+            let pending = (self.f().ExceptionOccurred)(self.0);
+            if !pending.is_null() {
+                (self.f().DeleteLocalRef)(self.0, pending);
+                return;
+            }
             let class = (self.f().FindClass)(self.0, EXCEPTION.as_ptr());
             if !class.is_null() {
                 (self.f().ThrowNew)(self.0, class, text.as_ptr());

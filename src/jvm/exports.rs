@@ -26,9 +26,38 @@ struct Reader {
     body_buffers: Vec<i64>,
 }
 
+/// What a native method hands Java: a value, or a new handle ([`New`]).
+trait Out {
+    type Java;
+    fn into_java(self) -> Self::Java;
+}
+
+macro_rules! out_as_is {
+    ($($t:ty),*) => {$(
+        impl Out for $t {
+            type Java = $t;
+            fn into_java(self) -> $t {
+                self
+            }
+        }
+    )*};
+}
+out_as_is!(jlong, jlongArray, ());
+
+/// A new object Java owns once the call returns its handle (a pointer from `Box::into_raw`); a
+/// call that fails after making it frees it instead.
+struct New<T>(Box<T>);
+
+impl<T> Out for New<T> {
+    type Java = jlong;
+    fn into_java(self) -> jlong {
+        Box::into_raw(self.0) as jlong
+    }
+}
+
 /// Runs one native method: its error, or a panic, becomes the pending Java exception and the
 /// method returns `failed`.
-fn call<T>(raw: *mut JNIEnv, failed: T, f: impl FnOnce(&Env) -> Result<T>) -> T {
+fn call<T: Out>(raw: *mut JNIEnv, failed: T::Java, f: impl FnOnce(&Env) -> Result<T>) -> T::Java {
     // SAFETY: `raw` is the JNIEnv the JVM passed to the native method calling this.
     let env = unsafe { Env::new(raw) };
     fault::install();
@@ -43,7 +72,7 @@ fn call<T>(raw: *mut JNIEnv, failed: T, f: impl FnOnce(&Env) -> Result<T>) -> T 
         return failed;
     }
     match result {
-        Ok(Ok(v)) => v,
+        Ok(Ok(v)) => v.into_java(),
         Ok(Err(e)) => {
             env.throw(kind(&e), &e.to_string());
             failed
@@ -146,7 +175,7 @@ pub extern "system" fn Java_io_rmqlog_spark_Native_open(
         });
         let opts = Options::default().read_only(true).tier(tier);
         let log = CommitLog::open(&paths, opts)?;
-        Ok(Box::into_raw(Box::new(log)) as jlong)
+        Ok(New(Box::new(log)))
     })
 }
 
@@ -297,7 +326,7 @@ pub extern "system" fn Java_io_rmqlog_spark_Native_openReader(
             batch: None,
             body_buffers: Vec::new(),
         };
-        Ok(Box::into_raw(Box::new(reader)) as jlong)
+        Ok(New(Box::new(reader)))
     })
 }
 
