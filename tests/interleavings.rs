@@ -799,3 +799,27 @@ fn a_partial_scan_whose_range_is_evicted_before_its_tail_reads_right() {
         assert_eq!((o, check_body(b)), (wo, Some(*wi)));
     }
 }
+
+/// A search by time that read the log's end, then the segment list after appends rolled a new
+/// segment past that end: it answers as a scan of that end does (it panicked: a length computed
+/// from the new segment's start underflowed).
+#[test]
+fn a_time_search_that_sees_a_segment_past_its_end_answers() {
+    let _scenario = fail::FailScenario::setup();
+    let (_root, dirs) = dirs(1);
+    let (log, acked) = writer_with_segments(&dirs, quiet(), 2);
+    let max = log.max_offset().unwrap();
+    let pause = Pause::at("timestamp::ended");
+    let search = on_thread(&log, |log| log.offset_for_timestamp(u64::MAX));
+    pause.wait();
+    let before = log.segments().unwrap().len();
+    let mut appended = Vec::new();
+    while log.segments().unwrap().len() == before {
+        appended.push((log.append(&body(7, 100)).unwrap(), 7));
+    }
+    pause.release();
+    assert_eq!(search.join().unwrap().unwrap(), max);
+    let mut acked = acked;
+    acked.extend(appended);
+    assert_intact(log, &dirs, quiet(), acked);
+}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+import subprocess
 import time
 
 from rmqlog import CommitLog
@@ -95,3 +96,70 @@ def test_a_damaged_timestamp_never_leads_a_later_search(tmp_path):
         for p, want in first_at.items():
             if p <= offsets[320]:
                 assert r._record_start_at_or_after(p) == want, p
+
+
+def test_old_records_inside_a_new_body_do_not_lead_a_walk(mnt):
+    """The same collision of inode and ctime, where the new store's first record's body holds
+    the old store's bytes at their own positions (a segment archived as a body): whole records,
+    with the noted offsets and timestamps, sit at the old starts. The first record's header is
+    part of the cache's key, so the old starts are not the new file's."""
+    disk = mnt.ext4("coarse", 64 << 20, "-I", "128")
+    root = disk / "store"
+    for _ in range(3):
+        time.sleep(1.0 - time.time() % 1.0 + 0.01)
+        shutil.rmtree(root, ignore_errors=True)
+        with CommitLog(str(root), segment_size=SEG) as a:
+            for _ in range(6):
+                a.append_batch([b"a" * 1000] * 100)
+                time.sleep(0.003)
+            before = _key(a)
+            end = a.max_offset
+            a._record_start_at_or_after(end - 1)  # notes A's starts
+            last = a.read_record(end - 1032).timestamp_ms
+            a.offset_for_timestamp(last)
+            with open(a.segments()[0].path, "rb") as f:
+                old = f.read(end)
+        shutil.rmtree(root)
+        with CommitLog(str(root), segment_size=SEG) as b:
+            b.append(old[32:])  # its body starts at byte 32: A's bytes at their own positions
+            b.append(b"tail")
+            if _key(b) != before:
+                continue
+            _check(b)
+            assert b.offset_for_timestamp(last) == 0
+        break
+    else:
+        raise AssertionError("no try wrote both stores within one second of ctime")
+
+
+def test_a_walk_reads_headers_not_bodies(mnt):
+    """Records of 1 MiB (a stride or more each): a walk to the segment's end, from a page cache
+    without the file, brings in the pages of its headers, not the bodies (a walk that noted every
+    record checked each one whole). The loop device reads no more than a page a fault."""
+    disk = mnt.ext4("walk", 128 << 20)
+    dev = subprocess.run(
+        ["findmnt", "-no", "SOURCE", str(disk)], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    subprocess.run(["blockdev", "--setra", "0", dev], check=True)
+    root = str(disk / "store")
+    with CommitLog(root, segment_size=64 << 20) as w:
+        w.append_batch([os.urandom(1 << 20) for _ in range(60)])
+        w.flush()
+        path = w.segments()[0].path
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    with CommitLog(root, read_only=True) as r:
+        r._record_start_at_or_after(r.max_offset - 1)
+        r.offset_for_timestamp(1 << 62)
+        out = subprocess.run(
+            ["fincore", "--bytes", "--noheadings", "--output", "RES", path],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    resident = int(out.split()[0])
+    assert resident < 8 << 20, f"{resident:,} bytes of the 64 MiB segment read in"

@@ -168,7 +168,7 @@ pub(crate) fn verify(
             }
         }
         let from = min.saturating_sub(seg.start()).min(seg.size());
-        let limit = (max.min(seg.end()) - seg.start()).max(from);
+        let limit = max.min(seg.end()).saturating_sub(seg.start()).max(from);
         let bad = out.len();
         match verify_segment(state, &mut list, seg, from, limit, &mut out) {
             // Deleted by retention during the walk: nothing left to check there.

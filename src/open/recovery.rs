@@ -136,7 +136,7 @@ pub fn find_end(list: &SegmentList, from: u64, max_body: usize) -> Result<Tail> 
 /// The offset after the record (or filler) at `offset` in `seg`, from its header alone.
 pub(crate) fn next_boundary(seg: &Segment, map: &Mapping, offset: u64, max: u64) -> Result<u64> {
     let pos = (offset - seg.start()) as usize;
-    let limit = (max.min(seg.end()) - seg.start()) as usize;
+    let limit = max.min(seg.end()).saturating_sub(seg.start()) as usize;
     if pos >= limit {
         return Ok(seg.end());
     }

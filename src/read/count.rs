@@ -60,9 +60,9 @@ fn count_once(state: &State, from: u64, to: u64) -> Result<u64> {
     let mut n = 0;
     for seg in segs.iter().take_while(|s| s.start() < to) {
         // Where its published records end: all of a sealed segment.
-        let limit = end.min(seg.end()) - seg.start();
+        let limit = end.min(seg.end()).saturating_sub(seg.start());
         let lo = from.saturating_sub(seg.start());
-        let hi = to.min(seg.end()) - seg.start();
+        let hi = to.min(seg.end()).saturating_sub(seg.start());
         let sealed = limit == seg.size();
         let upto = |p: u64| match (sealed, p >= limit) {
             (true, true) => whole(seg),

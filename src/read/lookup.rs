@@ -276,7 +276,10 @@ fn find_id_once(
 /// segment), below the log offset `max`.
 fn first_timestamp(state: &Arc<State>, seg: &Segment, max: u64) -> Option<u64> {
     let from = seg.start().max(state.min_offset());
-    let (lo, hi) = (from - seg.start(), max.min(seg.end()) - seg.start());
+    let (lo, hi) = (
+        from - seg.start(),
+        max.min(seg.end()).saturating_sub(seg.start()),
+    );
     // A local segment's map covers it from its start; any other is read through the reader.
     let Some(map) = seg
         .mapped()
@@ -302,7 +305,7 @@ fn in_segment(
     max: u64,
     mut found: impl FnMut(u64, u64),
 ) -> Result<()> {
-    let limit = max.min(seg.end()) - seg.start();
+    let limit = max.min(seg.end()).saturating_sub(seg.start());
     // Mapped only to walk or to build an index: a remote segment's index spares its fetch.
     let mut mapped: Option<Arc<Mapping>> = None;
     let mut map = || -> Result<Arc<Mapping>> {

@@ -12,6 +12,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::failpoint::fail_point;
 use crate::read::filter::Filter;
 use crate::read::follow;
 use crate::read::walk::{known, walk, Until};
@@ -284,7 +285,8 @@ fn record_checked(
     filter: Option<&Filter>,
 ) -> At {
     let pos = (offset - seg.start()) as usize;
-    let limit = (max.min(seg.end()) - seg.start()) as usize;
+    // (A segment rolled after `max` was read starts past it: nothing of it is readable.)
+    let limit = max.min(seg.end()).saturating_sub(seg.start()) as usize;
     let size = seg.size() as usize;
     if pos >= limit {
         return At::EndOfSegment;
@@ -440,10 +442,17 @@ fn record_here(seg: &Segment, map: &Arc<Mapping>, offset: u64, max: u64) -> Resu
 /// [`CommitLog::offset_for_timestamp`](crate::CommitLog::offset_for_timestamp).
 pub(crate) fn offset_for_timestamp(state: &Arc<State>, timestamp_ms: u64) -> Result<u64> {
     let max = state.max_offset();
+    fail_point!("timestamp::ended");
     let mut list = state.segments_full();
     // Segments whose first record is older than the target: the answer is in the last of them or
     // at the start of the next one.
-    let starts: Vec<u64> = list.as_slice().iter().map(|s| s.start()).collect();
+    // Only segments below the end read above: appends may have rolled one past it since.
+    let starts: Vec<u64> = list
+        .as_slice()
+        .iter()
+        .map(|s| s.start())
+        .filter(|&s| s < max)
+        .collect();
     let mut lo = 0;
     let mut hi = starts.len();
     while lo < hi {
@@ -468,7 +477,9 @@ pub(crate) fn offset_for_timestamp(state: &Arc<State>, timestamp_ms: u64) -> Res
     // walk that fails leaves the scan below to meet the damage where it did before.
     if let Ok((seg, map)) = locate_record(state, &mut list, from) {
         if !seg.is_remote() && !seg.is_lost() {
-            let found = seg.boundaries().and_then(|b| b.last_older(timestamp_ms));
+            let found = seg
+                .boundaries(&map)
+                .and_then(|b| b.last_older(timestamp_ms));
             if let Some(start) = known(&seg, &map, found) {
                 from = from.max(start);
             }
@@ -537,7 +548,7 @@ pub(crate) fn record_start_at_or_after(state: &State, offset: u64) -> Result<u64
         // From the furthest start known before it (the segment's own, or one an earlier walk of
         // this file noted): `min` and a known start are both record starts.
         let found = seg
-            .boundaries()
+            .boundaries(&map)
             .and_then(|b| b.at_or_before(offset - seg.start()));
         if let Some(start) = known(&seg, &map, found) {
             at = at.max(start);
@@ -840,7 +851,7 @@ impl Scan {
             return None;
         }
         let base = seg.start();
-        let bytes = map.bytes(0, (self.max.min(seg.end()) - base) as usize);
+        let bytes = map.bytes(0, self.max.min(seg.end()).saturating_sub(base) as usize);
         let mut ahead = (self.next - base) as usize;
         while self.next < self.end {
             let pos = (self.next - base) as usize;

@@ -1,8 +1,9 @@
 //! Walks over a local segment's record headers (no CRC), from a record start forward, noting a
 //! start about every stride in the segment's index (`storage/boundaries.rs`), so that the next
-//! walk into that part of the segment starts near its target. A record is noted only if it is
-//! whole (its CRC checks), and a known start is used only once its record is checked again
-//! ([`known`]): a damaged timestamp never enters the index, and a stale entry never leads a walk.
+//! walk into that part of the segment starts near its target. A known start is used only once
+//! its record is checked again, whole ([`known`]), so a stale or damaged entry never leads a walk;
+//! a walk notes no timestamp older than the one before it, so a damaged timestamp never leads a
+//! search by time past its answer.
 
 use crate::error::{Error, Result};
 use crate::storage::record::{decode, validate, Slot};
@@ -17,7 +18,7 @@ pub(crate) fn known(seg: &Segment, map: &Mapping, found: Option<(u64, u64)>) -> 
     match validate(rest, at, u32::MAX as usize) {
         Slot::Record(h) if h.timestamp_ms == ts => Some(at),
         _ => {
-            if let Some(b) = seg.boundaries() {
+            if let Some(b) = seg.boundaries(map) {
                 b.forget();
             }
             None
@@ -37,8 +38,8 @@ pub(crate) enum Until {
 /// Walks `seg`'s records from `from` (a record start) to where `until` says, and returns that
 /// offset, with the last record start walked before it (none when it stopped at `from`). A walk
 /// reaching `limit` (no header is read at or past it) returns where it stopped; one reaching the
-/// segment's end (or its filler) returns that end. A header that does not decode is an error, as
-/// for `next_boundary`.
+/// segment's end (or its filler: also where a walk to an offset stops) returns that end. A header
+/// that does not decode is an error, as for `next_boundary`.
 pub(crate) fn walk(
     seg: &Segment,
     map: &Mapping,
@@ -46,17 +47,23 @@ pub(crate) fn walk(
     limit: u64,
     until: Until,
 ) -> Result<(u64, Option<u64>)> {
-    let index = seg.boundaries();
+    let index = seg.boundaries(map);
     let stride = index.map_or(u64::MAX, |b| b.stride());
     let limit = limit.min(seg.end());
     let mut noted = from;
+    let mut newest = 0;
     let mut before = None;
     let mut at = from;
     while at < limit {
+        let pos = at - seg.start();
         if matches!(until, Until::Offset(o) if at >= o) {
+            // The records' end (a filler) is no record start: the segment's end is the next.
+            let rest = map.bytes(pos as usize, seg.size() as usize);
+            if matches!(decode(rest, at, u32::MAX as usize), Slot::EndOfSegment) {
+                return Ok((seg.end(), before));
+            }
             break;
         }
-        let pos = at - seg.start();
         let h = match decode(
             map.bytes(pos as usize, seg.size() as usize),
             at,
@@ -75,13 +82,13 @@ pub(crate) fn walk(
                 ))
             }
         };
-        if at - noted >= stride {
-            let rest = map.bytes(pos as usize, seg.size() as usize);
-            if let (Some(b), Slot::Record(_)) = (index, validate(rest, at, u32::MAX as usize)) {
+        if at - noted >= stride && h.timestamp_ms >= newest {
+            if let Some(b) = index {
                 b.note(pos, h.timestamp_ms);
             }
             noted = at;
         }
+        newest = newest.max(h.timestamp_ms);
         if matches!(until, Until::Time(t) if h.timestamp_ms >= t) {
             break;
         }

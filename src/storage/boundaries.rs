@@ -4,18 +4,21 @@
 //! nearest before its target instead of at the segment's start.
 //!
 //! The index of a segment file lives in a process-wide cache keyed by the file's identity
-//! (device, inode, ctime, size, start), so every log this process opens on the file shares it: a
+//! (device, inode, ctime, size, start, and its first record's timestamp and CRC), so every log
+//! this process opens on the file shares it: a
 //! Spark executor's tasks, and its queries, each open the store anew and walk a segment once
 //! between them. An entry is a record start below an end a reader saw published, and such bytes
 //! do not change while the file exists (an append writes past them; a recovery cuts only what was
 //! never published); a file rewritten or touched (write, chmod, rename) has another ctime, so
 //! another index. At most `CAPACITY` files are kept; the least recently opened goes first.
 //!
-//! The key is a hint, not a proof: a new file can get an old one's key (a store deleted and
-//! written again within one tick of a coarse ctime: an inode reused, on a file system that keeps
-//! seconds), and a record can be damaged after it was noted. So a walk notes only a record whose
-//! CRC checks, and checks the record again before it starts from it: whole, at that offset, with
-//! the noted timestamp (`read/walk.rs`). A record that fails drops the file's index.
+//! The key is a hint, not a proof. A store deleted and written again within one tick of a
+//! coarse ctime (a file system that keeps seconds) gets its files' inodes and ctimes again: its
+//! first record's timestamp and CRC tell it apart (its bodies may even hold the old records, at
+//! their old positions). A record can be damaged after it was noted: a walk starts from a known
+//! start only once the record there is checked again, whole, at that offset, with the noted
+//! timestamp (`read/walk.rs`); a record that fails drops the file's index. A walk notes only
+//! timestamps that do not go back, so a damaged one does not mislead a search.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -29,16 +32,24 @@ const ENTRIES: u64 = 1024;
 /// The least stride: a walk of 64 KiB of headers costs microseconds.
 const MIN_STRIDE: u64 = 64 << 10;
 
-/// A segment file as the cache knows it.
+/// A file as `fstat` saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct FileKey {
+pub(crate) struct FileId {
     pub dev: u64,
     pub ino: u64,
     pub ctime: i64,
     pub ctime_nsec: i64,
+}
+
+/// A segment file as the cache knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct FileKey {
+    pub file: FileId,
     pub size: u64,
     /// The segment's start offset (its name).
     pub start: u64,
+    /// Its first record's timestamp and stored CRC.
+    pub first: (u64, u32),
 }
 
 /// The known record starts of one segment.
@@ -136,12 +147,15 @@ mod tests {
 
     fn key(ino: u64) -> FileKey {
         FileKey {
-            dev: 1,
-            ino,
-            ctime: 2,
-            ctime_nsec: 3,
+            file: FileId {
+                dev: 1,
+                ino,
+                ctime: 2,
+                ctime_nsec: 3,
+            },
             size: 1 << 30,
             start: 0,
+            first: (4, 5),
         }
     }
 
@@ -174,9 +188,17 @@ mod tests {
             Some((1 << 20, 5))
         );
         let touched = FileKey {
-            ctime_nsec: 4,
+            file: FileId {
+                ctime_nsec: 4,
+                ..key(1_000_001).file
+            },
             ..key(1_000_001)
         };
         assert_eq!(of_file(touched).at_or_before(2 << 20), None);
+        let other_first = FileKey {
+            first: (4, 6),
+            ..key(1_000_001)
+        };
+        assert_eq!(of_file(other_first).at_or_before(2 << 20), None);
     }
 }

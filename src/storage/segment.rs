@@ -22,8 +22,9 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::{Error, IoContext, Result};
-use crate::storage::boundaries::{self, Boundaries, FileKey};
+use crate::storage::boundaries::{self, Boundaries, FileId, FileKey};
 pub use crate::storage::mapping::Mapping;
+use crate::storage::record::{decode, Slot};
 use crate::sync::locked;
 use crate::tier::{Entry, Manifest, Tier};
 
@@ -138,7 +139,9 @@ pub struct Segment {
     /// End of the records in this segment, relative to `start` (the filler is not counted).
     written: AtomicU64,
     map: OnceLock<Arc<Mapping>>,
-    /// Its known record starts (a local file's, set when it is mapped).
+    /// The identity of its file when it was mapped (a local file's).
+    file: OnceLock<FileId>,
+    /// Its known record starts (a local file's, once it holds a record).
     boundaries: OnceLock<Arc<Boundaries>>,
     /// Its record count as far as it is known: the writer's (no lock per append) and what
     /// anything else learnt (a walk holds the mutex only to read or store a pair).
@@ -160,6 +163,7 @@ impl Segment {
             remote: OnceLock::new(),
             written: AtomicU64::new(0),
             map: OnceLock::new(),
+            file: OnceLock::new(),
             boundaries: OnceLock::new(),
             appended: Appended::default(),
             count: Mutex::new(Counts::default()),
@@ -480,22 +484,34 @@ impl Segment {
         }
         let map = Mapping::of_file(&file, self.size, self.writable, &self.path)?;
         let m = self.map.get_or_init(|| Arc::new(map));
-        self.boundaries.get_or_init(|| {
-            boundaries::of_file(FileKey {
-                dev: meta.dev(),
-                ino: meta.ino(),
-                ctime: meta.ctime(),
-                ctime_nsec: meta.ctime_nsec(),
-                size: self.size,
-                start: self.start,
-            })
+        self.file.get_or_init(|| FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            ctime: meta.ctime(),
+            ctime_nsec: meta.ctime_nsec(),
         });
         Ok(Arc::clone(m))
     }
 
-    /// Its known record starts: a local segment's once mapped (`boundaries.rs`).
-    pub(crate) fn boundaries(&self) -> Option<&Arc<Boundaries>> {
-        self.boundaries.get()
+    /// Its known record starts (`boundaries.rs`): a local segment's, once mapped (as `map`) and
+    /// holding a record at its start, whose header is part of the key.
+    pub(crate) fn boundaries(&self, map: &Mapping) -> Option<&Arc<Boundaries>> {
+        if let Some(b) = self.boundaries.get() {
+            return Some(b);
+        }
+        let file = *self.file.get()?;
+        let Slot::Record(first) = decode(map.bytes(0, self.size as usize), self.start, usize::MAX)
+        else {
+            return None;
+        };
+        Some(self.boundaries.get_or_init(|| {
+            boundaries::of_file(FileKey {
+                file,
+                size: self.size,
+                start: self.start,
+                first: (first.timestamp_ms, first.crc),
+            })
+        }))
     }
 
     /// Makes bytes `[lo, hi)` of the file durable: through the map where it is writable (msync
