@@ -122,6 +122,7 @@ def test_import_rmqlog_does_not_import_pyspark():
         ({"path": "/x", "max_partition_bytes": "1k"}, None, "at least 4096"),
         ({"path": "/x", "batch_records": "0"}, None, "batch_records='0'"),
         ({"path": "/x", "batch_records": "9" * 23}, None, "at most 2^63-1"),
+        ({"path": "/x", "max_partition_bytes": str(1 << 64)}, None, "at most 9223372036854775807"),
         ({"path": "/x", "start_offset": str(1 << 63)}, None, "start_offset='9223372036854775808'"),
         ({"path": "/x", "max_partition_bytes": "-5"}, None, "max_partition_bytes='-5'"),
         ({"path": "/x", "start_offset": "first"}, None, '"earliest" or "latest"'),
@@ -317,6 +318,19 @@ def test_bad_value_of_every_option_fails_at_load(spark, store, kind, name, bad, 
     assert f"rmqlog: option {name}={bad!r} is not valid" in msg, msg
     assert accepted in msg, msg
     assert named(spark, e.value, "ValueError") and "UnboundLocalError" not in msg
+
+
+@pytest.mark.parametrize(
+    ("kind", "name"), [("read", "max_partition_bytes"), ("readStream", "max_bytes_per_trigger")]
+)
+def test_a_size_of_2_63_or_more_fails_at_load(spark, store, kind, name):
+    """Both readers refuse a size past a Java long, with the same message."""
+    bad = str(1 << 64)
+    with pytest.raises(Exception) as e:
+        _reader(spark, kind, **{name: bad}).load(store.paths)
+    msg = str(e.value)
+    assert f"rmqlog: option {name}={bad!r} is not valid" in msg, msg
+    assert "at most 9223372036854775807" in msg, msg
 
 
 @pytest.mark.parametrize("kind", BOTH)

@@ -86,7 +86,7 @@ def _int(name: str, value: str, minimum: int = 0) -> int:
     return n
 
 
-def _size(name: str, value: str, maximum: int | None = None, minimum: int = 1) -> int:
+def _size(name: str, value: str, maximum: int = _INT_MAX, minimum: int = 1) -> int:
     """A byte count in the syntax of :mod:`rmqlog._sizes` (the CLI's too): ``1048576``, ``512k``,
     ``64m``, ``64MiB``, ``1g`` (binary units)."""
     try:

@@ -93,7 +93,7 @@ final class LogScan implements Scan, Batch {
    * maxSplitBytes), so that a small read is spread over the cores too: {@code
    * max_partition_bytes}, or the bytes of the read over the session's cores ({@code
    * spark.sql.files.minPartitionNum}, else the default parallelism) where that is less, but not
-   * below {@code spark.sql.files.openCostInBytes} (4 MiB).
+   * below {@code spark.sql.files.openCostInBytes} (4 MiB), nor the option's own least (4 KiB).
    */
   static long splitBytes(NativeLog log, long[] ranges, long max) {
     long lo = log.minOffset();
@@ -110,7 +110,8 @@ final class LogScan implements Scan, Batch {
       cores = SparkSession.getActiveSession().get().sparkContext().defaultParallelism();
     }
     long perCore = total / Math.max(1, cores);
-    return Math.min(max, Math.max(conf.filesOpenCostInBytes(), perCore));
+    long least = Math.max(ReadOptions.MIN_PARTITION_BYTES, conf.filesOpenCostInBytes());
+    return Math.min(max, Math.max(least, perCore));
   }
 
   @Override

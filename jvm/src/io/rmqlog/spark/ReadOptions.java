@@ -21,7 +21,7 @@ final class ReadOptions implements Serializable {
   static final long DEFAULT_BATCH_BYTES = 64L << 20;
   static final int DEFAULT_BATCH_RECORDS = 65536;
   private static final long MAX_BATCH_BYTES = (1L << 31) - 1;
-  private static final long MIN_PARTITION_BYTES = 4096;
+  static final long MIN_PARTITION_BYTES = 4096;
   private static final List<String> STREAM_ONLY =
       List.of("max_bytes_per_trigger", "max_records_per_trigger", "wait_ms");
   private static final List<String> BATCH_ONLY = List.of("end_offset", "end_timestamp", "pushdown");
