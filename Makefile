@@ -14,12 +14,14 @@
 #   $(VENV)/.extras      the extras EXTRAS (test, spark, bench): what the other targets need
 # Python sources need no stamp: the editable install reads python/ in place.
 #
-# Every build of the extension, editable or the wheel, is the same cargo build: release, for the
-# target x86_64-unknown-linux-gnu, linked by zig against glibc 2.17 (maturin --zig), in
-# target/x86_64-unknown-linux-gnu/release. So the builds reuse each other's crates, `make wheel`
-# after `make develop` only packs, and the tests run the extension the wheel ships. (A build
-# without zig would be a second configuration: cargo recompiles every crate when the linker
-# changes.)
+# Every build of a shared library, the extension (editable or the wheel) and the JVM reader's JNI
+# library, is the same cargo configuration: release, for the target x86_64-unknown-linux-gnu, zig
+# the linker and the C compiler against glibc 2.17 (the wrappers in $(ZIG), given to cargo by
+# ZIG_ENV), in target/x86_64-unknown-linux-gnu/release. So the builds reuse each other's crates
+# (the JNI library compiles rmqlog alone again), `make wheel` after `make develop` only packs, and
+# the tests run the extension the wheel ships. Cargo recompiles every crate when the linker or a C
+# compiler changes: maturin's own `--zig` writes its wrappers at a path per environment, so both
+# builds use these instead.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TOOLS := $(VENV)/.tools
@@ -31,15 +33,23 @@ DEMO_FEATURES := python
 # The platform tag maturin checks the extension against (auditwheel's rules) and zig links for:
 # manylinux2014 is glibc 2.17. The wheel installs on manylinux2014 systems and newer.
 WHEEL_COMPAT ?= manylinux2014
-ZIG_BUILD := --zig --compatibility $(WHEEL_COMPAT)
+GLIBC := 2.17
+TARGET := x86_64-unknown-linux-gnu
+ZIG := target/zig
+ZIG_ENV = CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER=$(abspath $(ZIG))/cc \
+	CC_x86_64_unknown_linux_gnu=$(abspath $(ZIG))/cc \
+	CXX_x86_64_unknown_linux_gnu=$(abspath $(ZIG))/c++ \
+	AR_x86_64_unknown_linux_gnu=$(abspath $(ZIG))/ar
+ZIG_BUILD := --target $(TARGET) --compatibility $(WHEEL_COMPAT)
 # maturin runs zig as `python3 -m ziglang`: the venv's python3 first on PATH.
 VENV_PATH = PATH="$(abspath $(VENV))/bin:$$PATH"
 SOURCES := Cargo.toml Cargo.lock $(shell find src -name '*.rs')
+JNI_SOURCES := jvm/native/Cargo.toml $(shell find jvm/native/src -name '*.rs')
 # The editable install into $(VENV) with cargo options $(1): maturin's PEP 517 editable wheel (a
 # .pth naming python/; the extension is written into python/rmqlog), cargo printing a line per
 # crate (and a progress bar on a terminal), then pip installs it with rmqlog's one dependency.
-DEVELOP = rm -rf $(VENV)/editable && $(VENV_PATH) $(VENV)/bin/maturin pep517 build-wheel \
-	--editable $(ZIG_BUILD) --out $(VENV)/editable $(1) >/dev/null && \
+DEVELOP = rm -rf $(VENV)/editable && $(VENV_PATH) $(ZIG_ENV) $(VENV)/bin/maturin pep517 \
+	build-wheel --editable $(ZIG_BUILD) --out $(VENV)/editable $(1) >/dev/null && \
 	$(PY) -m pip install -q --force-reinstall $(VENV)/editable/rmqlog-*.whl
 EXTRAS ?= test,spark,bench
 # Full passes of benches/compare.py in `make bench` (each row reported as min/median/max).
@@ -61,20 +71,14 @@ REQUIREMENTS = $(PY) -c 'import sys, tomllib; p = tomllib.load(open("pyproject.t
 
 # The JVM reader (jvm/, src/jvm): its Java classes compiled with the JDK's javac against the jars
 # the pyspark wheel ships (no Maven), and the JNI library (cargo feature jvm, release, stripped),
-# packed into one jar under python/rmqlog, which the wheel ships. The library is linked as the
-# extension is, by zig against glibc 2.17 (`maturin zig cc`, zig also the C compiler of the
-# crates that compile C), so the jar runs where the wheel installs. It is a cargo build of its
-# own, in target/jni: sharing the extension's target directory would let each build overwrite
-# the other's librmqlog.so, which cargo then takes as up to date.
+# packed into one jar under python/rmqlog, which the wheel ships. The library is the workspace's
+# crate jvm/native (librmqlog_jvm.so), built as the extension is (ZIG_ENV, the same target
+# directory), so the jar runs where the wheel installs.
 JAR := python/rmqlog/jvm/rmqlog-spark.jar
-JAVA_SOURCES := $(shell find jvm -type f)
+JAVA_SOURCES := $(shell find jvm/src jvm/META-INF -type f)
 JVM_BUILD := target/jvm
-JNI_TARGET := target/jni
-JNI_LIB := $(JNI_TARGET)/x86_64-unknown-linux-gnu/release/librmqlog.so
+JNI_LIB := target/$(TARGET)/release/librmqlog_jvm.so
 JNI_IN_JAR := $(JVM_BUILD)/classes/io/rmqlog/spark/native/linux-x86_64/librmqlog_jvm.so
-JNI_ZIG = CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER=$(abspath $(JNI_TARGET))/zig-cc \
-	CC_x86_64_unknown_linux_gnu=$(abspath $(JNI_TARGET))/zig-cc \
-	AR_x86_64_unknown_linux_gnu=$(abspath $(JNI_TARGET))/zig-ar
 
 .PHONY: all help demo develop jar test test-rust test-python bench-build bench-quick bench fuzz-quick chaos lint fmt wheel wheel-aarch64 doc clean
 
@@ -97,7 +101,7 @@ $(TOOLS): pyproject.toml
 # Step 2: the extension in release mode without the tier, rmqlog installed editable with its one
 # dependency. Where the venv has the full build (`make develop` or `make test` made it), that one
 # is brought up to date instead: the demo runs on it, and the tests' build is not undone.
-$(BUILT_DEMO): $(TOOLS) $(SOURCES)
+$(BUILT_DEMO): $(TOOLS) $(ZIG)/cc $(SOURCES)
 	@if [ -e $(BUILT) ]; then \
 		echo "$(call STEP,2)the extension in $(VENV) has the tier (make develop built it): keeping it"; \
 		$(MAKE) --no-print-directory $(BUILT); \
@@ -110,7 +114,7 @@ $(BUILT_DEMO): $(TOOLS) $(SOURCES)
 
 # The extension with the wheel's features (the tier too), rmqlog installed editable: what the
 # tests and the benches use. It replaces the demo's build, whose compiled crates it reuses.
-$(BUILT): $(TOOLS) $(SOURCES)
+$(BUILT): $(TOOLS) $(ZIG)/cc $(SOURCES)
 	@echo "building the extension (release, the wheel's features: python, tier; about 180 \
 	crates, 4 minutes here; 120 crates, 2 minutes after make demo; cargo prints each)"
 	@$(DEVELOP)
@@ -128,26 +132,29 @@ $(EXTRAS_STAMP): $(TOOLS)
 ## and the extras' install (two pip runs into one venv; their packages do not overlap) run side
 ## by side.
 develop: $(TOOLS)
-	@$(MAKE) --no-print-directory -j3 $(BUILT) $(EXTRAS_STAMP) $(JNI_LIB)
+	@$(MAKE) --no-print-directory -j2 $(BUILT) $(EXTRAS_STAMP)
 	@$(MAKE) --no-print-directory $(JAR)
 
 ## jar: the JVM reader's jar (the Spark DataSource V2 reader with its JNI library), into
 ## python/rmqlog/jvm/ where rmqlog.spark finds it and the wheel takes it.
 jar: $(JAR)
 
-# The two cargo builds (the extension's and this one) run side by side in `make develop`: two
-# target directories, and each build's serial steps (build scripts, the link) leave cores idle.
-$(JNI_LIB): $(TOOLS) $(SOURCES)
-	@echo "building the JVM reader's JNI library (release, features jvm, tier; about 180 \
-	crates, 4 minutes here)"
-	@mkdir -p $(JNI_TARGET)
-	@printf '#!/bin/sh\nexec "%s" zig cc -- -g -fno-sanitize=all -target x86_64-linux-gnu.2.17 "$$@"\n' \
-		"$(abspath $(VENV))/bin/maturin" > $(JNI_TARGET)/zig-cc
-	@printf '#!/bin/sh\nexec "%s" -m ziglang ar "$$@"\n' "$(abspath $(PY))" > $(JNI_TARGET)/zig-ar
-	@chmod +x $(JNI_TARGET)/zig-cc $(JNI_TARGET)/zig-ar
-	$(VENV_PATH) $(JNI_ZIG) cargo build --release --lib --features jvm,tier \
-		--target x86_64-unknown-linux-gnu --target-dir $(JNI_TARGET)
+# After the extension's build (`make develop`), the crates are compiled: rmqlog with the `jvm`
+# feature and the link, about 1 minute here. Alone, about 180 crates, 4 minutes.
+$(JNI_LIB): $(TOOLS) $(ZIG)/cc $(SOURCES) $(JNI_SOURCES)
+	@echo "building the JVM reader's JNI library (release, rmqlog's features jvm, tier)"
+	$(VENV_PATH) $(ZIG_ENV) cargo build --release -p rmqlog-jvm --target $(TARGET)
 	@touch $@
+
+# The wrappers ZIG_ENV names: zig (through maturin's `zig` command, which adapts rustc's linker
+# arguments to zig) as the linker, C and C++ compiler for glibc $(GLIBC), and zig's ar.
+$(ZIG)/cc: $(TOOLS)
+	@mkdir -p $(ZIG)
+	@for tool in cc c++; do \
+		printf '#!/bin/sh\nexec "%s" zig %s -- -g -fno-sanitize=all -target x86_64-linux-gnu.%s "$$@"\n' \
+			"$(abspath $(VENV))/bin/maturin" $$tool $(GLIBC) > $(ZIG)/$$tool; done
+	@printf '#!/bin/sh\nexec "%s" -m ziglang ar "$$@"\n' "$(abspath $(PY))" > $(ZIG)/ar
+	@chmod +x $(ZIG)/cc $(ZIG)/c++ $(ZIG)/ar
 
 $(JAR): $(EXTRAS_STAMP) $(JNI_LIB) $(JAVA_SOURCES)
 	@rm -rf $(JVM_BUILD) && mkdir -p $(dir $(JNI_IN_JAR))
@@ -238,9 +245,9 @@ fmt: $(EXTRAS_STAMP)
 ## wheel: build the portable abi3 wheel into dist/ (replacing older rmqlog wheels there):
 ## manylinux2014 x86_64 (glibc 2.17 and newer), and show what `auditwheel show` finds in it.
 ## After `make develop` (the same build), it only packs.
-wheel: $(TOOLS) $(JAR)
+wheel: $(TOOLS) $(ZIG)/cc $(JAR)
 	rm -f dist/rmqlog-*.whl
-	$(VENV_PATH) $(VENV)/bin/maturin build --release $(ZIG_BUILD) --out dist
+	$(VENV_PATH) $(ZIG_ENV) $(VENV)/bin/maturin build --release $(ZIG_BUILD) --out dist
 	$(VENV)/bin/auditwheel show dist/rmqlog-*.whl
 
 ## wheel-aarch64: the manylinux2014 aarch64 wheel into dist/aarch64/, cross-built the same way
@@ -250,8 +257,8 @@ AARCH64 := aarch64-unknown-linux-gnu
 wheel-aarch64: $(TOOLS)
 	rustup target add $(AARCH64)
 	rm -rf dist/aarch64
-	$(VENV_PATH) $(VENV)/bin/maturin build --release $(ZIG_BUILD) --target $(AARCH64) \
-		--out dist/aarch64
+	$(VENV_PATH) $(VENV)/bin/maturin build --release --zig --compatibility $(WHEEL_COMPAT) \
+		--target $(AARCH64) --out dist/aarch64
 	$(VENV)/bin/auditwheel show dist/aarch64/rmqlog-*.whl
 
 ## doc: Rust API docs.

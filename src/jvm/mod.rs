@@ -1,7 +1,7 @@
 //! The JVM bridge: the native half of the Spark DataSource V2 reader in `jvm/` (Java), loaded into
 //! the driver and every executor by `io.rmqlog.spark.Native`. Built with the `jvm` feature as a
-//! shared library of its own (`make jar` packs it into the jar): the Python extension cannot load
-//! into a JVM (its PyO3 code needs libpython's symbols).
+//! shared library of its own, the workspace's crate `jvm/native` (`make jar` packs it into the
+//! jar): the Python extension cannot load into a JVM (its PyO3 code needs libpython's symbols).
 //!
 //! # Handles
 //! Java holds two kinds of native object as `long` handles:
