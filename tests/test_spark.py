@@ -30,6 +30,7 @@ except ImportError as exc:
     )
 
 from _spark_sources import named
+from _spark_sources import reader as reader_of
 
 import rmqlog.spark as rs
 
@@ -644,6 +645,38 @@ def test_stream_trigger_with_nothing_new_waits_for_the_next_append(tmp_path):
                 assert latest == end
                 assert took >= int(wait_ms) / 1000 * 0.9, (wait_ms, took)
             sr.stop()
+
+
+def test_stopping_a_stream_whose_trigger_waits_returns_at_once(spark, tmp_path):
+    """query.stop() while the trigger waits for an append (wait_ms 60 s, nothing appended) ends
+    the query at once, not when the wait runs out. (The JVM reader's native wait cannot see the
+    interrupt stop() sends: it waited out wait_ms.)"""
+    dirs = [str(tmp_path / "d0")]
+    with CommitLog(dirs, segment_size=SEG) as log:
+        log.append(b"only")
+    query = (
+        spark.readStream.format("rmqlog")
+        .option("wait_ms", "60000")
+        .load(dirs[0])
+        .writeStream.format("memory")
+        .queryName(f"waiting_{reader_of(spark)}")
+        .start()
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not any(p["numInputRows"] for p in query.recentProgress):
+            assert query.exception() is None, query.exception()
+            assert time.monotonic() < deadline, "the stream delivered nothing"
+            time.sleep(0.1)
+        time.sleep(1)  # the next trigger is waiting by now
+    finally:
+        t = time.monotonic()
+        query.stop()
+        took = time.monotonic() - t
+    assert took < 10, f"stop() took {took:.1f} s: it waited for the trigger's wait_ms"
+    assert [bytes(r.body) for r in spark.table(f"waiting_{reader_of(spark)}").collect()] == [
+        b"only"
+    ]
 
 
 def test_streaming_data_loss_fails_the_query_or_is_skipped(spark, tmp_path):

@@ -45,6 +45,28 @@ final class LogStream implements MicroBatchStream, SupportsTriggerAvailableNow {
     }
   }
 
+  /** The longest native wait: how soon a waiting trigger sees that its query is stopping. */
+  private static final long WAIT_SLICE_MS = 100;
+
+  /**
+   * Waits up to {@code waitMs} for records past {@code pos}; returns the end of the records
+   * visible then. {@code StreamingQuery.stop()} interrupts this thread and then joins it, and a
+   * native wait cannot see the interrupt: the wait is made of short native waits, and ends at the
+   * first one after the interrupt (whose flag stays set, for Spark to act on).
+   */
+  private static long waitFor(NativeLog l, long pos, long waitMs) {
+    long deadline = System.nanoTime() + waitMs * 1_000_000L;
+    long end = pos;
+    while (end <= pos && !Thread.currentThread().isInterrupted()) {
+      long left = (deadline - System.nanoTime()) / 1_000_000L;
+      if (left <= 0) {
+        break;
+      }
+      end = l.waitFor(pos, Math.min(left, WAIT_SLICE_MS));
+    }
+    return end;
+  }
+
   private static final java.util.regex.Pattern JSON =
       java.util.regex.Pattern.compile("\\{\\s*\"offset\"\\s*:\\s*(\\d+)\\s*}");
 
@@ -122,7 +144,7 @@ final class LogStream implements MicroBatchStream, SupportsTriggerAvailableNow {
     long pos = startOffset == null ? end : of(startOffset);
     if (pos >= end && target < 0 && opts.waitMs > 0) {
       // Nothing new: wait a little for the next append instead of Spark polling again.
-      end = l.waitFor(pos, opts.waitMs);
+      end = waitFor(l, pos, opts.waitMs);
     }
     if (pos >= end) {
       return new Json(pos);
