@@ -10,11 +10,11 @@ use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use crate::error::{Error, IoContext, Result};
+use crate::error::{IoContext, Result};
 use crate::storage::checkpoint::Checkpoint;
 use crate::storage::counts;
 use crate::storage::fs::remove_durably;
-use crate::storage::record::{decode, validate, Slot};
+use crate::storage::record::{validate, Slot};
 use crate::storage::segment::{Counted, Mapping, Segment};
 use crate::storage::segments::SegmentList;
 use crate::storage::tail_hint::TailHint;
@@ -140,22 +140,9 @@ pub(crate) fn next_boundary(seg: &Segment, map: &Mapping, offset: u64, max: u64)
     if pos >= limit {
         return Ok(seg.end());
     }
-    match decode(
-        map.bytes(pos, seg.size() as usize),
-        offset,
-        u32::MAX as usize,
-    ) {
-        Slot::Record(h) => Ok(offset + u64::from(h.len)),
-        Slot::EndOfSegment => Ok(seg.end()),
-        other => Err(Error::corruption(
-            Some(seg.path().to_path_buf()),
-            Some(offset),
-            format!(
-                "no valid record header while walking the segment: {}",
-                other.defect().unwrap_or("?")
-            ),
-        )),
-    }
+    Ok(seg
+        .header_at(map, offset)?
+        .map_or(seg.end(), |h| offset + u64::from(h.len)))
 }
 
 /// Finds the end of the log: trusted from a clean checkpoint, else a scan of the tail from the

@@ -5,7 +5,7 @@
 //! a walk notes no timestamp older than the one before it, so a damaged timestamp never leads a
 //! search by time past its answer.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::storage::record::{decode, validate, Slot};
 use crate::storage::segment::{Mapping, Segment};
 
@@ -39,7 +39,7 @@ pub(crate) enum Until {
 /// offset, with the last record start walked before it (none when it stopped at `from`). A walk
 /// reaching `limit` (no header is read at or past it) returns where it stopped; one reaching the
 /// segment's end (or its filler: also where a walk to an offset stops) returns that end. A header
-/// that does not decode is an error, as for `next_boundary`.
+/// that does not decode is an error ([`Segment::header_at`]).
 pub(crate) fn walk(
     seg: &Segment,
     map: &Mapping,
@@ -64,23 +64,8 @@ pub(crate) fn walk(
             }
             break;
         }
-        let h = match decode(
-            map.bytes(pos as usize, seg.size() as usize),
-            at,
-            u32::MAX as usize,
-        ) {
-            Slot::Record(h) => h,
-            Slot::EndOfSegment => return Ok((seg.end(), before)),
-            other => {
-                return Err(Error::corruption(
-                    Some(seg.path().to_path_buf()),
-                    Some(at),
-                    format!(
-                        "no valid record header while walking the segment: {}",
-                        other.defect().unwrap_or("?")
-                    ),
-                ))
-            }
+        let Some(h) = seg.header_at(map, at)? else {
+            return Ok((seg.end(), before));
         };
         if at - noted >= stride && h.timestamp_ms >= newest {
             if let Some(b) = index {

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::error::{Error, IoContext, Result};
 use crate::storage::boundaries::{self, Boundaries, FileId, FileKey};
 pub use crate::storage::mapping::Mapping;
-use crate::storage::record::{decode, Slot};
+use crate::storage::record::{decode, Header, Slot};
 use crate::sync::locked;
 use crate::tier::{Entry, Manifest, Tier};
 
@@ -491,6 +491,25 @@ impl Segment {
             ctime_nsec: meta.ctime_nsec(),
         });
         Ok(Arc::clone(m))
+    }
+
+    /// The header of the record at `at` (a record start in this segment, `map` its mapping), no
+    /// CRC checked; none at the end of its records (a filler). A header that does not decode is
+    /// corruption: walks over headers (recovery's, a follower's, a search's) stop there.
+    pub(crate) fn header_at(&self, map: &Mapping, at: u64) -> Result<Option<Header>> {
+        let rest = map.bytes((at - self.start) as usize, self.size as usize);
+        match decode(rest, at, u32::MAX as usize) {
+            Slot::Record(h) => Ok(Some(h)),
+            Slot::EndOfSegment => Ok(None),
+            other => Err(Error::corruption(
+                Some(self.path.clone()),
+                Some(at),
+                format!(
+                    "no valid record header while walking the segment: {}",
+                    other.defect().unwrap_or("?")
+                ),
+            )),
+        }
     }
 
     /// Its known record starts (`boundaries.rs`): a local segment's, once mapped (as `map`) and
