@@ -35,7 +35,9 @@ DEMO_FEATURES := python
 WHEEL_COMPAT ?= manylinux2014
 GLIBC := 2.17
 TARGET := x86_64-unknown-linux-gnu
-ZIG := target/zig
+# The wrappers' directory names the glibc: cargo relinks when the linker's path changes, not when
+# a wrapper's text does.
+ZIG := target/zig-glibc$(GLIBC)
 ZIG_ENV = CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER=$(abspath $(ZIG))/cc \
 	CC_x86_64_unknown_linux_gnu=$(abspath $(ZIG))/cc \
 	CXX_x86_64_unknown_linux_gnu=$(abspath $(ZIG))/c++ \
@@ -147,13 +149,15 @@ $(JNI_LIB): $(TOOLS) $(ZIG)/cc $(SOURCES) $(JNI_SOURCES)
 	@touch $@
 
 # The wrappers ZIG_ENV names: zig (through maturin's `zig` command, which adapts rustc's linker
-# arguments to zig) as the linker, C and C++ compiler for glibc $(GLIBC), and zig's ar.
-$(ZIG)/cc: $(TOOLS)
+# arguments to zig) as the linker, C and C++ compiler for glibc $(GLIBC), and zig's ar. They run
+# the maturin and python3 first on PATH, the venv's in every build here (VENV_PATH), so they name
+# no venv.
+$(ZIG)/cc: $(TOOLS) Makefile
 	@mkdir -p $(ZIG)
 	@for tool in cc c++; do \
-		printf '#!/bin/sh\nexec "%s" zig %s -- -g -fno-sanitize=all -target x86_64-linux-gnu.%s "$$@"\n' \
-			"$(abspath $(VENV))/bin/maturin" $$tool $(GLIBC) > $(ZIG)/$$tool; done
-	@printf '#!/bin/sh\nexec "%s" -m ziglang ar "$$@"\n' "$(abspath $(PY))" > $(ZIG)/ar
+		printf '#!/bin/sh\nexec maturin zig %s -- %s "$$@"\n' $$tool \
+			"-g -fno-sanitize=all -target x86_64-linux-gnu.$(GLIBC)" > $(ZIG)/$$tool; done
+	@printf '#!/bin/sh\nexec python3 -m ziglang ar "$$@"\n' > $(ZIG)/ar
 	@chmod +x $(ZIG)/cc $(ZIG)/c++ $(ZIG)/ar
 
 $(JAR): $(EXTRAS_STAMP) $(JNI_LIB) $(JAVA_SOURCES)

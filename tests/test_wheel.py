@@ -4,8 +4,8 @@
 rmqlog is used with no Rust or maturin on PATH: the demo runs there.
 
 `make wheel` runs in the repository (it replaces the rmqlog wheels in dist/) with the venv running
-these tests; it builds in release mode, fast when `target/` is warm from `make develop` (the
-zig link recompiles only the crates that build C, and relinks), several minutes cold. The fresh
+these tests; it builds in release mode, and only packs after `make develop` (the same cargo
+build), several minutes cold. The fresh
 venv gets its packages from the package index through pip's cache.
 """
 

@@ -58,7 +58,7 @@ final class LogStream implements MicroBatchStream, SupportsTriggerAvailableNow {
     long deadline = System.nanoTime() + waitMs * 1_000_000L;
     long end = pos;
     while (end <= pos && !Thread.currentThread().isInterrupted()) {
-      long left = (deadline - System.nanoTime()) / 1_000_000L;
+      long left = (deadline - System.nanoTime() + 999_999L) / 1_000_000L; // rounded up
       if (left <= 0) {
         break;
       }

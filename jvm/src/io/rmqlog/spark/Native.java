@@ -44,7 +44,8 @@ final class Native {
       if (in == null || !os.equals("Linux/amd64")) {
         throw new UnsatisfiedLinkError(
             "rmqlog: this jar holds the native library for Linux x86_64 only, not " + os
-                + "; set the system property rmqlog.jvm.library to a build of it for this host");
+                + "; set the system property rmqlog.jvm.library to a build of it for this host"
+                + " (in a git checkout of rmqlog: cargo build --release -p rmqlog-jvm)");
       }
       Path file = Files.createTempFile("rmqlog-jvm-", ".so");
       try {
