@@ -141,8 +141,8 @@ develop: $(TOOLS)
 ## python/rmqlog/jvm/ where rmqlog.spark finds it and the wheel takes it.
 jar: $(JAR)
 
-# After the extension's build (`make develop`), the crates are compiled: rmqlog with the `jvm`
-# feature and the link, about 1 minute here. Alone, about 180 crates, 4 minutes.
+# After the extension's build (`make develop`) every dependency is compiled already: this compiles
+# rmqlog with the `jvm` feature and links, about 1 minute here. Alone, about 180 crates, 4 minutes.
 $(JNI_LIB): $(TOOLS) $(ZIG)/cc $(SOURCES) $(JNI_SOURCES)
 	@echo "building the JVM reader's JNI library (release, rmqlog's features jvm, tier)"
 	$(VENV_PATH) $(ZIG_ENV) cargo build --release -p rmqlog-jvm --target $(TARGET)

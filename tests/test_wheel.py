@@ -5,8 +5,8 @@ rmqlog is used with no Rust or maturin on PATH: the demo runs there.
 
 `make wheel` runs in the repository (it replaces the rmqlog wheels in dist/) with the venv running
 these tests; it builds in release mode, and only packs after `make develop` (the same cargo
-build), several minutes cold. The fresh
-venv gets its packages from the package index through pip's cache.
+build), several minutes cold. The fresh venv gets its packages from the package index through
+pip's cache.
 """
 
 from __future__ import annotations
