@@ -52,6 +52,17 @@ impl Remote {
         e: object_store::Error,
     ) -> Error {
         let mut reason = e.to_string();
+        // object_store's message can stop at "error sending request": why (a refused connection,
+        // a certificate not trusted) is further down the chain.
+        let mut cause = std::error::Error::source(&e);
+        while let Some(c) = cause {
+            let text = c.to_string();
+            if !reason.contains(&text) {
+                reason.push_str(": ");
+                reason.push_str(&text);
+            }
+            cause = c.source();
+        }
         if self.implicit_credentials {
             reason.push_str(CREDENTIALS_HINT);
         }
@@ -230,6 +241,9 @@ fn s3(
         || given(AmazonS3ConfigKey::ContainerCredentialsFullUri)
         || b.get_config_value(&AmazonS3ConfigKey::SkipSignature)
             .is_some_and(|v| v.eq_ignore_ascii_case("true")));
+    // reqwest takes its TLS provider from rustls's process default: ring. One the program
+    // installed before is kept.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let store = b
         .build()
         .map_err(|e| Error::config(format!("tier_url {url:?}: {e}")))?;
