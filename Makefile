@@ -59,6 +59,10 @@ BENCH_RUNS ?= 5
 # Cargo features: the Rust tests' build, and every feature (clippy). The lean core has none.
 TEST_FEATURES := failpoints,arrow,tier,jvm
 ALL_FEATURES := python,$(TEST_FEATURES)
+# Every feature of rmqlog, for a command on the whole workspace (rmqlog and the JNI library's
+# crate, jvm/native, which takes rmqlog with jvm and tier).
+comma := ,
+WORKSPACE_FEATURES := $(addprefix rmqlog/,$(subst $(comma), ,$(ALL_FEATURES)))
 # Seconds of the randomized chaos test (tests/chaos.rs) in `make test`; `make chaos` runs longer.
 CHAOS_SECS ?= 30
 # `make demo` numbers its steps: [1/3], [2/3], [3/3].
@@ -229,12 +233,13 @@ bench: $(BUILT) $(EXTRAS_STAMP)
 	cargo bench
 	$(PY) benches/compare.py --runs $(BENCH_RUNS) --out bench-results.json
 
-## lint: rustfmt, clippy on the lean core (no feature) and with every feature, the module graph
-## of the core (no cycle, nothing imports the facade), ruff, mypy on rmqlog.spark.
+## lint: rustfmt, clippy on the lean core (no feature) and with every feature (the JNI library's
+## crate too), the module graph of the core (no cycle, nothing imports the facade), ruff, mypy
+## (rmqlog.spark, rmqlog._aio).
 lint: $(EXTRAS_STAMP)
-	cargo fmt --check
+	cargo fmt --all --check
 	cargo clippy --all-targets -- -D warnings
-	cargo clippy --all-targets --features $(ALL_FEATURES) -- -D warnings
+	cargo clippy --workspace --all-targets --features "$(WORKSPACE_FEATURES)" -- -D warnings
 	$(PY) tools/module_graph.py
 	$(VENV)/bin/ruff check python tests benches examples tools
 	$(VENV)/bin/ruff format --check python tests benches examples tools
@@ -242,7 +247,7 @@ lint: $(EXTRAS_STAMP)
 
 ## fmt: format Rust and Python.
 fmt: $(EXTRAS_STAMP)
-	cargo fmt
+	cargo fmt --all
 	$(VENV)/bin/ruff format python tests benches examples tools
 	$(VENV)/bin/ruff check --fix python tests benches examples tools
 
