@@ -7,6 +7,10 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 
 /// What the tier options ask, as [`crate::Options`] holds them.
+///
+/// S3 over HTTPS is rustls: the first S3 tier the process opens installs ring as rustls's
+/// process-wide crypto provider, unless the program installed one before (it is kept; rustls
+/// refuses one installed after). Roots: the system's, or `SSL_CERT_FILE` / `SSL_CERT_DIR`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TierOptions {
     /// `s3://bucket/prefix` or `file:///directory`.
