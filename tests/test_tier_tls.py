@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from _tier import SEGMENT, append_records, check_reads, objects, remote_only, status_when
 
-from rmqlog import CommitLog
+from rmqlog import CommitLog, ConfigurationError, TierError
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 
@@ -89,3 +89,28 @@ def test_an_untrusted_certificate_fails_uploads_and_keeps_every_record(
         assert "certificate" in st["last_error"].lower(), st
         assert objects(tier) == []
         check_reads(log, recs)  # every record local still
+
+
+def test_no_tls_roots_is_a_tier_error_that_says_where_roots_come_from(
+    https_bucket, certificate, tmp_path, monkeypatch
+):
+    """SSL_CERT_FILE naming no file: the client has no CA certificate to check against, so no S3
+    client can be built. A store's open says so as a TierError (not as options that are wrong,
+    which they are not), and the store is untouched: with the roots back it reads everything."""
+    tier, options = https_bucket
+    path = str(tmp_path / "log")
+    monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
+    with CommitLog(path, segment_size=SEGMENT, tier_url=tier.url, tier_options=options) as log:
+        recs = append_records(log, 100)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "missing.pem"))
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    for kwargs in ({}, {"read_only": True}):
+        with pytest.raises(TierError) as info:
+            CommitLog(path, tier_url=tier.url, tier_options=options, **kwargs)
+        assert not isinstance(info.value, ConfigurationError)
+        message = str(info.value)
+        assert "No CA certificates" in message and "SSL_CERT_FILE" in message, message
+        assert "recorded settings" not in message, message
+    monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
+    with CommitLog(path, tier_url=tier.url, tier_options=options) as log:
+        check_reads(log, recs)

@@ -51,24 +51,33 @@ impl Remote {
         object: impl Into<String>,
         e: object_store::Error,
     ) -> Error {
-        let mut reason = e.to_string();
-        // object_store's message can stop at "error sending request": why (a refused connection,
-        // a certificate not trusted) is further down the chain.
-        let mut cause = std::error::Error::source(&e);
-        while let Some(c) = cause {
-            let text = c.to_string();
-            if !reason.contains(&text) {
-                reason.push_str(": ");
-                reason.push_str(&text);
-            }
-            cause = c.source();
-        }
+        let mut reason = with_causes(&e);
         if self.implicit_credentials {
             reason.push_str(CREDENTIALS_HINT);
         }
         Error::tier(op, object, reason)
     }
 }
+
+/// `e`'s message and its causes': object_store's can stop at "error sending request" or "builder
+/// error", with why (a refused connection, a certificate not trusted, no CA certificates) further
+/// down the chain. A cause whose text is already there is left out.
+fn with_causes(e: &object_store::Error) -> String {
+    let mut reason = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !reason.contains(&text) {
+            reason.push_str(": ");
+            reason.push_str(&text);
+        }
+        cause = c.source();
+    }
+    reason
+}
+
+/// The `op` of the error of an S3 client that cannot be built for want of TLS roots.
+const NO_TLS_ROOTS: &str = "building its HTTPS client";
 
 /// What a failed request of an S3 client with no credentials given adds.
 const CREDENTIALS_HINT: &str = ". No S3 credentials were given, so they were looked up from the \
@@ -86,9 +95,16 @@ enum Target {
 }
 
 /// Checks `url` and `options` as [`connect`] would, with no side effect: a bad tier is refused
-/// before a store directory is created.
+/// before a store directory is created. A client that cannot be built for want of TLS roots on
+/// this machine is not the options' fault: [`connect`] refuses it, not this.
 pub(crate) fn check(url: &str, options: &BTreeMap<String, String>) -> Result<()> {
-    target(url.trim_end_matches('/'), options).map(|_| ())
+    match target(url.trim_end_matches('/'), options) {
+        Ok(_)
+        | Err(Error::Tier {
+            op: NO_TLS_ROOTS, ..
+        }) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 fn target(url: &str, options: &BTreeMap<String, String>) -> Result<Target> {
@@ -244,8 +260,24 @@ fn s3(
     // reqwest takes its TLS provider from rustls's process default: ring. One the program
     // installed before is kept.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let store = b
-        .build()
-        .map_err(|e| Error::config(format!("tier_url {url:?}: {e}")))?;
+    let store = b.clone().build().map_err(|e| {
+        let reason = with_causes(&e);
+        // Built again without certificate checks (where they were on, as by default), it needs no
+        // TLS roots: if that builds, the options are right and the roots are what failed
+        // (SSL_CERT_FILE naming no certificate, no CA bundle on the machine).
+        let key = AmazonS3ConfigKey::Client(ClientConfigKey::AllowInvalidCertificates);
+        let checks = b.get_config_value(&key).as_deref() == Some("false");
+        if checks && b.with_config(key, "true").build().is_ok() {
+            return Error::tier(
+                NO_TLS_ROOTS,
+                url,
+                format!(
+                    "{reason}. The client checks certificates against the system's CA \
+                     certificates, or those of SSL_CERT_FILE and SSL_CERT_DIR where either is set"
+                ),
+            );
+        }
+        Error::config(format!("tier_url {url:?}: {reason}"))
+    })?;
     Ok((Arc::new(store), implicit))
 }
