@@ -1,8 +1,9 @@
 """The S3 tier over HTTPS (rustls with ring, reqwest's TLS provider installed by the tier): moto's
 server behind a TLS front (tests/_tls_proxy.py) with a certificate for 127.0.0.1 from a test CA.
-The CA trusted through ``SSL_CERT_FILE`` (read by the system verifier), segments go up and read back
-over TLS; not trusted, uploads fail with an error that names the certificate, and nothing
-written is lost or panics."""
+The CA trusted through ``SSL_CERT_FILE`` (read by the system verifier), segments go up and read
+back over TLS; not trusted, uploads fail with an error that names the certificate; with no CA
+certificate at all, an open is a TierError that says where they come from. Nothing written is
+lost, nothing panics."""
 
 from __future__ import annotations
 
